@@ -1,0 +1,42 @@
+// Small text helpers shared by the sysfs parsers, the config and the CLI.
+// All parsers are strict: trailing garbage is an error, never silently ignored.
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cxlpool/common/status.h"
+
+namespace cxlpool {
+
+std::vector<std::string> Split(std::string_view s, char sep);
+// Splits on any run of whitespace; no empty fields.
+std::vector<std::string> SplitWhitespace(std::string_view s);
+std::string_view Trim(std::string_view s);
+bool StartsWith(std::string_view s, std::string_view prefix);
+bool EndsWith(std::string_view s, std::string_view suffix);
+
+// Decimal (or 0x-prefixed hex when base is 0) integers, whole string only.
+std::optional<uint64_t> ParseU64(std::string_view s, int base = 10);
+std::optional<int64_t> ParseI64(std::string_view s, int base = 10);
+
+// Linux cpulist format: "0-3,8,10-11". Empty string is an empty list.
+Result<std::vector<int>> ParseCpuList(std::string_view s);
+// Inverse of ParseCpuList: {0,1,2,3,8} -> "0-3,8".
+std::string FormatCpuList(const std::vector<int>& cpus);
+
+// "4096", "64K", "2M", "1G", "1GiB", "1.5G", "1T" -> bytes (binary units).
+Result<uint64_t> ParseByteSize(std::string_view s);
+// 1073741824 -> "1.0 GiB".
+std::string HumanBytes(uint64_t bytes);
+
+// "/proc/meminfo"-style text ("Node 0 MemTotal:  123 kB") -> key -> bytes.
+// The optional "Node N " prefix is stripped; values without "kB" are counts.
+std::map<std::string, uint64_t> ParseMeminfo(std::string_view text);
+
+}  // namespace cxlpool

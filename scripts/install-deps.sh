@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package cxlpool needs to build and test.
+# Idempotent: packages already present are skipped, so a second run is quick.
+#   scripts/install-deps.sh          build + unit/integration test deps
+#   scripts/install-deps.sh --vm     also the QEMU VM-tier prerequisites
+set -euo pipefail
+
+pkgs=(
+  build-essential cmake ninja-build pkg-config git
+  clang clang-format
+  libhwloc-dev hwloc
+  libnuma-dev numactl
+  libcxl-dev libdaxctl-dev
+  libboost-dev
+  libprotobuf-dev protobuf-compiler
+  libtomlplusplus-dev
+  libcli11-dev
+  nlohmann-json3-dev
+  libsystemd-dev systemd
+  libgtest-dev libgmock-dev
+  libbenchmark-dev
+  jq ccache
+)
+if [[ " $* " == *" --vm "* ]]; then
+  pkgs+=(qemu-system-x86 busybox-static ndctl daxctl cpio kmod)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

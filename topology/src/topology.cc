@@ -1,0 +1,72 @@
+#include "cxlpool/topology/topology.h"
+
+#include <algorithm>
+#include <cctype>
+
+namespace cxlpool {
+
+const char* NodeKindName(NodeKind k) {
+  switch (k) {
+    case NodeKind::kDram: return "dram";
+    case NodeKind::kCxl: return "cxl";
+    case NodeKind::kHbm: return "hbm";
+    case NodeKind::kNvm: return "nvm";
+    case NodeKind::kGpu: return "gpu";
+    case NodeKind::kUnknown: return "unknown";
+  }
+  return "unknown";
+}
+
+bool ParseNodeKind(const std::string& s, NodeKind* out) {
+  for (NodeKind k : {NodeKind::kDram, NodeKind::kCxl, NodeKind::kHbm, NodeKind::kNvm,
+                     NodeKind::kGpu, NodeKind::kUnknown}) {
+    if (s == NodeKindName(k)) {
+      *out = k;
+      return true;
+    }
+  }
+  return false;
+}
+
+const NumaNode* Topology::FindNode(int id) const {
+  for (const auto& n : numa_nodes)
+    if (n.id == id) return &n;
+  return nullptr;
+}
+
+const Gpu* Topology::FindGpu(int index) const {
+  for (const auto& g : gpus)
+    if (g.index == index) return &g;
+  return nullptr;
+}
+
+namespace {
+std::string Lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+}  // namespace
+
+const Gpu* Topology::FindGpuByName(const std::string& name) const {
+  if (!name.empty() && std::all_of(name.begin(), name.end(), ::isdigit)) {
+    return FindGpu(std::stoi(name));
+  }
+  std::string want = Lower(name);
+  for (const auto& g : gpus) {
+    if (g.uuid && Lower(*g.uuid) == want) return &g;
+    std::string bus = Lower(g.pci_bus_id);
+    if (bus == want) return &g;
+    // "bb:dd.f" without domain, or an 8-digit NVML domain "00000000:bb:dd.f".
+    auto colon = bus.find(':');
+    if (colon != std::string::npos && bus.substr(colon + 1) == want) return &g;
+    auto wcolon = want.find(':');
+    if (wcolon != std::string::npos && want.substr(wcolon + 1) == bus.substr(colon + 1) &&
+        std::all_of(want.begin(), want.begin() + wcolon, [](char c) { return c == '0'; }) &&
+        std::all_of(bus.begin(), bus.begin() + colon, [](char c) { return c == '0'; })) {
+      return &g;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace cxlpool
