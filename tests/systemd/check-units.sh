@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Checks the systemd units offline: `systemd-analyze verify` accepts them and
+# `systemd-analyze security --offline=true` rates cxlpoold.service at an
+# exposure of 2.0 or less. Usage: check-units.sh <built-unit-dir> <src-unit-dir> <cxlpoold>
+set -euo pipefail
+built=$1 src=$2 daemon=$3
+command -v systemd-analyze >/dev/null || { echo "SKIP: no systemd-analyze"; exit 77; }
+[[ -x $daemon ]] || { echo "FAIL: daemon binary $daemon missing"; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# The unit names the installed path; point it at the binary we built.
+sed -E "s#^ExecStart=[^ ]+#ExecStart=$daemon#" "$built/cxlpoold.service" >"$work/cxlpoold.service"
+cp "$src/cxlpoold.socket" "$work/"
+out=$(systemd-analyze verify --man=no "$work/cxlpoold.service" "$work/cxlpoold.socket" 2>&1 || true)
+# verify complains about the cxlpool user/group only when it does not exist on
+# this machine; anything else is a real problem.
+bad=$(printf '%s\n' "$out" | grep -v -E "^$|Failed to resolve (user|group)|cxlpool(-admin)?: (user|group)" || true)
+if [[ -n $bad ]]; then
+  echo "FAIL: systemd-analyze verify:"; printf '%s\n' "$bad"; exit 1
+fi
+echo "verify: ok"
+sec=$(systemd-analyze security --offline=true --no-pager "$work/cxlpoold.service" 2>&1 | tail -n 1)
+echo "$sec"
+level=$(printf '%s\n' "$sec" | sed -nE 's/.*Overall exposure level for cxlpoold.service: ([0-9.]+).*/\1/p')
+[[ -n $level ]] || { echo "FAIL: could not read exposure level"; exit 1; }
+awk -v l="$level" 'BEGIN { exit !(l <= 2.0) }' || { echo "FAIL: exposure $level > 2.0"; exit 1; }
+echo "exposure $level <= 2.0: ok"
+# Hardening directives stay in alphabetical order (from AmbientCapabilities= on).
+keys=$(sed -n '/^AmbientCapabilities=/,/^$/p' "$built/cxlpoold.service" | sed -nE 's/^([A-Za-z]+)=.*/\1/p' | uniq)
+if [[ "$keys" != "$(printf '%s\n' "$keys" | LC_ALL=C sort)" ]]; then
+  echo "FAIL: hardening directives not in alphabetical order"; exit 1
+fi
+echo "order: ok"
