@@ -1,0 +1,119 @@
+#include "doctor.h"
+
+#include <gtest/gtest.h>
+
+namespace cxlpool {
+namespace {
+
+const Finding& Get(const std::vector<Finding>& fs, const std::string& check) {
+  for (const auto& f : fs)
+    if (f.check == check) return f;
+  static Finding none;
+  ADD_FAILURE() << "no finding " << check;
+  return none;
+}
+
+struct Fixture {
+  FakeFileSystem fs;
+  Topology topo;
+  DoctorInputs in;
+  Fixture() {
+    fs.AddFile("/sys/kernel/mm/transparent_hugepage/shmem_enabled",
+               "always within_size [advise] never deny force\n");
+    fs.AddFile("/proc/sys/vm/memfd_noexec", "1\n");
+    fs.AddFile("/proc/driver/nvidia/version",
+               "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580\n");
+    NumaNode n0;
+    n0.id = 0;
+    n0.kind = NodeKind::kDram;
+    n0.memory_bytes = 64ull << 30;
+    n0.hugepages_2m_total = 512;
+    NumaNode n1 = n0;
+    n1.id = 1;
+    n1.kind = NodeKind::kCxl;
+    n1.zone = "Normal";
+    topo.numa_nodes = {n0, n1};
+    in.socket_path = "/run/cxlpool/cxlpool.sock";
+    in.socket = {true, true, 0660, 0, 990, "cxlpool"};
+    in.daemon_reachable = true;
+    in.daemon_dumpable = false;
+    in.client_memlock_bytes = std::nullopt;
+  }
+};
+
+TEST(DoctorTest, HealthyNodeIsAllOk) {
+  Fixture f;
+  auto out = RunDoctor(f.fs, f.topo, f.in);
+  EXPECT_EQ(out.size(), 8u);
+  for (const auto& x : out) EXPECT_EQ(x.severity, Severity::kOk) << x.check << ": " << x.summary;
+  EXPECT_EQ(WorstSeverity(out), Severity::kOk);
+}
+
+TEST(DoctorTest, FlagsCxlMovableAndStopsAfterNormal) {
+  Fixture f;
+  f.topo.numa_nodes[1].zone = "Movable";
+  auto out = RunDoctor(f.fs, f.topo, f.in);
+  const Finding& m = Get(out, "cxl_movable");
+  EXPECT_EQ(m.severity, Severity::kWarning);
+  EXPECT_NE(m.summary.find("node(s) 1"), std::string::npos);
+  EXPECT_NE(m.remedy.find("--no-movable"), std::string::npos);
+  // DRAM in Movable is not a CXL finding.
+  f.topo.numa_nodes[1].zone = "Normal";
+  f.topo.numa_nodes[0].zone = "Movable";
+  EXPECT_EQ(Get(RunDoctor(f.fs, f.topo, f.in), "cxl_movable").severity, Severity::kOk);
+}
+
+TEST(DoctorTest, ThpDisabledAndMissing) {
+  Fixture f;
+  f.fs.AddFile("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "always advise [never]\n");
+  EXPECT_EQ(Get(RunDoctor(f.fs, f.topo, f.in), "thp_shmem").severity, Severity::kWarning);
+  FakeFileSystem empty;
+  auto out = RunDoctor(empty, f.topo, f.in);
+  EXPECT_EQ(Get(out, "thp_shmem").severity, Severity::kWarning);
+  EXPECT_EQ(Get(out, "memfd_noexec").severity, Severity::kInfo);
+  EXPECT_EQ(Get(out, "nvidia_driver").severity, Severity::kWarning);
+}
+
+TEST(DoctorTest, HugepagesMissingOnPoolNode) {
+  Fixture f;
+  f.topo.numa_nodes[1].hugepages_2m_total = 0;
+  const Finding& h = Get(RunDoctor(f.fs, f.topo, f.in), "hugepages");
+  EXPECT_EQ(h.severity, Severity::kInfo);
+  EXPECT_NE(h.summary.find("node(s) 1"), std::string::npos);
+}
+
+TEST(DoctorTest, MemlockTooLow) {
+  Fixture f;
+  f.in.client_memlock_bytes = 8ull << 20;
+  EXPECT_EQ(Get(RunDoctor(f.fs, f.topo, f.in), "memlock").severity, Severity::kWarning);
+  f.in.client_memlock_bytes = std::nullopt;
+  f.in.daemon_memlock_bytes = 1ull << 30;
+  f.in.pool_capacity_bytes = 8ull << 30;
+  EXPECT_EQ(Get(RunDoctor(f.fs, f.topo, f.in), "memlock").severity, Severity::kWarning);
+}
+
+TEST(DoctorTest, DumpableDaemonIsAnError) {
+  Fixture f;
+  f.in.daemon_dumpable = true;
+  auto out = RunDoctor(f.fs, f.topo, f.in);
+  EXPECT_EQ(Get(out, "daemon_dumpable").severity, Severity::kError);
+  EXPECT_EQ(WorstSeverity(out), Severity::kError);
+  f.in.daemon_reachable = false;
+  EXPECT_EQ(Get(RunDoctor(f.fs, f.topo, f.in), "daemon_dumpable").severity, Severity::kWarning);
+}
+
+TEST(DoctorTest, SocketPermissions) {
+  Fixture f;
+  f.in.socket.mode = 0666;
+  EXPECT_EQ(Get(RunDoctor(f.fs, f.topo, f.in), "socket_permissions").severity, Severity::kError);
+  f.in.socket.mode = 0660;
+  f.in.socket.group_name = "users";
+  EXPECT_EQ(Get(RunDoctor(f.fs, f.topo, f.in), "socket_permissions").severity, Severity::kWarning);
+  f.in.socket.exists = false;
+  EXPECT_EQ(Get(RunDoctor(f.fs, f.topo, f.in), "socket_permissions").severity, Severity::kWarning);
+  f.in.socket = {true, false, 0644, 0, 0, "root"};
+  EXPECT_EQ(Get(RunDoctor(f.fs, f.topo, f.in), "socket_permissions").severity, Severity::kError);
+}
+
+}  // namespace
+}  // namespace cxlpool

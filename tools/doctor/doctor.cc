@@ -1,0 +1,258 @@
+#include "doctor.h"
+
+#include <grp.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "cxlpool/common/strings.h"
+
+namespace cxlpool {
+namespace {
+
+constexpr uint64_t kMinClientMemlock = 64ull << 20;
+
+std::string Octal(mode_t m) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "%04o", static_cast<unsigned>(m & 07777));
+  return buf;
+}
+
+// "always [advise] never" -> "advise"
+std::string BracketedChoice(const std::string& s) {
+  auto open = s.find('[');
+  auto close = s.find(']', open);
+  if (open == std::string::npos || close == std::string::npos) return std::string(Trim(s));
+  return s.substr(open + 1, close - open - 1);
+}
+
+Finding CheckThp(const FileSystem& fs) {
+  Finding f{"thp_shmem", Severity::kOk, "", ""};
+  auto r = fs.ReadTrimmed("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+  if (!r.ok()) {
+    f.severity = Severity::kWarning;
+    f.summary = "shmem transparent huge pages unavailable (" + r.status().message() + ")";
+    f.remedy = "use a kernel with CONFIG_TRANSPARENT_HUGEPAGE, or configure hugetlb pools";
+    return f;
+  }
+  std::string mode = BracketedChoice(*r);
+  if (mode == "never" || mode == "deny") {
+    f.severity = Severity::kWarning;
+    f.summary = "shmem THP is '" + mode + "': leases are backed by 4 KiB pages";
+    f.remedy = "echo advise > /sys/kernel/mm/transparent_hugepage/shmem_enabled";
+  } else {
+    f.summary = "shmem THP is '" + mode + "'";
+  }
+  return f;
+}
+
+bool IsPoolNode(const NumaNode& n) {
+  return n.kind != NodeKind::kGpu && n.memory_bytes.value_or(0) > 0;
+}
+
+Finding CheckHugepages(const Topology& topo) {
+  Finding f{"hugepages", Severity::kOk, "", ""};
+  std::vector<int> without;
+  int pool_nodes = 0;
+  for (const auto& n : topo.numa_nodes) {
+    if (!IsPoolNode(n)) continue;
+    ++pool_nodes;
+    if (n.hugepages_2m_total.value_or(0) == 0 && n.hugepages_1g_total.value_or(0) == 0) {
+      without.push_back(n.id);
+    }
+  }
+  if (pool_nodes == 0) {
+    f.severity = Severity::kWarning;
+    f.summary = "no NUMA node with memory found";
+    f.remedy = "check that /sys/devices/system/node is readable";
+  } else if (!without.empty()) {
+    f.severity = Severity::kInfo;
+    f.summary = "no hugepages reserved on pool node(s) " + FormatCpuList(without) +
+                ": hugetlb-backed leases are unavailable there";
+    f.remedy = "echo N > /sys/devices/system/node/node<ID>/hugepages/hugepages-2048kB/nr_hugepages";
+  } else {
+    f.summary = "hugepages reserved on every pool node";
+  }
+  return f;
+}
+
+Finding CheckCxlMovable(const Topology& topo) {
+  Finding f{"cxl_movable", Severity::kOk, "", ""};
+  std::vector<int> movable;
+  for (const auto& n : topo.numa_nodes) {
+    if (n.kind == NodeKind::kCxl && n.zone && *n.zone == "Movable") movable.push_back(n.id);
+  }
+  if (movable.empty()) {
+    f.summary = "no CXL memory onlined as ZONE_MOVABLE";
+    return f;
+  }
+  f.severity = Severity::kWarning;
+  f.summary = "CXL node(s) " + FormatCpuList(movable) +
+              " onlined as ZONE_MOVABLE: CUDA's long-term pins (cuMemHostRegister) migrate "
+              "those pages off CXL, to another node";
+  f.remedy =
+      "online the memory as normal: daxctl reconfigure-device --mode=system-ram --no-movable "
+      "<daxX.Y> (or write online_kernel to /sys/devices/system/memory/memoryN/state)";
+  return f;
+}
+
+Finding CheckMemlock(const DoctorInputs& in) {
+  Finding f{"memlock", Severity::kOk, "", ""};
+  std::vector<std::string> problems;
+  if (in.client_memlock_bytes && *in.client_memlock_bytes < kMinClientMemlock) {
+    problems.push_back("this process's RLIMIT_MEMLOCK is " + HumanBytes(*in.client_memlock_bytes) +
+                       " (clients that pin or lock lease memory need more)");
+  }
+  if (in.daemon_memlock_bytes && *in.daemon_memlock_bytes < in.pool_capacity_bytes) {
+    problems.push_back("the daemon's RLIMIT_MEMLOCK " + HumanBytes(*in.daemon_memlock_bytes) +
+                       " is below pool capacity " + HumanBytes(in.pool_capacity_bytes));
+  }
+  if (problems.empty()) {
+    f.summary = "RLIMIT_MEMLOCK is sufficient";
+    return f;
+  }
+  f.severity = Severity::kWarning;
+  for (size_t i = 0; i < problems.size(); ++i) f.summary += (i ? "; " : "") + problems[i];
+  f.remedy = "LimitMEMLOCK=infinity in the unit, or 'memlock unlimited' in limits.conf";
+  return f;
+}
+
+Finding CheckMemfdNoexec(const FileSystem& fs) {
+  Finding f{"memfd_noexec", Severity::kOk, "", ""};
+  auto r = fs.ReadTrimmed("/proc/sys/vm/memfd_noexec");
+  if (!r.ok()) {
+    f.severity = Severity::kInfo;
+    f.summary =
+        "vm.memfd_noexec absent: kernel predates MFD_NOEXEC_SEAL (Linux 6.3); leases "
+        "are created executable-sealable";
+    f.remedy = "none needed; a kernel >= 6.3 seals lease memfds non-executable";
+    return f;
+  }
+  auto v = ParseU64(*r);
+  if (!v || *v > 2) {
+    f.severity = Severity::kWarning;
+    f.summary = "vm.memfd_noexec has an unexpected value '" + *r + "'";
+    f.remedy = "sysctl vm.memfd_noexec=1";
+  } else if (*v == 0) {
+    f.severity = Severity::kInfo;
+    f.summary =
+        "vm.memfd_noexec=0: memfds default to executable (cxlpool seals its own "
+        "non-executable)";
+    f.remedy = "sysctl vm.memfd_noexec=1 to make non-executable the default for all memfds";
+  } else {
+    f.summary = "vm.memfd_noexec=" + *r;
+  }
+  return f;
+}
+
+Finding CheckDumpable(const DoctorInputs& in) {
+  Finding f{"daemon_dumpable", Severity::kOk, "", ""};
+  if (!in.daemon_reachable) {
+    f.severity = Severity::kWarning;
+    f.summary = "daemon not reachable on " + in.socket_path;
+    f.remedy = "systemctl start cxlpoold.socket cxlpoold.service";
+  } else if (!in.daemon_dumpable) {
+    f.severity = Severity::kInfo;
+    f.summary = "daemon did not report its dumpable flag";
+    f.remedy = "upgrade cxlpoold";
+  } else if (*in.daemon_dumpable) {
+    f.severity = Severity::kError;
+    f.summary =
+        "daemon is dumpable: other processes of its user can open lease fds through "
+        "/proc/<pid>/fd";
+    f.remedy =
+        "restart cxlpoold (it sets PR_SET_DUMPABLE=0 at start); check for ptrace tools "
+        "resetting it";
+  } else {
+    f.summary = "daemon is not dumpable";
+  }
+  return f;
+}
+
+Finding CheckSocket(const DoctorInputs& in) {
+  Finding f{"socket_permissions", Severity::kOk, "", ""};
+  const SocketFacts& s = in.socket;
+  if (!s.exists) {
+    f.severity = Severity::kWarning;
+    f.summary = "socket " + in.socket_path + " does not exist";
+    f.remedy = "start cxlpoold.socket, or pass --socket";
+  } else if (!s.is_socket) {
+    f.severity = Severity::kError;
+    f.summary = in.socket_path + " is not a socket";
+    f.remedy = "remove it and restart cxlpoold";
+  } else if (s.mode & 0007) {
+    f.severity = Severity::kError;
+    f.summary = "socket mode " + Octal(s.mode) + " lets any user on the node lease memory";
+    f.remedy = "SocketMode=0660 in cxlpoold.socket (or socket_mode in cxlpoold.toml)";
+  } else if (!in.expected_socket_group.empty() && s.group_name != in.expected_socket_group) {
+    f.severity = Severity::kWarning;
+    f.summary =
+        "socket group is '" + s.group_name + "', expected '" + in.expected_socket_group + "'";
+    f.remedy = "SocketGroup=" + in.expected_socket_group + " in cxlpoold.socket";
+  } else {
+    f.summary = "socket mode " + Octal(s.mode) + " group '" + s.group_name + "'";
+  }
+  return f;
+}
+
+Finding CheckNvidiaDriver(const FileSystem& fs) {
+  Finding f{"nvidia_driver", Severity::kOk, "", ""};
+  if (fs.Exists("/proc/driver/nvidia/version") || fs.Exists("/sys/module/nvidia")) {
+    auto v = fs.ReadTrimmed("/proc/driver/nvidia/version");
+    std::string first = v.ok() ? Split(*v, '\n')[0] : "loaded";
+    f.summary = "NVIDIA driver: " + first;
+    return f;
+  }
+  f.severity = Severity::kWarning;
+  f.summary =
+      "NVIDIA driver not loaded: no GPU placement hints from NVML, and CUDA "
+      "registration of leases is unavailable";
+  f.remedy = "install and load the NVIDIA driver (modprobe nvidia), or ignore on CPU-only nodes";
+  return f;
+}
+
+}  // namespace
+
+const char* SeverityName(Severity s) {
+  switch (s) {
+    case Severity::kOk:
+      return "ok";
+    case Severity::kInfo:
+      return "info";
+    case Severity::kWarning:
+      return "warning";
+    case Severity::kError:
+      return "error";
+  }
+  return "unknown";
+}
+
+std::vector<Finding> RunDoctor(const FileSystem& fs, const Topology& topo, const DoctorInputs& in) {
+  return {CheckThp(fs),         CheckHugepages(topo), CheckCxlMovable(topo), CheckMemlock(in),
+          CheckMemfdNoexec(fs), CheckDumpable(in),    CheckSocket(in),       CheckNvidiaDriver(fs)};
+}
+
+Severity WorstSeverity(const std::vector<Finding>& findings) {
+  Severity worst = Severity::kOk;
+  for (const auto& f : findings) worst = std::max(worst, f.severity);
+  return worst;
+}
+
+SocketFacts StatSocket(const std::string& path) {
+  SocketFacts s;
+  struct stat st;
+  if (::lstat(path.c_str(), &st) != 0) return s;
+  s.exists = true;
+  s.is_socket = S_ISSOCK(st.st_mode);
+  s.mode = st.st_mode & 07777;
+  s.uid = st.st_uid;
+  s.gid = st.st_gid;
+  if (group* g = ::getgrgid(st.st_gid))
+    s.group_name = g->gr_name;
+  else
+    s.group_name = std::to_string(st.st_gid);
+  return s;
+}
+
+}  // namespace cxlpool

@@ -1,0 +1,64 @@
+// Doctor: checks a node for settings that make cxlpool slow, unsafe or
+// unable to do its job, and says how to fix each one.
+//
+// Every check reads through the FileSystem seam (so fake roots test it) plus a
+// few facts the caller gathers from the live system or the daemon
+// (DoctorInputs). Nothing here changes the machine.
+//
+// Thread safety: pure function of its inputs.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cxlpool/common/fs.h"
+#include "cxlpool/topology/topology.h"
+
+namespace cxlpool {
+
+enum class Severity { kOk, kInfo, kWarning, kError };
+const char* SeverityName(Severity s);  // "ok", "info", "warning", "error"
+
+struct Finding {
+  std::string check;  // stable id: "thp_shmem", "cxl_movable", ...
+  Severity severity = Severity::kOk;
+  std::string summary;  // one line
+  std::string remedy;   // what to do; empty when severity is ok
+};
+
+struct SocketFacts {
+  bool exists = false;
+  bool is_socket = false;
+  mode_t mode = 0;  // permission bits
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::string group_name;  // of gid, if resolvable
+};
+
+struct DoctorInputs {
+  std::string socket_path;
+  SocketFacts socket;
+  std::string expected_socket_group = "cxlpool";
+  // The caller's RLIMIT_MEMLOCK soft limit; nullopt = unlimited.
+  std::optional<uint64_t> client_memlock_bytes;
+  // From the daemon, when it answered.
+  bool daemon_reachable = false;
+  std::optional<bool> daemon_dumpable;
+  std::optional<uint64_t> daemon_memlock_bytes;  // nullopt = unlimited or unknown
+  uint64_t pool_capacity_bytes = 0;              // sum over pools
+};
+
+// Runs every check. `topo` supplies node kinds and zones (DiscoverMemory).
+std::vector<Finding> RunDoctor(const FileSystem& fs, const Topology& topo, const DoctorInputs& in);
+
+// Worst severity among findings (kOk when empty).
+Severity WorstSeverity(const std::vector<Finding>& findings);
+
+// Gathers SocketFacts for a real path with lstat.
+SocketFacts StatSocket(const std::string& path);
+
+}  // namespace cxlpool
