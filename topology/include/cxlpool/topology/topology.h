@@ -89,6 +89,9 @@ struct Gpu {
   std::optional<int> numa_node;     // CPU-side affinity node
   std::optional<int> memory_node;   // NUMA node holding its HBM (Grace Hopper)
   std::vector<NvLink> nvlinks;
+  // False when NVLink state is unknown (PCI scan, or NVML lacks the NVLink
+  // entry points): JSON "nvlinks" is then null instead of [].
+  bool nvlinks_known = false;
   std::string source;               // "nvml" or "pci"
 };
 
