@@ -1,0 +1,70 @@
+// LeaseJournal: the write-ahead record of which leases exist, kept in the
+// daemon's state directory so a restarted daemon (upgrade, crash, SIGKILL)
+// knows every lease it had granted and never grants an id twice.
+//
+// File format (little-endian), one file "leases.journal":
+//   header:  "CXLPJRN1" (8 bytes)
+//   records: u32 payload length | u32 CRC-32 of payload | payload (Entry)
+// A record is durable once Append returns (write + fdatasync). Replay stops
+// at the first torn or corrupt record (a crash mid-append) and truncates the
+// file there; everything before it is intact. Compact() writes the live set
+// to a temp file, fsyncs it, renames it over the journal and fsyncs the
+// directory, so a crash at any point leaves either the old or the new file.
+//
+// Thread safety: not thread-safe; the daemon's event-loop thread owns it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "cxlpool/common/status.h"
+#include "cxlpool/common/unique_fd.h"
+#include "journal.pb.h"
+
+namespace cxlpool {
+
+struct JournalState {
+  std::map<uint64_t, journal::LeaseRecord> leases;  // live leases by id
+  uint64_t next_id = 1;                             // first id never granted
+  uint64_t records_replayed = 0;
+  uint64_t torn_bytes_dropped = 0;  // tail discarded at open
+};
+
+class LeaseJournal {
+ public:
+  // Opens (creating if needed) `dir`/leases.journal and replays it.
+  static Result<LeaseJournal> Open(const std::string& dir);
+
+  LeaseJournal(LeaseJournal&&) = default;
+  LeaseJournal& operator=(LeaseJournal&&) = default;
+
+  // The state as replayed at Open, then kept current by every append.
+  const JournalState& state() const { return state_; }
+
+  Status Put(const journal::LeaseRecord& lease);
+  Status Delete(uint64_t lease_id);
+  // Records that ids below `next_id` are taken. Call before granting them.
+  Status ReserveIds(uint64_t next_id);
+
+  // Rewrites the journal with only the live state.
+  Status Compact();
+  // Compact when the file holds more than `factor` times the live records.
+  Status MaybeCompact(double factor = 4.0);
+
+  uint64_t file_records() const { return file_records_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  LeaseJournal() = default;
+  Status Append(const journal::Entry& e);
+  void Apply(const journal::Entry& e);
+
+  std::string dir_;
+  std::string path_;
+  UniqueFd fd_;
+  JournalState state_;
+  uint64_t file_records_ = 0;
+};
+
+}  // namespace cxlpool
