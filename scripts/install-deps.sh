@@ -20,6 +20,7 @@ pkgs=(
   libgtest-dev libgmock-dev
   libbenchmark-dev
   jq ccache
+  prometheus
 )
 if [[ " $* " == *" --vm "* ]]; then
   pkgs+=(qemu-system-x86 busybox-static ndctl daxctl cpio kmod)

@@ -1,0 +1,186 @@
+#include "metrics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "cxlpool/common/status.h"
+
+namespace cxlpool {
+namespace {
+
+bool ValidName(const std::string& n, bool label) {
+  if (n.empty()) return false;
+  for (size_t i = 0; i < n.size(); ++i) {
+    char c = n[i];
+    bool alpha =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || (!label && c == ':');
+    if (!(alpha || (i > 0 && c >= '0' && c <= '9'))) return false;
+  }
+  return true;
+}
+
+std::string EscapeLabel(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
+  }
+  return out;
+}
+
+std::string EscapeHelp(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
+  }
+  return out;
+}
+
+std::string FormatValue(double v) {
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  if (std::isnan(v)) return "NaN";
+  if (v == std::floor(v) && std::fabs(v) < 1e15) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+    return buf;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+std::string LabelText(const Labels& labels, const std::string& extra_key = "",
+                      const std::string& extra_value = "") {
+  if (labels.empty() && extra_key.empty()) return "";
+  std::string out = "{";
+  bool first = true;
+  for (const auto& [k, v] : labels) {
+    if (!first) out += ",";
+    first = false;
+    out += k + "=\"" + EscapeLabel(v) + "\"";
+  }
+  if (!extra_key.empty()) {
+    if (!first) out += ",";
+    out += extra_key + "=\"" + extra_value + "\"";
+  }
+  return out + "}";
+}
+
+}  // namespace
+
+void MetricsRegistry::Add(const std::string& name, const std::string& help, Type type,
+                          std::vector<double> bounds) {
+  CXLPOOL_CHECK(ValidName(name, false));
+  auto it = families_.find(name);
+  if (it != families_.end()) {
+    CXLPOOL_CHECK(it->second.type == type);
+    return;
+  }
+  CXLPOOL_CHECK(std::is_sorted(bounds.begin(), bounds.end()));
+  families_[name] = Family{type, help, std::move(bounds), {}};
+}
+
+void MetricsRegistry::AddCounter(const std::string& name, const std::string& help) {
+  Add(name, help, Type::kCounter, {});
+}
+void MetricsRegistry::AddGauge(const std::string& name, const std::string& help) {
+  Add(name, help, Type::kGauge, {});
+}
+void MetricsRegistry::AddHistogram(const std::string& name, const std::string& help,
+                                   std::vector<double> bounds) {
+  Add(name, help, Type::kHistogram, std::move(bounds));
+}
+
+MetricsRegistry::Family& MetricsRegistry::Get(const std::string& name, Type type) {
+  auto it = families_.find(name);
+  CXLPOOL_CHECK(it != families_.end());
+  CXLPOOL_CHECK(it->second.type == type);
+  return it->second;
+}
+
+void MetricsRegistry::Increment(const std::string& name, const Labels& labels, double by) {
+  CXLPOOL_CHECK(by >= 0);
+  for (const auto& [k, v] : labels) CXLPOOL_CHECK(ValidName(k, true));
+  Get(name, Type::kCounter).children[labels].value += by;
+}
+
+void MetricsRegistry::Set(const std::string& name, const Labels& labels, double value) {
+  for (const auto& [k, v] : labels) CXLPOOL_CHECK(ValidName(k, true));
+  Get(name, Type::kGauge).children[labels].value = value;
+}
+
+void MetricsRegistry::ClearGauge(const std::string& name) {
+  Get(name, Type::kGauge).children.clear();
+}
+
+void MetricsRegistry::Observe(const std::string& name, const Labels& labels, double value) {
+  Family& f = Get(name, Type::kHistogram);
+  Child& c = f.children[labels];
+  if (c.buckets.empty()) c.buckets.assign(f.bounds.size() + 1, 0);
+  size_t i = std::lower_bound(f.bounds.begin(), f.bounds.end(), value) - f.bounds.begin();
+  ++c.buckets[i];
+  ++c.count;
+  c.value += value;
+}
+
+double MetricsRegistry::Value(const std::string& name, const Labels& labels) const {
+  auto it = families_.find(name);
+  if (it == families_.end()) return 0;
+  auto c = it->second.children.find(labels);
+  return c == it->second.children.end() ? 0 : c->second.value;
+}
+
+uint64_t MetricsRegistry::HistogramCount(const std::string& name, const Labels& labels) const {
+  auto it = families_.find(name);
+  if (it == families_.end()) return 0;
+  auto c = it->second.children.find(labels);
+  return c == it->second.children.end() ? 0 : c->second.count;
+}
+
+std::string MetricsRegistry::Render() const {
+  std::ostringstream os;
+  for (const auto& [name, f] : families_) {
+    const char* type = f.type == Type::kCounter ? "counter"
+                       : f.type == Type::kGauge ? "gauge"
+                                                : "histogram";
+    os << "# HELP " << name << " " << EscapeHelp(f.help) << "\n";
+    os << "# TYPE " << name << " " << type << "\n";
+    for (const auto& [labels, c] : f.children) {
+      if (f.type != Type::kHistogram) {
+        os << name << LabelText(labels) << " " << FormatValue(c.value) << "\n";
+        continue;
+      }
+      uint64_t cum = 0;
+      for (size_t i = 0; i < f.bounds.size(); ++i) {
+        cum += c.buckets[i];
+        os << name << "_bucket" << LabelText(labels, "le", FormatValue(f.bounds[i])) << " " << cum
+           << "\n";
+      }
+      cum += c.buckets.back();
+      os << name << "_bucket" << LabelText(labels, "le", "+Inf") << " " << cum << "\n";
+      os << name << "_sum" << LabelText(labels) << " " << FormatValue(c.value) << "\n";
+      os << name << "_count" << LabelText(labels) << " " << c.count << "\n";
+    }
+  }
+  return os.str();
+}
+
+std::vector<double> MetricsRegistry::LatencyBuckets() {
+  return {1e-5,   2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2,
+          2.5e-2, 5e-2,   0.1,  0.25, 0.5,    1,    2.5,  5,      10};
+}
+
+}  // namespace cxlpool

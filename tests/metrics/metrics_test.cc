@@ -1,0 +1,71 @@
+#include "metrics.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+namespace cxlpool {
+namespace {
+
+MetricsRegistry Sample() {
+  MetricsRegistry r;
+  r.AddCounter("cxlpool_grants_total", "Leases granted.");
+  r.AddCounter("cxlpool_refusals_total", "Requests refused, by reason.");
+  r.AddGauge("cxlpool_pool_leased_bytes", "Bytes leased per pool.");
+  r.AddHistogram("cxlpool_grant_latency_seconds", "Grant latency.",
+                 MetricsRegistry::LatencyBuckets());
+  r.Increment("cxlpool_grants_total", {{"pool", "node0"}});
+  r.Increment("cxlpool_grants_total", {{"pool", "node0"}});
+  r.Increment("cxlpool_refusals_total", {{"reason", "quota \"bytes\"\n"}});
+  r.Set("cxlpool_pool_leased_bytes", {{"pool", "node0"}, {"kind", "dram"}}, 2097152);
+  r.Observe("cxlpool_grant_latency_seconds", {{"source", "warm"}}, 0.00003);
+  r.Observe("cxlpool_grant_latency_seconds", {{"source", "warm"}}, 0.2);
+  return r;
+}
+
+TEST(MetricsTest, RendersExposition) {
+  std::string text = Sample().Render();
+  EXPECT_NE(text.find("# TYPE cxlpool_grants_total counter\n"), std::string::npos);
+  EXPECT_NE(text.find("cxlpool_grants_total{pool=\"node0\"} 2\n"), std::string::npos);
+  EXPECT_NE(text.find("cxlpool_pool_leased_bytes{kind=\"dram\",pool=\"node0\"} 2097152\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("reason=\"quota \\\"bytes\\\"\\n\""), std::string::npos);
+  EXPECT_NE(text.find("cxlpool_grant_latency_seconds_bucket{source=\"warm\",le=\"5e-05\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("cxlpool_grant_latency_seconds_bucket{source=\"warm\",le=\"+Inf\"} 2\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("cxlpool_grant_latency_seconds_count{source=\"warm\"} 2\n"),
+            std::string::npos);
+}
+
+TEST(MetricsTest, ValuesAndClear) {
+  MetricsRegistry r = Sample();
+  EXPECT_EQ(r.Value("cxlpool_grants_total", {{"pool", "node0"}}), 2);
+  EXPECT_EQ(r.HistogramCount("cxlpool_grant_latency_seconds", {{"source", "warm"}}), 2u);
+  r.ClearGauge("cxlpool_pool_leased_bytes");
+  EXPECT_EQ(r.Render().find("cxlpool_pool_leased_bytes{"), std::string::npos);
+}
+
+TEST(MetricsDeathTest, MisuseCrashesWithMessage) {
+  MetricsRegistry r;
+  EXPECT_DEATH(r.AddCounter("bad name", "x"), "check failed");
+  r.AddCounter("c_total", "x");
+  EXPECT_DEATH(r.Set("c_total", {}, 1), "check failed");
+}
+
+// promtool (Debian package prometheus) is the reference linter.
+TEST(MetricsTest, PromtoolAcceptsIt) {
+  if (std::system("command -v promtool >/dev/null 2>&1") != 0) GTEST_SKIP() << "no promtool";
+  std::string path = "/tmp/cxlpool-metrics-" + std::to_string(getpid()) + ".prom";
+  std::ofstream(path) << Sample().Render();
+  int rc = std::system(("promtool check metrics < " + path + " 2>&1").c_str());
+  std::remove(path.c_str());
+  ASSERT_TRUE(WIFEXITED(rc));
+  EXPECT_EQ(WEXITSTATUS(rc), 0);
+}
+
+}  // namespace
+}  // namespace cxlpool
