@@ -1,0 +1,408 @@
+#include "config/config.h"
+
+#include <grp.h>
+#include <pwd.h>
+#include <toml++/toml.h>
+
+#include <cmath>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "cxlpool/common/strings.h"
+
+namespace cxlpool {
+
+uint64_t CapacitySpec::Resolve(uint64_t node_bytes) const {
+  if (!is_percent) return std::min(bytes, node_bytes);
+  double b = std::floor(static_cast<double>(node_bytes) * percent / 100.0);
+  uint64_t v = b <= 0 ? 0 : static_cast<uint64_t>(b);
+  return std::min(v, node_bytes);
+}
+
+std::string CapacitySpec::ToString() const {
+  if (!is_percent) return std::to_string(bytes);
+  std::ostringstream os;
+  os << percent << "%";
+  return os.str();
+}
+
+const char* QuotaScopeName(QuotaScope s) { return s == QuotaScope::kUid ? "uid" : "gid"; }
+
+const PoolConfig& DaemonConfig::ForNode(int id) const {
+  auto it = node_pools.find(id);
+  return it == node_pools.end() ? pool_defaults : it->second;
+}
+
+std::string DefaultSocketPath(uid_t euid, const char* xdg_runtime_dir) {
+  if (euid == 0) return "/run/cxlpool/cxlpool.sock";
+  if (xdg_runtime_dir != nullptr && xdg_runtime_dir[0] == '/') {
+    return std::string(xdg_runtime_dir) + "/cxlpool.sock";
+  }
+  return "/tmp/cxlpool-" + std::to_string(euid) + ".sock";
+}
+
+Result<CapacitySpec> ParseCapacity(std::string_view text, const std::string& key) {
+  std::string_view t = Trim(text);
+  CapacitySpec spec;
+  if (EndsWith(t, "%")) {
+    std::string num(Trim(t.substr(0, t.size() - 1)));
+    char* end = nullptr;
+    double p = num.empty() ? -1 : std::strtod(num.c_str(), &end);
+    if (num.empty() || end == nullptr || *end != '\0' || !(p > 0) || p > 100) {
+      return Status(Code::kInvalidArgument,
+                    key + ": bad percent '" + std::string(text) + "' (want 0 < N <= 100)");
+    }
+    spec.is_percent = true;
+    spec.percent = p;
+    return spec;
+  }
+  auto b = ParseByteSize(t);
+  if (!b.ok()) {
+    return Status(Code::kInvalidArgument,
+                  key + ": bad capacity '" + std::string(text) +
+                      "' (want bytes like \"64G\" or a percent like \"90%\")");
+  }
+  spec.is_percent = false;
+  spec.bytes = *b;
+  return spec;
+}
+
+namespace {
+
+Status Bad(const std::string& key, const std::string& what) {
+  return Status(Code::kInvalidArgument, key + ": " + what);
+}
+
+std::string Join(const std::string& prefix, std::string_view key) {
+  return prefix.empty() ? std::string(key) : prefix + "." + std::string(key);
+}
+
+// Reads keys of one table and remembers which were consumed, so that the
+// rest can be reported as unknown.
+class TableReader {
+ public:
+  TableReader(const toml::table& t, std::string path) : t_(t), path_(std::move(path)) {}
+
+  const toml::node* Get(std::string_view key) {
+    seen_.insert(std::string(key));
+    return t_.get(key);
+  }
+  std::string Key(std::string_view key) const { return Join(path_, key); }
+
+  Status ReadString(std::string_view key, std::string* out) {
+    const toml::node* n = Get(key);
+    if (n == nullptr) return Status::Ok();
+    auto v = n->value<std::string>();
+    if (!n->is_string() || !v) return Bad(Key(key), "expected a string");
+    *out = *v;
+    return Status::Ok();
+  }
+  Status ReadBool(std::string_view key, bool* out) {
+    const toml::node* n = Get(key);
+    if (n == nullptr) return Status::Ok();
+    if (!n->is_boolean()) return Bad(Key(key), "expected true or false");
+    *out = *n->value<bool>();
+    return Status::Ok();
+  }
+  Status ReadUint(std::string_view key, uint64_t max, uint64_t* out) {
+    const toml::node* n = Get(key);
+    if (n == nullptr) return Status::Ok();
+    if (!n->is_integer()) return Bad(Key(key), "expected an integer");
+    int64_t v = *n->value<int64_t>();
+    if (v < 0 || static_cast<uint64_t>(v) > max) {
+      return Bad(Key(key), "out of range (0.." + std::to_string(max) + "): " + std::to_string(v));
+    }
+    *out = static_cast<uint64_t>(v);
+    return Status::Ok();
+  }
+  // An integer (bytes) or a string with a unit ("2M").
+  Status ReadBytes(std::string_view key, std::optional<uint64_t>* out) {
+    const toml::node* n = Get(key);
+    if (n == nullptr) return Status::Ok();
+    if (n->is_integer()) {
+      int64_t v = *n->value<int64_t>();
+      if (v < 0) return Bad(Key(key), "negative size");
+      *out = static_cast<uint64_t>(v);
+      return Status::Ok();
+    }
+    if (n->is_string()) {
+      auto b = ParseByteSize(*n->value<std::string>());
+      if (!b.ok()) return Bad(Key(key), b.status().message());
+      *out = *b;
+      return Status::Ok();
+    }
+    return Bad(Key(key), "expected a size (integer bytes or a string like \"2M\")");
+  }
+  Status ReadCapacity(std::string_view key, CapacitySpec* out) {
+    const toml::node* n = Get(key);
+    if (n == nullptr) return Status::Ok();
+    if (n->is_integer()) {
+      int64_t v = *n->value<int64_t>();
+      if (v < 0) return Bad(Key(key), "negative capacity");
+      out->is_percent = false;
+      out->bytes = static_cast<uint64_t>(v);
+      return Status::Ok();
+    }
+    if (!n->is_string()) return Bad(Key(key), "expected bytes (\"64G\") or a percent (\"90%\")");
+    auto c = ParseCapacity(*n->value<std::string>(), Key(key));
+    if (!c.ok()) return c.status();
+    *out = *c;
+    return Status::Ok();
+  }
+  // Everything not consumed is an unknown key.
+  Status CheckUnknown() const {
+    for (const auto& [k, v] : t_) {
+      if (!seen_.count(std::string(k.str()))) return Bad(Key(k.str()), "unknown key");
+    }
+    return Status::Ok();
+  }
+
+ private:
+  const toml::table& t_;
+  std::string path_;
+  std::set<std::string> seen_;
+};
+
+Status ReadWarmStock(TableReader& r, std::vector<WarmClass>* out) {
+  const toml::node* n = r.Get("warm_stock");
+  if (n == nullptr) return Status::Ok();
+  const toml::array* arr = n->as_array();
+  std::string key = r.Key("warm_stock");
+  if (arr == nullptr) return Bad(key, "expected an array of { size = \"2M\", count = N }");
+  out->clear();
+  for (size_t i = 0; i < arr->size(); ++i) {
+    std::string ik = key + "[" + std::to_string(i) + "]";
+    const toml::table* t = arr->get(i)->as_table();
+    if (t == nullptr) return Bad(ik, "expected { size = \"2M\", count = N }");
+    TableReader tr(*t, ik);
+    std::optional<uint64_t> size;
+    uint64_t count = 1;
+    CXLPOOL_RETURN_IF_ERROR(tr.ReadBytes("size", &size));
+    CXLPOOL_RETURN_IF_ERROR(tr.ReadUint("count", 1024, &count));
+    CXLPOOL_RETURN_IF_ERROR(tr.CheckUnknown());
+    if (!size || *size == 0) return Bad(ik + ".size", "required and > 0");
+    if (*size % 4096 != 0) return Bad(ik + ".size", "must be a multiple of 4 KiB");
+    for (const auto& c : *out) {
+      if (c.size_bytes == *size) return Bad(ik + ".size", "duplicate size class");
+    }
+    out->push_back({*size, static_cast<uint32_t>(count)});
+  }
+  return Status::Ok();
+}
+
+Status ReadPoolKeys(TableReader& r, PoolConfig* p, bool allow_enabled) {
+  if (allow_enabled) CXLPOOL_RETURN_IF_ERROR(r.ReadBool("enabled", &p->enabled));
+  CXLPOOL_RETURN_IF_ERROR(r.ReadCapacity("capacity", &p->capacity));
+  CXLPOOL_RETURN_IF_ERROR(r.ReadBool("pin", &p->pin));
+  CXLPOOL_RETURN_IF_ERROR(r.ReadBool("thp", &p->thp));
+  CXLPOOL_RETURN_IF_ERROR(r.ReadBool("hugetlb", &p->hugetlb));
+  return ReadWarmStock(r, &p->warm_stock);
+}
+
+std::optional<uint32_t> LookupUser(const std::string& name) {
+  struct passwd pw, *res = nullptr;
+  char buf[4096];
+  if (getpwnam_r(name.c_str(), &pw, buf, sizeof buf, &res) != 0 || res == nullptr) {
+    return std::nullopt;
+  }
+  return res->pw_uid;
+}
+
+std::optional<uint32_t> LookupGroup(const std::string& name) {
+  struct group gr, *res = nullptr;
+  char buf[4096];
+  if (getgrnam_r(name.c_str(), &gr, buf, sizeof buf, &res) != 0 || res == nullptr) {
+    return std::nullopt;
+  }
+  return res->gr_gid;
+}
+
+bool IsKnownTier(const std::string& t) {
+  return t.empty() || t == "dram" || t == "cxl" || t == "hbm" || t == "nvm" || t == "unknown" ||
+         t == "devdax";
+}
+
+Status ReadQuota(const toml::table& t, const std::string& key, QuotaRule* q) {
+  TableReader r(t, key);
+  int set = 0;
+  for (const char* k : {"uid", "user", "gid", "group"}) {
+    const toml::node* n = r.Get(k);
+    if (n == nullptr) continue;
+    ++set;
+    bool is_uid = k[0] == 'u';
+    q->scope = is_uid ? QuotaScope::kUid : QuotaScope::kGid;
+    if (n->is_integer()) {
+      int64_t v = *n->value<int64_t>();
+      if (v < 0 || v > 0xfffffffe) return Bad(r.Key(k), "bad id " + std::to_string(v));
+      q->id = static_cast<uint32_t>(v);
+      q->subject = std::to_string(v);
+    } else if (n->is_string()) {
+      std::string name = *n->value<std::string>();
+      auto num = ParseU64(name);
+      std::optional<uint32_t> id;
+      if (num && *num < 0xffffffffull)
+        id = static_cast<uint32_t>(*num);
+      else
+        id = is_uid ? LookupUser(name) : LookupGroup(name);
+      if (!id)
+        return Bad(r.Key(k),
+                   std::string("no such ") + (is_uid ? "user" : "group") + " '" + name + "'");
+      q->id = *id;
+      q->subject = name;
+    } else {
+      return Bad(r.Key(k), "expected a number or a name");
+    }
+  }
+  if (set != 1) return Bad(key, "needs exactly one of uid, user, gid, group");
+  CXLPOOL_RETURN_IF_ERROR(r.ReadString("tier", &q->tier));
+  if (!IsKnownTier(q->tier)) {
+    return Bad(r.Key("tier"), "unknown tier '" + q->tier + "' (dram, cxl, hbm, nvm, devdax)");
+  }
+  std::optional<uint64_t> mb;
+  CXLPOOL_RETURN_IF_ERROR(r.ReadBytes("max_bytes", &mb));
+  q->max_bytes = mb.value_or(0);
+  CXLPOOL_RETURN_IF_ERROR(r.ReadUint("max_leases", UINT32_MAX, &q->max_leases));
+  return r.CheckUnknown();
+}
+
+Status Build(const toml::table& root, DaemonConfig* cfg) {
+  TableReader top(root, "");
+  if (const toml::node* n = top.Get("daemon")) {
+    const toml::table* t = n->as_table();
+    if (t == nullptr) return Bad("daemon", "expected a table");
+    TableReader r(*t, "daemon");
+    CXLPOOL_RETURN_IF_ERROR(r.ReadString("socket", &cfg->socket_path));
+    if (!cfg->socket_path.empty() && cfg->socket_path[0] != '/') {
+      return Bad("daemon.socket", "must be an absolute path");
+    }
+    CXLPOOL_RETURN_IF_ERROR(r.ReadString("socket_group", &cfg->socket_group));
+    if (!cfg->socket_group.empty() && !LookupGroup(cfg->socket_group) &&
+        !ParseU64(cfg->socket_group)) {
+      return Bad("daemon.socket_group", "no such group '" + cfg->socket_group + "'");
+    }
+    std::string mode;
+    CXLPOOL_RETURN_IF_ERROR(r.ReadString("socket_mode", &mode));
+    if (!mode.empty()) {
+      auto m = ParseU64(mode, 8);
+      if (!m || *m > 0777) return Bad("daemon.socket_mode", "bad octal mode '" + mode + "'");
+      cfg->socket_mode = static_cast<uint32_t>(*m);
+    }
+    CXLPOOL_RETURN_IF_ERROR(r.ReadString("admin_group", &cfg->admin_group));
+    if (!cfg->admin_group.empty()) {
+      auto num = ParseU64(cfg->admin_group);
+      auto gid = num ? std::optional<uint32_t>(static_cast<uint32_t>(*num))
+                     : LookupGroup(cfg->admin_group);
+      if (!gid) return Bad("daemon.admin_group", "no such group '" + cfg->admin_group + "'");
+      cfg->admin_gid = *gid;
+    }
+    std::string level;
+    CXLPOOL_RETURN_IF_ERROR(r.ReadString("log_level", &level));
+    if (!level.empty() && !ParseLogLevel(level, &cfg->log_level)) {
+      return Bad("daemon.log_level", "unknown level '" + level + "' (debug, info, warning, error)");
+    }
+    uint64_t workers = cfg->workers;
+    CXLPOOL_RETURN_IF_ERROR(r.ReadUint("workers", 256, &workers));
+    if (workers == 0) return Bad("daemon.workers", "must be at least 1");
+    cfg->workers = static_cast<uint32_t>(workers);
+    CXLPOOL_RETURN_IF_ERROR(r.CheckUnknown());
+  }
+  std::map<int, const toml::table*> overrides;
+  if (const toml::node* n = top.Get("pools")) {
+    const toml::table* t = n->as_table();
+    if (t == nullptr) return Bad("pools", "expected a table");
+    TableReader r(*t, "pools");
+    CXLPOOL_RETURN_IF_ERROR(ReadPoolKeys(r, &cfg->pool_defaults, /*allow_enabled=*/false));
+    if (const toml::node* nn = r.Get("node")) {
+      const toml::table* nt = nn->as_table();
+      if (nt == nullptr) return Bad("pools.node", "expected a table of node ids");
+      for (const auto& [k, v] : *nt) {
+        std::string key = "pools.node." + std::string(k.str());
+        auto id = ParseU64(k.str());
+        if (!id || *id > 4095) return Bad(key, "not a NUMA node id");
+        if (!v.is_table()) return Bad(key, "expected a table");
+        overrides[static_cast<int>(*id)] = v.as_table();
+      }
+    }
+    CXLPOOL_RETURN_IF_ERROR(r.CheckUnknown());
+  }
+  for (const auto& [id, t] : overrides) {
+    PoolConfig p = cfg->pool_defaults;
+    TableReader r(*t, "pools.node." + std::to_string(id));
+    CXLPOOL_RETURN_IF_ERROR(ReadPoolKeys(r, &p, /*allow_enabled=*/true));
+    CXLPOOL_RETURN_IF_ERROR(r.CheckUnknown());
+    cfg->node_pools[id] = std::move(p);
+  }
+  if (const toml::node* n = top.Get("devdax")) {
+    const toml::array* arr = n->as_array();
+    if (arr == nullptr) return Bad("devdax", "expected [[devdax]] tables");
+    for (size_t i = 0; i < arr->size(); ++i) {
+      std::string key = "devdax[" + std::to_string(i) + "]";
+      const toml::table* t = arr->get(i)->as_table();
+      if (t == nullptr) return Bad(key, "expected a table");
+      TableReader r(*t, key);
+      DevdaxPoolConfig d;
+      CXLPOOL_RETURN_IF_ERROR(r.ReadString("region", &d.region));
+      if (d.region.empty()) return Bad(key + ".region", "required");
+      CXLPOOL_RETURN_IF_ERROR(r.ReadBytes("align", &d.align));
+      if (d.align && (*d.align == 0 || (*d.align & (*d.align - 1)) != 0)) {
+        return Bad(key + ".align", "must be a power of two");
+      }
+      CXLPOOL_RETURN_IF_ERROR(r.CheckUnknown());
+      for (const auto& other : cfg->devdax) {
+        if (other.region == d.region) return Bad(key + ".region", "duplicate '" + d.region + "'");
+      }
+      cfg->devdax.push_back(std::move(d));
+    }
+  }
+  if (const toml::node* n = top.Get("quota")) {
+    const toml::array* arr = n->as_array();
+    if (arr == nullptr) return Bad("quota", "expected [[quota]] tables");
+    for (size_t i = 0; i < arr->size(); ++i) {
+      std::string key = "quota[" + std::to_string(i) + "]";
+      const toml::table* t = arr->get(i)->as_table();
+      if (t == nullptr) return Bad(key, "expected a table");
+      QuotaRule q;
+      CXLPOOL_RETURN_IF_ERROR(ReadQuota(*t, key, &q));
+      for (const auto& o : cfg->quotas) {
+        if (o.scope == q.scope && o.id == q.id && o.tier == q.tier) {
+          return Bad(key, "duplicate quota for " + std::string(QuotaScopeName(q.scope)) + " " +
+                              q.subject + " tier '" + q.tier + "'");
+        }
+      }
+      cfg->quotas.push_back(std::move(q));
+    }
+  }
+  return top.CheckUnknown();
+}
+
+}  // namespace
+
+Result<DaemonConfig> ParseConfig(std::string_view text, const std::string& origin) {
+  DaemonConfig cfg;
+  cfg.pool_defaults.capacity = CapacitySpec{};
+  try {
+    toml::table root = toml::parse(text, origin);
+    Status st = Build(root, &cfg);
+    if (!st.ok()) return Status(st.code(), origin + ": " + st.message());
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << origin << ":" << e.source().begin.line << ":" << e.source().begin.column << ": "
+       << e.description();
+    return Status(Code::kInvalidArgument, os.str());
+  } catch (const std::exception& e) {
+    return Status(Code::kInvalidArgument, origin + ": " + e.what());
+  }
+  return cfg;
+}
+
+Result<DaemonConfig> LoadConfigFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::FromErrno(errno, "config " + path);
+  std::ostringstream os;
+  os << in.rdbuf();
+  if (in.bad()) return Status::FromErrno(errno, "config " + path);
+  return ParseConfig(os.str(), path);
+}
+
+}  // namespace cxlpool

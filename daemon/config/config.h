@@ -1,0 +1,105 @@
+// Daemon configuration: the TOML schema (toml++), its embedded default, and
+// the resolution of values that depend on the machine (socket path, pool
+// capacity in percent of a node's memory, user and group names).
+//
+// Parsing is strict: an unknown key, a wrong type or a bad value is an
+// INVALID_ARGUMENT whose message starts with the dotted key ("pools.capacity:
+// ..."). toml++ exceptions are caught here and never leave this module.
+//
+// Thread safety: DaemonConfig is a value; the functions are reentrant.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "cxlpool/common/log.h"
+#include "cxlpool/common/status.h"
+
+namespace cxlpool {
+
+// A capacity written as bytes ("64G", 1073741824) or percent ("90%").
+struct CapacitySpec {
+  bool is_percent = true;
+  double percent = 90.0;  // when is_percent, in (0, 100]
+  uint64_t bytes = 0;     // when !is_percent
+
+  // The capacity on a node with `node_bytes` of memory: never more than the
+  // node has.
+  uint64_t Resolve(uint64_t node_bytes) const;
+  std::string ToString() const;
+};
+
+// One warm-stock size class: keep `count` prefaulted memfds of `size_bytes`.
+struct WarmClass {
+  uint64_t size_bytes = 0;
+  uint32_t count = 0;
+};
+
+// Settings of a NUMA-node pool. Per-node overrides start from the defaults.
+struct PoolConfig {
+  bool enabled = true;
+  CapacitySpec capacity;
+  bool pin = true;
+  bool thp = true;
+  bool hugetlb = false;
+  std::vector<WarmClass> warm_stock;
+};
+
+// A devdax pool on a DAX region ("dax_region0") or a static device ("dax0.0").
+struct DevdaxPoolConfig {
+  std::string region;
+  std::optional<uint64_t> align;  // sub-device alignment; default: the region's
+};
+
+enum class QuotaScope { kUid, kGid };
+const char* QuotaScopeName(QuotaScope s);  // "uid" / "gid"
+
+// A per-uid or per-gid limit, for one tier (node kind) or all ("").
+struct QuotaRule {
+  QuotaScope scope = QuotaScope::kUid;
+  uint32_t id = 0;
+  std::string subject;      // as written: "1000" or "alice"
+  std::string tier;         // "", "dram", "cxl", ... or "devdax"
+  uint64_t max_bytes = 0;   // 0: unlimited
+  uint64_t max_leases = 0;  // 0: unlimited
+};
+
+struct DaemonConfig {
+  std::string socket_path;  // empty: DefaultSocketPath()
+  std::string socket_group;
+  uint32_t socket_mode = 0660;
+  std::string admin_group;
+  std::optional<gid_t> admin_gid;  // resolved admin_group
+  LogLevel log_level = LogLevel::kInfo;
+  uint32_t workers = 2;
+  PoolConfig pool_defaults;
+  std::map<int, PoolConfig> node_pools;  // node id -> effective settings
+  std::vector<DevdaxPoolConfig> devdax;
+  std::vector<QuotaRule> quotas;
+
+  // The effective settings of node `id`'s pool.
+  const PoolConfig& ForNode(int id) const;
+};
+
+// The compiled-in default (the text of daemon/cxlpoold.toml).
+std::string_view DefaultConfigText();
+
+// Parses TOML text. `origin` names the source in messages ("<default>", a path).
+Result<DaemonConfig> ParseConfig(std::string_view text, const std::string& origin = "<config>");
+// Reads and parses a file. NOT_FOUND / PERMISSION_DENIED / INVALID_ARGUMENT.
+Result<DaemonConfig> LoadConfigFile(const std::string& path);
+
+// /run/cxlpool/cxlpool.sock for root, else $XDG_RUNTIME_DIR/cxlpool.sock,
+// else /tmp/cxlpool-<uid>.sock. `xdg_runtime_dir` may be null.
+std::string DefaultSocketPath(uid_t euid, const char* xdg_runtime_dir);
+
+// Parses "90%", "64G", "1073741824". INVALID_ARGUMENT names `key`.
+Result<CapacitySpec> ParseCapacity(std::string_view text, const std::string& key);
+
+}  // namespace cxlpool

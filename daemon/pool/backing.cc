@@ -1,0 +1,182 @@
+#include "pool/backing.h"
+
+#include <fcntl.h>
+#include <numaif.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "cxlpool/common/strings.h"
+
+#ifndef MFD_NOEXEC_SEAL
+#define MFD_NOEXEC_SEAL 0x0008U
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+#ifndef MFD_HUGE_2MB
+#define MFD_HUGE_2MB (21U << 26)
+#endif
+
+namespace cxlpool {
+
+namespace {
+
+constexpr uint64_t kSmallPage = 4096;
+constexpr uint64_t kHugePage2M = 2ull << 20;
+
+class MemfdBacking final : public Backing {
+ public:
+  MemfdBacking(UniqueFd fd, void* addr, uint64_t size, uint64_t page, std::string kind)
+      : fd_(std::move(fd)), addr_(addr), size_(size), page_(page), kind_(std::move(kind)) {}
+  ~MemfdBacking() override { Reclaim(); }
+
+  int fd() const override { return fd_.get(); }
+  uint64_t size_bytes() const override { return size_; }
+  uint64_t page_size() const override { return page_; }
+  const std::string& kind() const override { return kind_; }
+  void* daemon_addr() const override { return addr_; }
+
+  void Reclaim() override {
+    if (fd_.valid()) {
+      // Truncate first: the pages go back even if a client still holds the fd
+      // or a mapping (its next access faults with SIGBUS).
+      if (::ftruncate(fd_.get(), 0) != 0) {
+        // Cannot happen for a memfd we created (F_SEAL_SHRINK is never set);
+        // keep going so the mapping and fd are still released.
+      }
+    }
+    if (addr_ != nullptr) {
+      ::munmap(addr_, size_);
+      addr_ = nullptr;
+    }
+    fd_.Reset();
+  }
+
+ private:
+  UniqueFd fd_;
+  void* addr_;
+  uint64_t size_;
+  uint64_t page_;
+  std::string kind_;
+};
+
+// munmaps on scope exit unless released.
+struct MappingGuard {
+  void* addr = nullptr;
+  uint64_t size = 0;
+  ~MappingGuard() {
+    if (addr != nullptr) ::munmap(addr, size);
+  }
+};
+
+Status BindToNode(void* addr, uint64_t size, int node) {
+  std::vector<unsigned long> mask(static_cast<size_t>(node) / (8 * sizeof(unsigned long)) + 1, 0);
+  mask[static_cast<size_t>(node) / (8 * sizeof(unsigned long))] |=
+      1ul << (static_cast<unsigned>(node) % (8 * sizeof(unsigned long)));
+  unsigned long maxnode = mask.size() * 8 * sizeof(unsigned long) + 1;
+  if (::mbind(addr, size, MPOL_BIND, mask.data(), maxnode, 0) != 0) {
+    int err = errno;
+    return Status::FromErrno(err, "mbind(MPOL_BIND, node " + std::to_string(node) + ")");
+  }
+  return Status::Ok();
+}
+
+Status Prefault(void* addr, uint64_t size, uint64_t page) {
+  if (::madvise(addr, size, MADV_POPULATE_WRITE) == 0) return Status::Ok();
+  int err = errno;
+  if (err != EINVAL) {
+    // ENOMEM / EFAULT: the node (or the huge page pool) ran out.
+    return Status(Code::kResourceExhausted,
+                  "prefault " + HumanBytes(size) + " (MADV_POPULATE_WRITE): " + std::strerror(err));
+  }
+  // Kernel before 5.14: touch every page. A shortage here would SIGBUS, so
+  // this path is only taken for small pages where the kernel reclaims or OOMs.
+  auto* p = static_cast<volatile char*>(addr);
+  for (uint64_t off = 0; off < size; off += page) p[off] = 0;
+  return Status::Ok();
+}
+
+int MemfdCreate(const std::string& name, unsigned flags) {
+  static std::atomic<int> noexec{-1};  // -1 unknown, 0 no, 1 yes
+  if (noexec.load() != 0) {
+    int fd = ::memfd_create(name.c_str(), flags | MFD_NOEXEC_SEAL);
+    if (fd >= 0) {
+      noexec.store(1);
+      return fd;
+    }
+    if (errno != EINVAL) return -1;
+    noexec.store(0);
+  }
+  return ::memfd_create(name.c_str(), flags);
+}
+
+}  // namespace
+
+bool KernelHasNoexecSeal() {
+  static const bool has = [] {
+    int fd = ::memfd_create("cxlpool-probe", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_NOEXEC_SEAL);
+    if (fd < 0) return false;
+    ::close(fd);
+    return true;
+  }();
+  return has;
+}
+
+ShmemThp ReadShmemThp(const FileSystem& fs) {
+  auto text = fs.ReadTrimmed("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+  if (!text.ok()) return ShmemThp::kUnknown;
+  auto open = text->find('[');
+  auto close = text->find(']');
+  if (open == std::string::npos || close == std::string::npos || close < open) {
+    return ShmemThp::kUnknown;
+  }
+  std::string mode = text->substr(open + 1, close - open - 1);
+  if (mode == "advise") return ShmemThp::kAdvise;
+  if (mode == "always" || mode == "within_size" || mode == "force") return ShmemThp::kAlways;
+  if (mode == "never" || mode == "deny") return ShmemThp::kNever;
+  return ShmemThp::kUnknown;
+}
+
+Result<std::unique_ptr<Backing>> CreateMemfdBacking(const MemfdSpec& spec) {
+  const uint64_t page = spec.hugetlb ? kHugePage2M : kSmallPage;
+  if (spec.size_bytes == 0 || spec.size_bytes % page != 0) {
+    return Status(Code::kInvalidArgument, "backing size " + std::to_string(spec.size_bytes) +
+                                              " is not a positive multiple of " + HumanBytes(page));
+  }
+  unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
+  if (spec.hugetlb) flags |= MFD_HUGETLB | MFD_HUGE_2MB;
+  UniqueFd fd(MemfdCreate(spec.name, flags));
+  if (!fd.valid()) return Status::FromErrno(errno, "memfd_create");
+  if (::ftruncate(fd.get(), static_cast<off_t>(spec.size_bytes)) != 0) {
+    return Status::FromErrno(errno, "ftruncate memfd to " + HumanBytes(spec.size_bytes));
+  }
+  void* addr = ::mmap(nullptr, spec.size_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (addr == MAP_FAILED) return Status::FromErrno(errno, "mmap memfd");
+  MappingGuard guard{addr, spec.size_bytes};
+  if (spec.numa_node >= 0)
+    CXLPOOL_RETURN_IF_ERROR(BindToNode(addr, spec.size_bytes, spec.numa_node));
+  std::string kind = spec.hugetlb ? "hugetlb-2m" : "memfd";
+  if (spec.thp && !spec.hugetlb) {
+    if (::madvise(addr, spec.size_bytes, MADV_HUGEPAGE) == 0) kind = "memfd-thp";
+  }
+  CXLPOOL_RETURN_IF_ERROR(Prefault(addr, spec.size_bytes, page));
+  if (spec.pin && ::mlock(addr, spec.size_bytes) != 0) {
+    int err = errno;
+    Status st = Status::FromErrno(err, "mlock " + HumanBytes(spec.size_bytes) +
+                                           " (pinning; raise RLIMIT_MEMLOCK or set pin = false)");
+    return Status(Code::kResourceExhausted, st.message());
+  }
+  if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    return Status::FromErrno(errno, "seal memfd");
+  }
+  guard.addr = nullptr;
+  return std::unique_ptr<Backing>(
+      new MemfdBacking(std::move(fd), addr, spec.size_bytes, page, std::move(kind)));
+}
+
+}  // namespace cxlpool

@@ -1,0 +1,64 @@
+// Backing: the memory behind one lease, and how a memfd lease is built.
+//
+// A memfd backing is built in this order, and every step is checked:
+//   memfd_create(MFD_CLOEXEC|MFD_ALLOW_SEALING[|MFD_NOEXEC_SEAL][|MFD_HUGETLB])
+//   ftruncate(size); mmap(MAP_SHARED) in the daemon;
+//   mbind(MPOL_BIND, node) on that mapping BEFORE any page is faulted;
+//   madvise(MADV_HUGEPAGE) when shmem THP applies;
+//   madvise(MADV_POPULATE_WRITE) (fallback: touch every page);
+//   mlock the daemon mapping (pinning: resident, never swapped);
+//   seal F_SEAL_GROW|F_SEAL_SEAL (shrinking stays possible for revoke).
+// Reclaim() returns the memory even if a client leaked the fd:
+// ftruncate(fd, 0), munmap, close. A backing is never reused afterwards.
+//
+// Thread safety: CreateMemfdBacking is reentrant (run it on a worker). A
+// Backing object has one owner; Reclaim is not synchronised.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "cxlpool/common/fs.h"
+#include "cxlpool/common/status.h"
+#include "cxlpool/common/unique_fd.h"
+
+namespace cxlpool {
+
+class Backing {
+ public:
+  virtual ~Backing() = default;
+  virtual int fd() const = 0;
+  virtual uint64_t size_bytes() const = 0;
+  virtual uint64_t page_size() const = 0;
+  // "memfd", "memfd-thp", "hugetlb-2m", "devdax"
+  virtual const std::string& kind() const = 0;
+  // The daemon's own mapping (null for devdax or after Reclaim).
+  virtual void* daemon_addr() const { return nullptr; }
+  // Frees the memory now, whoever else holds the fd. Idempotent.
+  virtual void Reclaim() = 0;
+};
+
+// How shmem transparent huge pages behave, from
+// /sys/kernel/mm/transparent_hugepage/shmem_enabled (the bracketed word).
+enum class ShmemThp { kNever, kAdvise, kAlways, kUnknown };
+ShmemThp ReadShmemThp(const FileSystem& fs);
+
+struct MemfdSpec {
+  uint64_t size_bytes = 0;  // > 0; a multiple of the page size (2 MiB for hugetlb)
+  int numa_node = -1;       // MPOL_BIND to this node; -1: no binding
+  bool pin = true;          // mlock the daemon mapping
+  bool thp = false;         // madvise(MADV_HUGEPAGE)
+  bool hugetlb = false;     // MFD_HUGETLB with 2 MiB pages
+  std::string name = "cxlpool";
+};
+
+// Builds, places, prefaults, pins and seals one memfd. Errors: INVALID_ARGUMENT
+// (size), RESOURCE_EXHAUSTED (no memory / memlock limit / no huge pages),
+// PERMISSION_DENIED, IO. Nothing is leaked on failure.
+Result<std::unique_ptr<Backing>> CreateMemfdBacking(const MemfdSpec& spec);
+
+// True when the running kernel accepts MFD_NOEXEC_SEAL (probed once).
+bool KernelHasNoexecSeal();
+
+}  // namespace cxlpool

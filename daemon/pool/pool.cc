@@ -1,0 +1,326 @@
+#include "pool/pool.h"
+
+#include <algorithm>
+
+#include "cxlpool/common/log.h"
+#include "cxlpool/common/strings.h"
+
+namespace cxlpool {
+
+namespace {
+constexpr uint64_t kSmallPage = 4096;
+constexpr uint64_t kHugePage2M = 2ull << 20;
+constexpr uint32_t kMaxWarmFailures = 3;
+
+Result<uint64_t> RoundUp(uint64_t v, uint64_t align) {
+  if (v == 0) return Status(Code::kInvalidArgument, "size must be greater than 0");
+  if (v > UINT64_MAX - align) return Status(Code::kInvalidArgument, "size too large");
+  return (v + align - 1) / align * align;
+}
+}  // namespace
+
+Pool::Pool(std::string name, int numa_node, std::string kind, std::optional<int> tier,
+           uint64_t capacity)
+    : name_(std::move(name)),
+      numa_node_(numa_node),
+      kind_(std::move(kind)),
+      tier_(tier),
+      capacity_(capacity) {}
+
+Pool::~Pool() = default;
+
+bool Pool::TryReserve(uint64_t bytes) {
+  if (bytes > capacity_) return false;
+  if (used_bytes() + bytes > capacity_ && !MakeRoom(bytes)) return false;
+  reserved_ += bytes;
+  return true;
+}
+
+void Pool::CancelReserve(uint64_t bytes) {
+  CXLPOOL_CHECK(reserved_ >= bytes);
+  reserved_ -= bytes;
+}
+
+void Pool::CommitReserve(uint64_t bytes) {
+  CXLPOOL_CHECK(reserved_ >= bytes);
+  reserved_ -= bytes;
+  leased_ += bytes;
+  ++lease_count_;
+}
+
+void Pool::ReleaseLeased(uint64_t bytes) {
+  CXLPOOL_CHECK(leased_ >= bytes && lease_count_ > 0);
+  leased_ -= bytes;
+  --lease_count_;
+}
+
+void Pool::SetWarmClasses(std::vector<WarmClass> classes) {
+  warm_classes_ = std::move(classes);
+  for (const auto& c : warm_classes_) slots_[c.size_bytes].target = c.count;
+}
+
+std::unique_ptr<Backing> Pool::TakeWarm(uint64_t size, bool hugetlb) {
+  auto it = slots_.find(size);
+  if (it == slots_.end() || it->second.ready.empty()) return nullptr;
+  if (hugetlb && !stock_is_hugetlb()) return nullptr;
+  std::unique_ptr<Backing> b = std::move(it->second.ready.front());
+  it->second.ready.pop_front();
+  CXLPOOL_CHECK(warm_ >= size);
+  warm_ -= size;
+  leased_ += size;
+  ++lease_count_;
+  return b;
+}
+
+std::vector<uint64_t> Pool::PlanRefill() {
+  std::vector<uint64_t> out;
+  for (auto& [size, slot] : slots_) {
+    if (slot.failures >= kMaxWarmFailures) continue;
+    while (slot.ready.size() + slot.building < slot.target) {
+      if (used_bytes() + size > capacity_) return out;  // never evict for stock
+      warm_ += size;
+      ++slot.building;
+      out.push_back(size);
+    }
+  }
+  return out;
+}
+
+void Pool::AddWarm(std::unique_ptr<Backing> backing) {
+  uint64_t size = backing->size_bytes();
+  auto& slot = slots_[size];
+  CXLPOOL_CHECK(slot.building > 0);
+  --slot.building;
+  slot.failures = 0;
+  slot.ready.push_back(std::move(backing));
+}
+
+void Pool::WarmBuildFailed(uint64_t size) {
+  auto& slot = slots_[size];
+  CXLPOOL_CHECK(slot.building > 0 && warm_ >= size);
+  --slot.building;
+  ++slot.failures;
+  warm_ -= size;
+  if (slot.failures == kMaxWarmFailures) {
+    CXLPOOL_LOG(kWarning) << name_ << ": warm stock class " << HumanBytes(size)
+                          << " disabled after " << kMaxWarmFailures << " failed builds";
+  }
+}
+
+bool Pool::MakeRoom(uint64_t bytes) {
+  if (bytes > capacity_) return false;
+  for (auto it = slots_.rbegin(); it != slots_.rend() && used_bytes() + bytes > capacity_; ++it) {
+    auto& ready = it->second.ready;
+    while (!ready.empty() && used_bytes() + bytes > capacity_) {
+      ready.back()->Reclaim();
+      ready.pop_back();
+      warm_ -= it->first;
+    }
+  }
+  return used_bytes() + bytes <= capacity_;
+}
+
+void Pool::DropAllWarm() {
+  for (auto& [size, slot] : slots_) {
+    for (auto& b : slot.ready) b->Reclaim();
+    warm_ -= size * slot.ready.size();
+    slot.ready.clear();
+  }
+}
+
+uint32_t Pool::warm_ready(uint64_t size) const {
+  auto it = slots_.find(size);
+  return it == slots_.end() ? 0 : static_cast<uint32_t>(it->second.ready.size());
+}
+
+// ---- MemfdPool ----------------------------------------------------------------
+
+MemfdPool::MemfdPool(const NumaNode& node, uint64_t capacity, const PoolConfig& cfg, Options opts)
+    : Pool("node" + std::to_string(node.id), node.id, NodeKindName(node.kind), node.memory_tier,
+           capacity),
+      cfg_(cfg),
+      opts_(opts) {
+  SetWarmClasses(cfg.warm_stock);
+}
+
+Result<uint64_t> MemfdPool::RoundSize(uint64_t requested, bool hugetlb) const {
+  auto r = RoundUp(requested, (hugetlb || cfg_.hugetlb) ? kHugePage2M : kSmallPage);
+  if (!r.ok()) return r;
+  if (*r > capacity()) {
+    return Status(Code::kResourceExhausted, name() + ": " + HumanBytes(*r) +
+                                                " exceeds the pool's capacity of " +
+                                                HumanBytes(capacity()));
+  }
+  return r;
+}
+
+uint64_t MemfdPool::FreeHugepages() const {
+  if (opts_.fs == nullptr) return 0;
+  auto text = opts_.fs->ReadTrimmed("/sys/devices/system/node/node" + std::to_string(numa_node()) +
+                                    "/hugepages/hugepages-2048kB/free_hugepages");
+  if (!text.ok()) return 0;
+  return ParseU64(*text).value_or(0);
+}
+
+Result<std::unique_ptr<Backing>> MemfdPool::Build(uint64_t size, bool hugetlb) const {
+  MemfdSpec spec;
+  spec.size_bytes = size;
+  spec.numa_node = opts_.bind ? numa_node() : -1;
+  spec.pin = cfg_.pin;
+  spec.thp =
+      cfg_.thp && (opts_.shmem_thp == ShmemThp::kAdvise || opts_.shmem_thp == ShmemThp::kAlways);
+  spec.name = "cxlpool:" + name();
+  bool want_huge = (hugetlb || cfg_.hugetlb) && size % kHugePage2M == 0;
+  if (want_huge) {
+    uint64_t free_pages = FreeHugepages();
+    if (free_pages >= size / kHugePage2M) {
+      spec.hugetlb = true;
+      auto r = CreateMemfdBacking(spec);
+      if (r.ok() || hugetlb) return r;
+      CXLPOOL_LOG(kInfo) << name()
+                         << ": hugetlb build failed, using small pages: " << r.status().ToString();
+      spec.hugetlb = false;
+    } else if (hugetlb) {
+      return Status(Code::kResourceExhausted,
+                    name() + ": hugetlb asked for " + std::to_string(size / kHugePage2M) +
+                        " free 2 MiB pages, the node has " + std::to_string(free_pages));
+    }
+  }
+  return CreateMemfdBacking(spec);
+}
+
+// ---- DevdaxPool ---------------------------------------------------------------
+
+DevdaxPool::DevdaxPool(DaxControl* control, const DaxRegionState& region, std::string kind,
+                       std::optional<int> tier, uint64_t align)
+    : Pool(region.dynamic || region.devices.empty() ? region.name : region.devices.front(),
+           region.target_node, std::move(kind), tier,
+           region.dynamic ? region.available_bytes : region.size_bytes),
+      control_(control),
+      region_(region.name),
+      device_(region.devices.empty() ? std::string() : region.devices.front()),
+      dynamic_(region.dynamic),
+      align_(std::max<uint64_t>(align, kSmallPage)) {}
+
+Result<uint64_t> DevdaxPool::RoundSize(uint64_t requested, bool hugetlb) const {
+  if (hugetlb) {
+    return Status(Code::kInvalidArgument, name() + ": hugetlb does not apply to devdax");
+  }
+  if (requested == 0) return Status(Code::kInvalidArgument, "size must be greater than 0");
+  if (!dynamic_) {
+    if (requested > capacity()) {
+      return Status(Code::kResourceExhausted, name() + ": static device of " +
+                                                  HumanBytes(capacity()) + " cannot hold " +
+                                                  HumanBytes(requested));
+    }
+    return capacity();  // leased whole
+  }
+  auto r = RoundUp(requested, align_);
+  if (r.ok() && *r > capacity()) {
+    return Status(Code::kResourceExhausted, name() + ": " + HumanBytes(*r) +
+                                                " exceeds the region's capacity of " +
+                                                HumanBytes(capacity()));
+  }
+  return r;
+}
+
+Result<std::unique_ptr<Backing>> DevdaxPool::Build(uint64_t size, bool) const {
+  if (!dynamic_) {
+    if (device_.empty()) return Status(Code::kNotFound, name() + ": region has no device");
+    auto fd = control_->Open(device_);
+    if (!fd.ok()) return fd.status();
+    return MakeDevdaxBacking(control_, region_, device_, std::move(*fd), size, align_, false);
+  }
+  auto dev = control_->CreateDevice(region_, size, align_);
+  if (!dev.ok()) return dev.status();
+  auto fd = control_->Open(*dev);
+  if (!fd.ok()) {
+    Status st = control_->DestroyDevice(region_, *dev);
+    if (!st.ok()) {
+      CXLPOOL_LOG(kError) << "devdax: " << st.ToString();
+    }
+    return fd.status();
+  }
+  return MakeDevdaxBacking(control_, region_, *dev, std::move(*fd), size, align_, true);
+}
+
+// ---- BuildPools ---------------------------------------------------------------
+
+namespace {
+std::string DaxSourceKind(const std::optional<std::string>& source) {
+  if (source == "cxl") return "cxl";
+  if (source == "nvdimm") return "nvm";
+  if (source == "hmem") return "dram";
+  return "unknown";
+}
+}  // namespace
+
+Result<std::vector<std::unique_ptr<Pool>>> BuildPools(const Topology& topo,
+                                                      const DaemonConfig& config,
+                                                      const PoolBuildOptions& options,
+                                                      std::vector<std::string>* warnings) {
+  std::vector<std::unique_ptr<Pool>> pools;
+  for (const auto& [id, cfg] : config.node_pools) {
+    if (topo.FindNode(id) == nullptr && warnings) {
+      warnings->push_back("pools.node." + std::to_string(id) + ": no such NUMA node; ignored");
+    }
+  }
+  MemfdPool::Options mopts;
+  mopts.bind = options.bind;
+  mopts.fs = options.fs;
+  mopts.shmem_thp = options.fs ? ReadShmemThp(*options.fs) : ShmemThp::kUnknown;
+  for (const auto& node : topo.numa_nodes) {
+    if (node.kind == NodeKind::kGpu) continue;
+    if (!node.memory_bytes || *node.memory_bytes == 0) continue;
+    const PoolConfig& cfg = config.ForNode(node.id);
+    if (!cfg.enabled) continue;
+    uint64_t cap = cfg.capacity.Resolve(*node.memory_bytes);
+    pools.push_back(std::make_unique<MemfdPool>(node, cap, cfg, mopts));
+  }
+  for (size_t i = 0; i < config.devdax.size(); ++i) {
+    const auto& d = config.devdax[i];
+    std::string key = "devdax[" + std::to_string(i) + "]";
+    if (options.dax == nullptr) {
+      return Status(Code::kUnsupported, key + ": devdax pools need libdaxctl");
+    }
+    // Accept a device name ("dax0.0") for its region.
+    std::string region = d.region;
+    const DaxDevice* dev = nullptr;
+    for (const auto& x : topo.dax_devices) {
+      if (x.name == d.region || (x.region && *x.region == d.region)) {
+        dev = &x;
+        if (x.region) region = *x.region;
+        break;
+      }
+    }
+    auto state = options.dax->Region(region);
+    if (!state.ok()) {
+      return Status(state.status().code(), key + ".region: " + state.status().message());
+    }
+    if (dev != nullptr && dev->mode && *dev->mode != "devdax") {
+      return Status(Code::kInvalidArgument,
+                    key + ".region: " + dev->name + " is in " + *dev->mode + " mode, not devdax");
+    }
+    std::string kind = "unknown";
+    std::optional<int> tier;
+    if (const NumaNode* n = topo.FindNode(state->target_node)) {
+      kind = NodeKindName(n->kind);
+      tier = n->memory_tier;
+    } else if (dev != nullptr) {
+      kind = DaxSourceKind(dev->source);
+    }
+    uint64_t align = d.align.value_or(state->align_bytes);
+    if (state->align_bytes != 0 && align % state->align_bytes != 0) {
+      return Status(Code::kInvalidArgument, key + ".align: " + HumanBytes(align) +
+                                                " is not a multiple of the region's " +
+                                                HumanBytes(state->align_bytes));
+    }
+    if (!state->dynamic && state->devices.empty()) {
+      return Status(Code::kNotFound, key + ".region: static region " + region + " has no device");
+    }
+    pools.push_back(std::make_unique<DevdaxPool>(options.dax, *state, kind, tier, align));
+  }
+  return pools;
+}
+
+}  // namespace cxlpool

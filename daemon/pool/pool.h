@@ -1,0 +1,171 @@
+// Pools: one per NUMA node with memory (GPU-memory nodes excluded) and one per
+// configured devdax region. A pool knows its capacity, does the accounting
+// for admission control, builds backings, and keeps a warm stock of
+// prefaulted memfds in a few size classes.
+//
+// Accounting: used = reserved (builds in flight for leases) + leased + warm
+// (ready stock plus stock being built). Admission never lets used exceed
+// capacity.
+//
+// Thread safety: accounting and warm-stock methods belong to the event-loop
+// thread. RoundSize/Build and the getters of fixed facts are const and safe
+// on worker threads; Build never touches accounting.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "cxlpool/common/fs.h"
+#include "cxlpool/topology/topology.h"
+#include "pool/backing.h"
+#include "pool/devdax.h"
+
+namespace cxlpool {
+
+class Pool {
+ public:
+  Pool(std::string name, int numa_node, std::string kind, std::optional<int> tier,
+       uint64_t capacity);
+  virtual ~Pool();
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
+
+  const std::string& name() const { return name_; }
+  int numa_node() const { return numa_node_; }
+  const std::string& kind() const { return kind_; }  // node kind: dram, cxl, ...
+  std::optional<int> memory_tier() const { return tier_; }
+  virtual const char* backing() const = 0;  // "memfd" / "devdax"
+  virtual uint64_t page_size() const = 0;
+  virtual bool dynamic_region() const { return false; }
+
+  // The size a lease of `requested` bytes really gets (page or alignment
+  // rounding). INVALID_ARGUMENT on 0 or overflow, RESOURCE_EXHAUSTED when it
+  // can never fit.
+  virtual Result<uint64_t> RoundSize(uint64_t requested, bool hugetlb) const = 0;
+  // Builds one backing of `size` (already rounded). Worker threads.
+  virtual Result<std::unique_ptr<Backing>> Build(uint64_t size, bool hugetlb) const = 0;
+
+  // ---- accounting (event-loop thread) ----
+  uint64_t capacity() const { return capacity_; }
+  uint64_t leased_bytes() const { return leased_; }
+  uint64_t warm_bytes() const { return warm_; }
+  uint64_t reserved_bytes() const { return reserved_; }
+  uint64_t used_bytes() const { return leased_ + warm_ + reserved_; }
+  uint64_t free_bytes() const { return capacity_ - used_bytes(); }
+  uint32_t lease_count() const { return lease_count_; }
+
+  // Reserves room for a lease being built. False (nothing changed) if it
+  // would exceed capacity even after dropping ready warm stock.
+  bool TryReserve(uint64_t bytes);
+  void CancelReserve(uint64_t bytes);
+  void CommitReserve(uint64_t bytes);  // the build succeeded: reserved -> leased
+  void ReleaseLeased(uint64_t bytes);  // a lease ended
+
+  // ---- warm stock (event-loop thread) ----
+  void SetWarmClasses(std::vector<WarmClass> classes);
+  const std::vector<WarmClass>& warm_classes() const { return warm_classes_; }
+  // A ready backing of exactly `size` (moved from warm to leased), or null.
+  // `hugetlb`: only a hugetlb backing will do.
+  std::unique_ptr<Backing> TakeWarm(uint64_t size, bool hugetlb);
+  // Sizes to build now to bring every class to its count; the bytes are
+  // already counted as warm. Classes that failed three builds in a row are
+  // skipped (a success or ResetWarmFailures re-arms them).
+  std::vector<uint64_t> PlanRefill();
+  void AddWarm(std::unique_ptr<Backing> backing);  // a stock build finished
+  void WarmBuildFailed(uint64_t size);             // ... or failed
+  // Frees ready stock (largest first) until `bytes` fit; true if they do.
+  bool MakeRoom(uint64_t bytes);
+  void DropAllWarm();
+  uint32_t warm_ready(uint64_t size) const;
+
+  // For warm stock builds: the pool's own default (no hugetlb request).
+  virtual bool stock_is_hugetlb() const { return false; }
+
+ private:
+  struct WarmSlot {
+    uint32_t target = 0;
+    uint32_t building = 0;
+    uint32_t failures = 0;
+    std::deque<std::unique_ptr<Backing>> ready;
+  };
+
+  std::string name_;
+  int numa_node_;
+  std::string kind_;
+  std::optional<int> tier_;
+  uint64_t capacity_;
+  uint64_t leased_ = 0;
+  uint64_t warm_ = 0;
+  uint64_t reserved_ = 0;
+  uint32_t lease_count_ = 0;
+  std::vector<WarmClass> warm_classes_;
+  std::map<uint64_t, WarmSlot> slots_;  // size -> slot
+};
+
+// A NUMA node's pool of memfds.
+class MemfdPool final : public Pool {
+ public:
+  struct Options {
+    bool bind = true;  // mbind to the node (false for a foreign topology)
+    ShmemThp shmem_thp = ShmemThp::kUnknown;
+    const FileSystem* fs = nullptr;  // live hugepage counters; may be null
+  };
+  MemfdPool(const NumaNode& node, uint64_t capacity, const PoolConfig& cfg, Options opts);
+
+  const char* backing() const override { return "memfd"; }
+  uint64_t page_size() const override { return cfg_.hugetlb ? (2ull << 20) : 4096; }
+  Result<uint64_t> RoundSize(uint64_t requested, bool hugetlb) const override;
+  Result<std::unique_ptr<Backing>> Build(uint64_t size, bool hugetlb) const override;
+  bool stock_is_hugetlb() const override { return cfg_.hugetlb; }
+  const PoolConfig& config() const { return cfg_; }
+
+ private:
+  // Free 2 MiB pages on the node right now (from sysfs), or 0.
+  uint64_t FreeHugepages() const;
+  PoolConfig cfg_;
+  Options opts_;
+};
+
+// A devdax pool: a dynamic region carved per lease, or a static device
+// leased whole.
+class DevdaxPool final : public Pool {
+ public:
+  DevdaxPool(DaxControl* control, const DaxRegionState& region, std::string kind,
+             std::optional<int> tier, uint64_t align);
+
+  const char* backing() const override { return "devdax"; }
+  uint64_t page_size() const override { return align_; }
+  bool dynamic_region() const override { return dynamic_; }
+  Result<uint64_t> RoundSize(uint64_t requested, bool hugetlb) const override;
+  Result<std::unique_ptr<Backing>> Build(uint64_t size, bool hugetlb) const override;
+
+ private:
+  DaxControl* control_;
+  std::string region_;
+  std::string device_;  // static: the device leased whole
+  bool dynamic_;
+  uint64_t align_;
+};
+
+struct PoolBuildOptions {
+  bool bind = true;                // the topology is this machine's
+  const FileSystem* fs = nullptr;  // THP mode and hugepage counters
+  DaxControl* dax = nullptr;       // required when config.devdax is not empty
+};
+
+// One MemfdPool per node with memory (not kind gpu, not disabled), then one
+// DevdaxPool per config.devdax entry. INVALID_ARGUMENT / NOT_FOUND when a
+// configured devdax region does not exist. `warnings` gets overrides for
+// nodes that do not exist.
+Result<std::vector<std::unique_ptr<Pool>>> BuildPools(const Topology& topo,
+                                                      const DaemonConfig& config,
+                                                      const PoolBuildOptions& options,
+                                                      std::vector<std::string>* warnings);
+
+}  // namespace cxlpool
