@@ -1,0 +1,188 @@
+#!/usr/bin/env bash
+# VM tier: boots Debian's own kernel under QEMU with emulated NUMA/HMAT/CXL
+# topologies and runs cxlpool's binaries inside. See docs/testing.md.
+#
+# usage: tests/vm/run-vm-tests.sh [options] [topology...]
+#   topology        two-node four-node cxl-ram cxl-devdax (default: all)
+#   --shell         after the guest checks, open a shell on the console
+#                   (one topology; leave it with `poweroff -f` or Ctrl-A x)
+#   --build-dir D   project build folder to take binaries from
+#                   (default: $CXLPOOL_BINARY_DIR, else <source>/build)
+#   --out D         results folder (default: <build-dir>/vm-results)
+#   --exec CMD      run CMD (busybox sh) in the guest after the checks; its
+#                   output is on the console and in <out>/<topology>/console.txt
+#   --capture       copy each guest's sysfs capture to
+#                   tests/topology/fixtures/vm-<topology>/root/
+#   --timeout S     host-side limit per guest in seconds (default 420)
+#   --list          print the topologies and exit
+#   -v              stream the guest console while it runs
+# environment:
+#   CXLPOOL_VM_CACHE        kernel cache (default ~/.cache/cxlpool-vm)
+#   CXLPOOL_VM_KERNEL_PKG   kernel package to use instead of the one
+#                           linux-image-amd64 depends on
+#   CXLPOOL_VM_SKIP=1       skip (exit 77)
+# exit: 0 every topology passed; 1 a check, boot or guest failed;
+#       77 prerequisites missing (no qemu, busybox, tools or kernel).
+#
+# No root-only host changes: nothing is mounted, installed or loop-attached.
+# KVM is not used (it does not work on our CI machines); QEMU runs with TCG.
+set -uo pipefail
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+VM_SRC=$(cd "$HERE/../.." && pwd)
+ALL_TOPOLOGIES=(two-node four-node cxl-ram cxl-devdax)
+# Topology files source guest/ helpers through $VM_DIR (/vm in the guest).
+export VM_DIR=$HERE/guest
+
+vm_log() { echo "vm: $*" >&2; }
+
+# shellcheck source=lib/kernel.sh
+source "$HERE/lib/kernel.sh"
+# shellcheck source=lib/initramfs.sh
+source "$HERE/lib/initramfs.sh"
+
+shell=0 capture=0 verbose=0 timeout_s=420
+VM_EXEC=""
+VM_BUILD=${CXLPOOL_BINARY_DIR:-$VM_SRC/build}
+out=""
+topos=()
+while (($#)); do
+  case $1 in
+    --shell) shell=1 ;;
+    --capture) capture=1 ;;
+    --exec) VM_EXEC=$2; shift ;;
+    --build-dir) VM_BUILD=$2; shift ;;
+    --out) out=$2; shift ;;
+    --timeout) timeout_s=$2; shift ;;
+    -v) verbose=1 ;;
+    --list) printf '%s\n' "${ALL_TOPOLOGIES[@]}"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    -*) vm_log "unknown option $1"; exit 2 ;;
+    *) topos+=("$1") ;;
+  esac
+  shift
+done
+((${#topos[@]})) || topos=("${ALL_TOPOLOGIES[@]}")
+for t in "${topos[@]}"; do
+  [[ -f $HERE/topologies/$t.sh ]] || { vm_log "unknown topology '$t' (--list)"; exit 2; }
+done
+if ((shell)) && ((${#topos[@]} != 1)); then
+  vm_log "--shell takes exactly one topology"
+  exit 2
+fi
+[[ ${CXLPOOL_VM_SKIP:-0} == 1 ]] && { vm_log "SKIP: CXLPOOL_VM_SKIP=1"; exit 77; }
+VM_BUILD=$(cd "$VM_BUILD" 2>/dev/null && pwd) || { vm_log "no build folder $VM_BUILD"; exit 2; }
+out=${out:-$VM_BUILD/vm-results}
+mkdir -p "$out" && out=$(cd "$out" && pwd)
+
+QEMU=$(command -v qemu-system-x86_64) || {
+  vm_log "SKIP: qemu-system-x86_64 missing (scripts/install-deps.sh --vm)"
+  exit 77
+}
+for tool in apt-get dpkg-deb depmod modprobe cpio strip flock timeout; do
+  command -v "$tool" >/dev/null || { vm_log "SKIP: $tool missing"; exit 77; }
+done
+
+t_start=$(date +%s.%N)
+vm_kernel_fetch || exit $?
+vm_log "kernel $VM_KERNEL_PKG ($VM_KVER)"
+
+# One initramfs per invocation (the project's binaries change between runs).
+initrd=$out/.initramfs-$$.cpio
+vm_build_initramfs "$out/.initramfs-$$" "$initrd" || exit $?
+rm -rf "$out/.initramfs-$$"
+trap 'rm -f "$initrd"' EXIT
+vm_log "initramfs $(($(stat -c %s "$initrd") / 1024)) KiB; project binaries:" \
+  "${VM_PROJECT_BINS[*]:-(none built yet)}"
+t_prep=$(date +%s.%N)
+
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
+
+# Boots one topology; prints its summary line; returns 0 on pass.
+run_topology() {
+  local topo=$1 work=$out/$1
+  rm -rf "$work"
+  mkdir -p "$work/out"
+  # Each topology file defines topo_host_prepare/topo_qemu_args (host side)
+  # and topo_guest_* (guest side); a subshell keeps them apart.
+  # shellcheck source=/dev/null
+  source "$HERE/topologies/$topo.sh"
+  topo_host_prepare "$work" || { vm_log "$topo: host preparation failed"; return 1; }
+  local -a targs
+  mapfile -t targs < <(topo_qemu_args "$work")
+  truncate -s 64M "$work/out.img"
+
+  local append="console=ttyS0 panic=-1 oops=panic loglevel=4 cxlpool.topology=$topo"
+  ((shell)) && append+=" cxlpool.shell=1"
+  ((capture)) && append+=" cxlpool.capture=1"
+  local -a qemu=("$QEMU" -accel tcg -nodefaults -no-user-config -display none -no-reboot
+    -kernel "$VM_VMLINUZ" -initrd "$initrd" -append "$append"
+    -drive "file=$work/out.img,format=raw,if=none,id=outdisk,cache=unsafe"
+    -device virtio-blk-pci,drive=outdisk,bus=pcie.0
+    "${targs[@]}")
+  printf '%q ' "${qemu[@]}" >"$work/qemu-cmdline"
+  echo >>"$work/qemu-cmdline"
+
+  local t0 t1 rc
+  t0=$(date +%s.%N)
+  if ((shell)); then
+    "${qemu[@]}" -chardev "stdio,id=con,mux=on,signal=off,logfile=$work/console.log" \
+      -serial chardev:con -mon chardev=con
+    rc=$?
+  elif ((verbose)); then
+    timeout -k 10 "$timeout_s" "${qemu[@]}" -serial stdio </dev/null 2>&1 | tee "$work/console.log"
+    rc=${PIPESTATUS[0]}
+  else
+    timeout -k 10 "$timeout_s" "${qemu[@]}" -chardev "file,id=con,path=$work/console.log" \
+      -serial chardev:con </dev/null >"$work/qemu.log" 2>&1
+    rc=$?
+  fi
+  t1=$(date +%s.%N)
+
+  # The guest wrote a tar of its /out to the second disk.
+  tar -xf "$work/out.img" -C "$work/out" 2>/dev/null ||
+    vm_log "$topo: no guest output on the result disk"
+  rm -f "$work/out.img"
+  tr -d '\r' <"$work/console.log" >"$work/console.txt" 2>/dev/null
+
+  local result boot
+  result=$(grep -a "^CXLPOOL-VM-RESULT topology=$topo " "$work/console.txt" | tail -n1)
+  boot=$(grep -a '^CXLPOOL-VM-BOOT ' "$work/console.txt" | sed -n 's/.*uptime=\([0-9.]*\).*/\1/p')
+  grep -a '^CXLPOOL-VM-CHECK ' "$work/console.txt" | sed "s/^CXLPOOL-VM-CHECK /  [$topo] /"
+  local status=fail why=""
+  if [[ $rc -eq 124 || $rc -eq 137 ]]; then
+    why="timed out after ${timeout_s}s"
+  elif [[ -z $result ]]; then
+    why="no result line (kernel panic or init died; qemu rc=$rc)"
+  elif [[ $result == *" status=pass "* && $result == *" failed=0"* && $result != *" passed=0 "* ]]; then
+    status=pass
+  else
+    why="guest reported failures"
+  fi
+  if [[ $status != pass ]] && ((!shell)); then
+    vm_log "$topo: $why; last console lines ($work/console.txt):"
+    tail -n 40 "$work/console.txt" | sed 's/^/    | /' >&2
+    [[ -s $work/qemu.log ]] && sed 's/^/    qemu: /' "$work/qemu.log" >&2
+  fi
+
+  if ((capture)) && [[ -d $work/out/sysfs ]]; then
+    local dest=$VM_SRC/tests/topology/fixtures/vm-$topo/root
+    rm -rf "$dest"
+    mkdir -p "$dest"
+    cp -a "$work/out/sysfs/." "$dest/"
+    vm_log "$topo: sysfs capture saved to ${dest#"$VM_SRC"/}"
+  fi
+
+  echo "vm: $topo $status ${result#*status=* } boot=${boot:-?}s wall=$(secs "$t0" "$t1")s${why:+ ($why)}" |
+    tee "$work/summary"
+  [[ $status == pass ]]
+}
+
+failed=0
+for topo in "${topos[@]}"; do
+  (run_topology "$topo") || failed=1
+done
+t_end=$(date +%s.%N)
+vm_log "prepare $(secs "$t_start" "$t_prep")s, total $(secs "$t_start" "$t_end")s;" \
+  "results in $out"
+exit $failed
