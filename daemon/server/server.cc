@@ -1,0 +1,862 @@
+#include "server/server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <span>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "cxlpool/common/log.h"
+#include "cxlpool/common/strings.h"
+#include "cxlpool/proto/codec.h"
+#include "cxlpool/proto/ipc.h"
+#include "cxlpool/proto/socket.h"
+
+namespace cxlpool {
+
+namespace asio = boost::asio;
+using asio::local::stream_protocol;
+using boost::system::error_code;
+
+namespace {
+
+constexpr int kMaxAcceptsPerWakeup = 64;
+
+std::string FirstLine(std::string s) {
+  size_t nl = s.find('\n');
+  if (nl != std::string::npos) s.resize(nl);
+  return s;
+}
+
+// "0::/system.slice/foo.service" -> "/system.slice/foo.service".
+std::string UnifiedCgroup(const std::string& text) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t nl = text.find('\n', pos);
+    std::string line = text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+    if (line.rfind("0::", 0) == 0) return line.substr(3);
+    if (nl == std::string::npos) break;
+    pos = nl + 1;
+  }
+  return "";
+}
+
+}  // namespace
+
+struct Connection {
+  Connection(asio::io_context& io, ConnectionId id_in, wire::RecvLimits limits)
+      : id(id_in), socket(io), reader(limits), frame_timer(io), hello_timer(io) {}
+
+  ConnectionId id;
+  stream_protocol::socket socket;
+  PeerInfo peer;
+  UniqueFd pidfd;
+  wire::FrameReader reader;
+  std::deque<wire::OutFrame> queue;
+  size_t queued_bytes = 0;
+  asio::steady_timer frame_timer;  // read deadline; flush bound while closing
+  uint64_t frame_timer_gen = 0;
+  bool frame_timer_armed = false;
+  asio::steady_timer hello_timer;
+  bool reading = false;  // an async_wait(wait_read) is outstanding
+  bool writing = false;  // an async_wait(wait_write) is outstanding
+  bool closed = false;
+  bool closing = false;  // close once the queue is flushed
+  std::string closing_reason;
+  bool hello_done = false;
+  bool hello_pending = false;
+  uint32_t version = 0;
+  size_t inflight = 0;
+
+  int fd() { return socket.native_handle(); }
+};
+
+class Server::Impl : public std::enable_shared_from_this<Server::Impl> {
+ public:
+  Impl(asio::io_context& io, ServerOptions options, RequestHandler* handler)
+      : io_(io),
+        options_(std::move(options)),
+        handler_(handler),
+        acceptor_(io),
+        backoff_timer_(io) {}
+
+  Status Init();
+  void Stop();
+  void FlushDisconnectsNow();
+  Result<ConnectionId> Admit(UniqueFd fd);
+  Status Push(ConnectionId id, Reply reply);
+  Status MarkHelloDone(ConnectionId id, uint32_t version);
+  void CompleteRequest(ConnectionId id, uint64_t request_id, uint16_t request_type, Reply reply);
+  // Runs owed OnDisconnects now, or posts that for when no handler callback
+  // is on the stack.
+  void ScheduleDisconnectFlush();
+
+  const Connection* Find(ConnectionId id) const {
+    auto it = conns_.find(id);
+    return it == conns_.end() ? nullptr : it->second.get();
+  }
+
+  asio::io_context& io_;
+  ServerOptions options_;
+  RequestHandler* handler_;
+  std::unique_ptr<FileSystem> own_fs_;
+  const FileSystem* fs_ = nullptr;
+  stream_protocol::acceptor acceptor_;
+  asio::steady_timer backoff_timer_;
+  std::string created_path_;
+  ino_t created_ino_ = 0;
+  dev_t created_dev_ = 0;
+  bool stopped_ = false;
+  ConnectionId next_id_ = 1;
+  std::map<ConnectionId, std::shared_ptr<Connection>> conns_;
+  std::unordered_map<uid_t, size_t> per_uid_;
+  std::vector<ConnectionId> pending_disconnects_;
+  bool disconnect_flush_posted_ = false;
+  int callback_depth_ = 0;  // > 0 while inside a handler callback
+  ServerStats stats_;
+
+ private:
+  void StartAccept();
+  void AcceptReady();
+  void StartRead(const std::shared_ptr<Connection>& c);
+  void DoRead(const std::shared_ptr<Connection>& c);
+  void HandleFrame(const std::shared_ptr<Connection>& c, wire::Frame frame);
+  void ArmFrameTimer(const std::shared_ptr<Connection>& c, std::chrono::milliseconds after,
+                     const char* why);
+  void CancelFrameTimer(Connection* c);
+  // Queues a frame; false if the connection is (now) closed.
+  bool Enqueue(const std::shared_ptr<Connection>& c, proto::MsgType type, uint64_t request_id,
+               const std::string& payload, std::span<const int> fds);
+  void QueueError(const std::shared_ptr<Connection>& c, uint64_t request_id, const Status& st);
+  void Flush(const std::shared_ptr<Connection>& c);
+  void CloseAfterFlush(const std::shared_ptr<Connection>& c, std::string reason);
+  void Drop(const std::shared_ptr<Connection>& c, const std::string& reason);
+  ReplyFn MakeReplyFn(ConnectionId id, uint64_t request_id, uint16_t request_type);
+
+  std::shared_ptr<Connection> Get(ConnectionId id) {
+    auto it = conns_.find(id);
+    return it == conns_.end() ? nullptr : it->second;
+  }
+  std::string Describe(const Connection& c) const {
+    return "connection " + std::to_string(c.id) + " (pid " + std::to_string(c.peer.pid) + ", uid " +
+           std::to_string(c.peer.uid) + ", " +
+           (c.peer.comm.empty() ? std::string("?") : c.peer.comm) + ")";
+  }
+};
+
+// ---- setup and shutdown ------------------------------------------------------
+
+Status Server::Impl::Init() {
+  // An adopted fd is ours from here on, also when Init fails.
+  UniqueFd listen_fd(options_.listen_fd);
+  options_.listen_fd = -1;
+  if (handler_ == nullptr) return Status(Code::kInvalidArgument, "server: no request handler");
+  if (options_.max_frame_bytes == 0 || options_.max_frame_bytes > wire::kHardMaxFrameBytes) {
+    return Status(Code::kInvalidArgument,
+                  "server: max_frame_bytes must be 1.." + std::to_string(wire::kHardMaxFrameBytes));
+  }
+  if (options_.max_fds_per_frame > wire::kHardMaxFdsPerFrame) {
+    return Status(Code::kInvalidArgument, "server: max_fds_per_frame must be <= " +
+                                              std::to_string(wire::kHardMaxFdsPerFrame));
+  }
+  if (options_.max_connections == 0 || options_.max_send_queue_frames == 0 ||
+      options_.max_inflight_requests == 0 || options_.read_deadline.count() <= 0) {
+    return Status(Code::kInvalidArgument,
+                  "server: max_connections, max_send_queue_frames, max_inflight_requests and "
+                  "read_deadline must be positive");
+  }
+  if (options_.max_send_queue_bytes < wire::kFrameHeaderSize + options_.max_frame_bytes) {
+    return Status(Code::kInvalidArgument,
+                  "server: max_send_queue_bytes must hold at least one maximum frame");
+  }
+  if (options_.fs == nullptr) {
+    own_fs_ = MakeRootedFileSystem("/");
+    fs_ = own_fs_.get();
+  } else {
+    fs_ = options_.fs;
+  }
+
+  if (listen_fd.valid()) {
+    CXLPOOL_RETURN_IF_ERROR(wire::CheckListeningUnixSocket(listen_fd.get()));
+    int fl = ::fcntl(listen_fd.get(), F_GETFL);
+    if (fl < 0 || ::fcntl(listen_fd.get(), F_SETFL, fl | O_NONBLOCK) != 0 ||
+        ::fcntl(listen_fd.get(), F_SETFD, FD_CLOEXEC) != 0) {
+      return Status::FromErrno(errno, "server: set listening fd non-blocking");
+    }
+    options_.socket_path.clear();
+  } else if (!options_.socket_path.empty()) {
+    wire::ListenOptions lo;
+    lo.path = options_.socket_path;
+    lo.mode = options_.socket_mode;
+    lo.group = options_.socket_group;
+    lo.backlog = options_.backlog;
+    Result<UniqueFd> fd = wire::ListenUnix(lo);
+    if (!fd.ok()) return fd.status();
+    listen_fd = std::move(*fd);
+    struct stat st;
+    if (::stat(options_.socket_path.c_str(), &st) == 0) {
+      created_path_ = options_.socket_path;
+      created_ino_ = st.st_ino;
+      created_dev_ = st.st_dev;
+    }
+  } else {
+    return Status(Code::kInvalidArgument, "server: neither socket_path nor listen_fd given");
+  }
+  error_code ec;
+  acceptor_.assign(stream_protocol(), listen_fd.get(), ec);
+  if (ec) return Status(Code::kIo, "server: adopt listening socket: " + ec.message());
+  listen_fd.Release();
+  StartAccept();
+  CXLPOOL_LOG(kInfo) << "server: listening on "
+                     << (options_.socket_path.empty() ? std::string("inherited fd")
+                                                      : options_.socket_path);
+  return Status::Ok();
+}
+
+void Server::Impl::Stop() {
+  if (stopped_) return;
+  stopped_ = true;
+  error_code ec;
+  backoff_timer_.cancel();
+  acceptor_.close(ec);
+  if (!created_path_.empty()) {
+    // Remove the socket file only if it is still the one we created.
+    struct stat st;
+    if (::lstat(created_path_.c_str(), &st) == 0 && st.st_ino == created_ino_ &&
+        st.st_dev == created_dev_) {
+      ::unlink(created_path_.c_str());
+    }
+    created_path_.clear();
+  }
+  std::vector<std::shared_ptr<Connection>> all;
+  for (auto& [id, c] : conns_) all.push_back(c);
+  for (auto& c : all) Drop(c, "server stopping");
+  if (callback_depth_ == 0) FlushDisconnectsNow();
+}
+
+void Server::Impl::FlushDisconnectsNow() {
+  while (!pending_disconnects_.empty()) {
+    std::vector<ConnectionId> ids;
+    ids.swap(pending_disconnects_);
+    for (ConnectionId id : ids) {
+      ++callback_depth_;
+      handler_->OnDisconnect(id);
+      --callback_depth_;
+    }
+  }
+}
+
+void Server::Impl::ScheduleDisconnectFlush() {
+  if (callback_depth_ == 0) {
+    FlushDisconnectsNow();
+    return;
+  }
+  if (disconnect_flush_posted_) return;
+  disconnect_flush_posted_ = true;
+  asio::post(io_, [weak = weak_from_this()] {
+    auto self = weak.lock();
+    if (!self) return;  // the destructor flushed them
+    self->disconnect_flush_posted_ = false;
+    if (self->callback_depth_ == 0) self->FlushDisconnectsNow();
+  });
+}
+
+// ---- accept ------------------------------------------------------------------
+
+void Server::Impl::StartAccept() {
+  if (stopped_) return;
+  acceptor_.async_wait(
+      stream_protocol::acceptor::wait_read, [weak = weak_from_this()](const error_code& ec) {
+        auto self = weak.lock();
+        if (!self || self->stopped_ || ec == asio::error::operation_aborted) {
+          return;
+        }
+        if (ec) {
+          CXLPOOL_LOG(kError) << "server: wait on listening socket: " << ec.message();
+          ++self->stats_.accept_errors;
+          self->backoff_timer_.expires_after(self->options_.accept_backoff);
+          self->backoff_timer_.async_wait([weak](const error_code& e2) {
+            auto s2 = weak.lock();
+            if (s2 && !e2) s2->StartAccept();
+          });
+          return;
+        }
+        self->AcceptReady();
+      });
+}
+
+void Server::Impl::AcceptReady() {
+  for (int i = 0; i < kMaxAcceptsPerWakeup && !stopped_; ++i) {
+    int fd = ::accept4(acceptor_.native_handle(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) {
+      int err = errno;
+      if (err == EAGAIN || err == EWOULDBLOCK) break;
+      if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
+      ++stats_.accept_errors;
+      if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+        // The pending connection stays in the backlog; retrying now would
+        // spin. Back off, then accept again.
+        CXLPOOL_LOG(kWarning) << "server: accept: " << std::strerror(err) << "; retrying in "
+                              << options_.accept_backoff.count() << " ms";
+        backoff_timer_.expires_after(options_.accept_backoff);
+        backoff_timer_.async_wait([weak = weak_from_this()](const error_code& ec) {
+          auto self = weak.lock();
+          if (self && !ec) self->StartAccept();
+        });
+        return;
+      }
+      CXLPOOL_LOG(kError) << "server: accept: " << std::strerror(err);
+      break;
+    }
+    Result<ConnectionId> r = Admit(UniqueFd(fd));
+    (void)r;  // refusals are counted and logged by Admit
+  }
+  StartAccept();
+}
+
+Result<ConnectionId> Server::Impl::Admit(UniqueFd fd) {
+  if (stopped_) return Status(Code::kUnavailable, "server stopped");
+  if (conns_.size() >= options_.max_connections) {
+    ++stats_.refused_max_connections;
+    CXLPOOL_LOG(kWarning) << "server: refusing connection: " << conns_.size()
+                          << " open, max_connections is " << options_.max_connections;
+    return Status(Code::kResourceExhausted,
+                  "connection limit of " + std::to_string(options_.max_connections) + " reached");
+  }
+  Result<wire::PeerCred> cred = wire::GetPeerCred(fd.get());
+  if (!cred.ok()) return cred.status();
+  if (options_.max_connections_per_uid > 0 &&
+      per_uid_[cred->uid] >= options_.max_connections_per_uid) {
+    ++stats_.refused_per_uid;
+    CXLPOOL_LOG(kWarning) << "server: refusing connection from uid " << cred->uid << ": "
+                          << per_uid_[cred->uid] << " open, per-uid limit is "
+                          << options_.max_connections_per_uid;
+    return Status(Code::kResourceExhausted, "per-uid connection limit of " +
+                                                std::to_string(options_.max_connections_per_uid) +
+                                                " reached for uid " + std::to_string(cred->uid));
+  }
+
+  auto c = std::make_shared<Connection>(
+      io_, next_id_, wire::RecvLimits{options_.max_frame_bytes, options_.max_fds_per_frame});
+  c->peer.pid = cred->pid;
+  c->peer.uid = cred->uid;
+  c->peer.gid = cred->gid;
+  Result<UniqueFd> pidfd = wire::GetPeerPidfd(fd.get(), cred->pid);
+  if (pidfd.ok()) {
+    c->pidfd = std::move(*pidfd);
+    c->peer.pidfd = c->pidfd.get();
+  } else {
+    CXLPOOL_LOG(kDebug) << "server: no pidfd for pid " << cred->pid << ": "
+                        << pidfd.status().ToString();
+  }
+  if (cred->pid > 0) {
+    std::string proc = "/proc/" + std::to_string(cred->pid);
+    if (auto comm = fs_->ReadFile(proc + "/comm"); comm.ok()) c->peer.comm = FirstLine(*comm);
+    if (auto cg = fs_->ReadFile(proc + "/cgroup"); cg.ok()) c->peer.cgroup = UnifiedCgroup(*cg);
+  }
+  error_code ec;
+  c->socket.assign(stream_protocol(), fd.get(), ec);
+  if (ec) return Status(Code::kIo, "adopt connection socket: " + ec.message());
+  fd.Release();
+
+  const ConnectionId id = next_id_++;
+  conns_[id] = c;
+  ++per_uid_[c->peer.uid];
+  ++stats_.accepted;
+  CXLPOOL_LOG(kDebug) << "server: " << Describe(*c) << " connected";
+  ++callback_depth_;
+  handler_->OnConnect(id, c->peer);
+  --callback_depth_;
+  if (!c->closed && options_.hello_deadline.count() > 0 && !c->hello_done) {
+    c->hello_timer.expires_after(options_.hello_deadline);
+    c->hello_timer.async_wait([weak = weak_from_this(), c](const error_code& e) {
+      auto self = weak.lock();
+      if (!self || e || c->closed || c->hello_done) return;
+      ++self->stats_.dropped_deadline;
+      self->Drop(c, "no successful HELLO within " +
+                        std::to_string(self->options_.hello_deadline.count()) + " ms");
+    });
+  }
+  StartRead(c);
+  ScheduleDisconnectFlush();
+  return id;
+}
+
+// ---- reading -----------------------------------------------------------------
+
+void Server::Impl::StartRead(const std::shared_ptr<Connection>& c) {
+  if (c->closed || c->closing || c->reading || c->inflight >= options_.max_inflight_requests) {
+    return;
+  }
+  c->reading = true;
+  c->socket.async_wait(stream_protocol::socket::wait_read,
+                       [weak = weak_from_this(), c](const error_code& ec) {
+                         c->reading = false;
+                         auto self = weak.lock();
+                         if (!self || c->closed) return;
+                         if (ec) {
+                           self->Drop(c, "wait for input: " + ec.message());
+                           return;
+                         }
+                         self->DoRead(c);
+                         self->ScheduleDisconnectFlush();
+                       });
+}
+
+void Server::Impl::DoRead(const std::shared_ptr<Connection>& c) {
+  while (!c->closed && !c->closing && c->inflight < options_.max_inflight_requests) {
+    Result<wire::FrameReader::Progress> p = c->reader.Read(c->fd(), 0);
+    if (!p.ok()) {
+      const Status& st = p.status();
+      if (st.code() == Code::kProtocol) {
+        ++stats_.protocol_errors;
+        // Echo the request id only from a header that is ours (magic ok).
+        const wire::FrameHeader& h = c->reader.header();
+        uint64_t rid = c->reader.have_header() && h.magic == wire::kFrameMagic ? h.request_id : 0;
+        QueueError(c, rid, st);
+        CloseAfterFlush(c, st.message());
+      } else {
+        Drop(c, st.ToString());
+      }
+      return;
+    }
+    switch (*p) {
+      case wire::FrameReader::Progress::kWouldBlock:
+        if (c->reader.mid_frame()) {
+          if (!c->frame_timer_armed) {
+            ArmFrameTimer(c, options_.read_deadline, "frame not completed");
+          }
+        }
+        StartRead(c);
+        return;
+      case wire::FrameReader::Progress::kEof:
+        Drop(c, "peer closed the connection");
+        return;
+      case wire::FrameReader::Progress::kFrame:
+        CancelFrameTimer(c.get());
+        HandleFrame(c, c->reader.TakeFrame());
+        break;
+    }
+  }
+  // Paused (in-flight limit) or closing: CompleteRequest restarts reading.
+}
+
+void Server::Impl::ArmFrameTimer(const std::shared_ptr<Connection>& c,
+                                 std::chrono::milliseconds after, const char* why) {
+  c->frame_timer_armed = true;
+  uint64_t gen = ++c->frame_timer_gen;
+  c->frame_timer.expires_after(after);
+  c->frame_timer.async_wait([weak = weak_from_this(), c, gen, why, after](const error_code& ec) {
+    auto self = weak.lock();
+    if (!self || ec || c->closed || gen != c->frame_timer_gen || !c->frame_timer_armed) {
+      return;
+    }
+    c->frame_timer_armed = false;
+    ++self->stats_.dropped_deadline;
+    self->Drop(c, std::string(why) + " within " + std::to_string(after.count()) + " ms");
+  });
+}
+
+void Server::Impl::CancelFrameTimer(Connection* c) {
+  if (!c->frame_timer_armed) return;
+  c->frame_timer_armed = false;
+  ++c->frame_timer_gen;
+  c->frame_timer.cancel();
+}
+
+void Server::Impl::HandleFrame(const std::shared_ptr<Connection>& c, wire::Frame frame) {
+  ++stats_.frames_in;
+  const uint16_t type = frame.header.type;
+  const uint64_t rid = frame.header.request_id;
+  if (!wire::IsKnownType(type)) {
+    ++stats_.protocol_errors;
+    QueueError(c, rid, Status(Code::kUnsupported, "unknown message type " + std::to_string(type)));
+    return;
+  }
+  if (!wire::IsRequestType(type)) {
+    ++stats_.protocol_errors;
+    QueueError(c, rid, Status(Code::kProtocol, wire::MsgTypeName(type) + " is not a request"));
+    return;
+  }
+  if (frame.fds_dropped > 0) {
+    ++stats_.protocol_errors;
+    QueueError(c, rid,
+               Status(Code::kProtocol,
+                      wire::MsgTypeName(type) + " carried " + std::to_string(frame.fds_dropped) +
+                          " fd(s); it may carry at most " +
+                          std::to_string(wire::MaxFdsForType(type, options_.max_fds_per_frame)) +
+                          "; all were closed"));
+    return;
+  }
+  if (!c->hello_done) {
+    if (type != proto::MSG_HELLO_REQUEST) {
+      QueueError(
+          c, rid,
+          Status(Code::kProtocol, wire::MsgTypeName(type) + " before a successful HELLO; send "
+                                                            "MSG_HELLO_REQUEST first"));
+      return;
+    }
+    if (c->hello_pending) {
+      QueueError(c, rid, Status(Code::kProtocol, "a HELLO is already being answered"));
+      return;
+    }
+    c->hello_pending = true;
+  } else if (type == proto::MSG_HELLO_REQUEST) {
+    QueueError(
+        c, rid,
+        Status(Code::kProtocol, "HELLO already done (version " + std::to_string(c->version) + ")"));
+    return;
+  } else if (frame.header.version != c->version) {
+    QueueError(
+        c, rid,
+        Status(Code::kProtocol, "frame written in version " + std::to_string(frame.header.version) +
+                                    "; this connection negotiated " + std::to_string(c->version)));
+    return;
+  }
+
+  ++c->inflight;
+  Request req;
+  req.type = static_cast<proto::MsgType>(type);
+  req.request_id = rid;
+  req.payload = std::move(frame.payload);
+  req.fds = std::move(frame.fds);
+  ReplyFn reply = MakeReplyFn(c->id, rid, type);
+  ++callback_depth_;
+  handler_->OnRequest(c->id, std::move(req), std::move(reply));
+  --callback_depth_;
+}
+
+// ---- replies -----------------------------------------------------------------
+
+namespace {
+
+// Shared by every copy of one request's ReplyFn. If the last copy dies
+// without a reply, the client still gets one (INTERNAL), so its request and
+// the connection's in-flight slot are never lost.
+struct ReplyState {
+  std::weak_ptr<Server::Impl> impl;
+  asio::io_context* io = nullptr;
+  ConnectionId conn = 0;
+  uint64_t request_id = 0;
+  uint16_t request_type = 0;
+  std::atomic<bool> replied{false};
+
+  ~ReplyState() {
+    if (replied.load()) return;
+    asio::post(*io, [impl = impl, conn = conn, rid = request_id, type = request_type] {
+      if (auto self = impl.lock()) {
+        self->CompleteRequest(
+            conn, rid, type,
+            MakeErrorReply(Status(Code::kInternal, "the daemon dropped this request unanswered")));
+      }
+    });
+  }
+};
+
+}  // namespace
+
+ReplyFn Server::Impl::MakeReplyFn(ConnectionId id, uint64_t request_id, uint16_t request_type) {
+  auto state = std::make_shared<ReplyState>();
+  state->impl = weak_from_this();
+  state->io = &io_;
+  state->conn = id;
+  state->request_id = request_id;
+  state->request_type = request_type;
+  return [state](Reply reply) {
+    if (state->replied.exchange(true)) {
+      CXLPOOL_LOG(kError) << "server: request " << state->request_id << " on connection "
+                          << state->conn << " answered twice; second reply ignored";
+      return;
+    }
+    if (state->io->get_executor().running_in_this_thread()) {
+      if (auto self = state->impl.lock()) {
+        self->CompleteRequest(state->conn, state->request_id, state->request_type,
+                              std::move(reply));
+        self->ScheduleDisconnectFlush();
+      }
+      return;
+    }
+    // Off the loop: the fds are only borrowed until we return, so take copies.
+    auto owned = std::make_shared<std::vector<UniqueFd>>();
+    for (int fd : reply.fds) {
+      int d = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+      if (d < 0) {
+        reply = MakeErrorReply(Status::FromErrno(errno, "dup reply fd"));
+        owned->clear();
+        break;
+      }
+      owned->emplace_back(d);
+    }
+    reply.fds.clear();
+    asio::post(*state->io, [state, reply = std::move(reply), owned]() mutable {
+      for (const UniqueFd& fd : *owned) reply.fds.push_back(fd.get());
+      if (auto self = state->impl.lock()) {
+        self->CompleteRequest(state->conn, state->request_id, state->request_type,
+                              std::move(reply));
+        self->ScheduleDisconnectFlush();
+      }
+    });
+  };
+}
+
+void Server::Impl::CompleteRequest(ConnectionId id, uint64_t request_id, uint16_t request_type,
+                                   Reply reply) {
+  std::shared_ptr<Connection> c = Get(id);
+  if (!c || c->closed) return;  // the client is gone; nothing to answer
+  if (c->inflight > 0) --c->inflight;
+
+  // A reply the client could not accept is a daemon bug: say so instead.
+  if (reply.payload.size() > options_.max_frame_bytes) {
+    CXLPOOL_LOG(kError) << "server: " << wire::MsgTypeName(reply.type) << " reply of "
+                        << reply.payload.size() << " bytes exceeds max_frame_bytes";
+    reply = MakeErrorReply(Status(
+        Code::kInternal,
+        "reply too large for one frame (" + std::to_string(reply.payload.size()) + " bytes)"));
+  } else if (reply.fds.size() > wire::MaxFdsForType(reply.type, options_.max_fds_per_frame)) {
+    CXLPOOL_LOG(kError) << "server: " << wire::MsgTypeName(reply.type) << " reply with "
+                        << reply.fds.size() << " fds refused";
+    reply = MakeErrorReply(Status(Code::kInternal, "daemon built a " +
+                                                       wire::MsgTypeName(reply.type) + " with " +
+                                                       std::to_string(reply.fds.size()) + " fds"));
+  }
+
+  bool close_after = false;
+  if (request_type == proto::MSG_HELLO_REQUEST) {
+    c->hello_pending = false;
+    if (reply.type == proto::MSG_HELLO_REPLY) {
+      proto::HelloReply hr;
+      Status st = wire::Decode(reply.payload, &hr);
+      if (st.ok() && hr.version() >= wire::kMinWireVersion &&
+          hr.version() <= wire::kMaxWireVersion) {
+        c->hello_done = true;
+        c->version = hr.version();
+        c->hello_timer.cancel();
+      } else {
+        reply = MakeErrorReply(Status(Code::kInternal, "daemon built an invalid HelloReply"));
+        close_after = true;
+      }
+    } else {
+      close_after = !c->hello_done;  // a failed hello ends the connection
+    }
+  }
+  if (!Enqueue(c, reply.type, request_id, reply.payload, reply.fds)) return;
+  if (close_after) {
+    CloseAfterFlush(c, "HELLO failed");
+    return;
+  }
+  StartRead(c);
+}
+
+bool Server::Impl::Enqueue(const std::shared_ptr<Connection>& c, proto::MsgType type,
+                           uint64_t request_id, const std::string& payload,
+                           std::span<const int> fds) {
+  if (c->closed) return false;
+  Result<wire::OutFrame> f = wire::MakeOutFrame(type, request_id, payload, fds);
+  if (!f.ok()) {
+    // Typically EMFILE while dup'ing the fds: the client gets the error
+    // instead of a reply it cannot use.
+    CXLPOOL_LOG(kError) << "server: " << Describe(*c) << ": " << f.status().ToString();
+    f = wire::MakeOutFrame(proto::MSG_ERROR_REPLY, request_id, wire::EncodeErrorPayload(f.status()),
+                           {});
+    if (!f.ok()) {
+      Drop(c, f.status().ToString());
+      return false;
+    }
+  }
+  const size_t size = f->bytes.size();
+  if (c->queue.size() + 1 > options_.max_send_queue_frames ||
+      c->queued_bytes + size > options_.max_send_queue_bytes) {
+    ++stats_.dropped_slow_reader;
+    Drop(c, "send queue full (" + std::to_string(c->queue.size()) + " frames, " +
+                std::to_string(c->queued_bytes) + " bytes): the client is not reading replies");
+    return false;
+  }
+  c->queued_bytes += size;
+  c->queue.push_back(std::move(*f));
+  Flush(c);
+  return !c->closed;
+}
+
+void Server::Impl::QueueError(const std::shared_ptr<Connection>& c, uint64_t request_id,
+                              const Status& st) {
+  CXLPOOL_LOG(kInfo) << "server: " << Describe(*c) << ": " << st.ToString();
+  Enqueue(c, proto::MSG_ERROR_REPLY, request_id, wire::EncodeErrorPayload(st), {});
+}
+
+void Server::Impl::Flush(const std::shared_ptr<Connection>& c) {
+  while (!c->closed && !c->queue.empty()) {
+    wire::OutFrame& f = c->queue.front();
+    Result<bool> done = wire::SendSome(c->fd(), &f);
+    if (!done.ok()) {
+      Drop(c, done.status().ToString());
+      return;
+    }
+    if (!*done) {
+      if (!c->writing) {
+        c->writing = true;
+        c->socket.async_wait(stream_protocol::socket::wait_write,
+                             [weak = weak_from_this(), c](const error_code& ec) {
+                               c->writing = false;
+                               auto self = weak.lock();
+                               if (!self || c->closed) return;
+                               if (ec) {
+                                 self->Drop(c, "wait for output: " + ec.message());
+                               } else {
+                                 self->Flush(c);
+                               }
+                               self->ScheduleDisconnectFlush();
+                             });
+      }
+      return;
+    }
+    c->queued_bytes -= f.bytes.size();
+    c->queue.pop_front();
+    ++stats_.frames_out;
+  }
+  if (!c->closed && c->closing && c->queue.empty()) Drop(c, c->closing_reason);
+}
+
+void Server::Impl::CloseAfterFlush(const std::shared_ptr<Connection>& c, std::string reason) {
+  if (c->closed || c->closing) return;
+  c->closing = true;
+  c->closing_reason = std::move(reason);
+  if (c->queue.empty()) {
+    Drop(c, c->closing_reason);
+    return;
+  }
+  // Do not wait forever for a client that does not read its error.
+  CancelFrameTimer(c.get());
+  ArmFrameTimer(c, options_.read_deadline, "error reply not read");
+}
+
+void Server::Impl::Drop(const std::shared_ptr<Connection>& c, const std::string& reason) {
+  if (c->closed) return;
+  c->closed = true;
+  CXLPOOL_LOG(kInfo) << "server: closing " << Describe(*c) << ": " << reason;
+  error_code ec;
+  c->socket.close(ec);  // outstanding waits complete with operation_aborted
+  c->frame_timer_armed = false;
+  c->frame_timer.cancel();
+  c->hello_timer.cancel();
+  c->queue.clear();  // closes queued fds
+  c->queued_bytes = 0;
+  c->pidfd.Reset();
+  c->peer.pidfd = -1;
+  auto uit = per_uid_.find(c->peer.uid);
+  if (uit != per_uid_.end() && --uit->second == 0) per_uid_.erase(uit);
+  conns_.erase(c->id);
+  pending_disconnects_.push_back(c->id);
+  ScheduleDisconnectFlush();
+}
+
+Status Server::Impl::Push(ConnectionId id, Reply reply) {
+  std::shared_ptr<Connection> c = Get(id);
+  if (!c || c->closed) return Status(Code::kNotFound, "no connection " + std::to_string(id));
+  if (!c->hello_done) {
+    return Status(Code::kUnavailable, "connection " + std::to_string(id) + " has not said HELLO");
+  }
+  if (reply.payload.size() > options_.max_frame_bytes) {
+    return Status(Code::kInvalidArgument, "push payload over max_frame_bytes");
+  }
+  if (reply.fds.size() > wire::kHardMaxFdsPerFrame) {
+    return Status(Code::kInvalidArgument, "too many fds on one push");
+  }
+  if (!Enqueue(c, reply.type, 0, reply.payload, reply.fds)) {
+    return Status(Code::kUnavailable,
+                  "connection " + std::to_string(id) + " dropped: it does not read its socket");
+  }
+  return Status::Ok();
+}
+
+Status Server::Impl::MarkHelloDone(ConnectionId id, uint32_t version) {
+  std::shared_ptr<Connection> c = Get(id);
+  if (!c || c->closed) return Status(Code::kNotFound, "no connection " + std::to_string(id));
+  if (version < wire::kMinWireVersion || version > wire::kMaxWireVersion) {
+    return Status(Code::kInvalidArgument,
+                  "version " + std::to_string(version) + " is not one this server speaks");
+  }
+  c->hello_done = true;
+  c->version = version;
+  c->hello_timer.cancel();
+  return Status::Ok();
+}
+
+// ---- Server ------------------------------------------------------------------
+
+Result<std::unique_ptr<Server>> Server::Create(asio::io_context& io, ServerOptions options,
+                                               RequestHandler* handler) {
+  auto impl = std::make_shared<Impl>(io, std::move(options), handler);
+  CXLPOOL_RETURN_IF_ERROR(impl->Init());
+  return std::unique_ptr<Server>(new Server(std::move(impl)));
+}
+
+Server::Server(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Server::~Server() {
+  impl_->Stop();
+  impl_->FlushDisconnectsNow();
+}
+
+void Server::Stop() { impl_->Stop(); }
+
+Result<ConnectionId> Server::AddConnection(UniqueFd fd) {
+  int v = 0;
+  socklen_t len = sizeof v;
+  if (!fd || ::getsockopt(fd.get(), SOL_SOCKET, SO_DOMAIN, &v, &len) != 0 || v != AF_UNIX) {
+    return Status(Code::kInvalidArgument, "AddConnection: not an AF_UNIX socket");
+  }
+  len = sizeof v;
+  if (::getsockopt(fd.get(), SOL_SOCKET, SO_TYPE, &v, &len) != 0 || v != SOCK_STREAM) {
+    return Status(Code::kInvalidArgument, "AddConnection: not a SOCK_STREAM socket");
+  }
+  int fl = ::fcntl(fd.get(), F_GETFL);
+  if (fl < 0 || ::fcntl(fd.get(), F_SETFL, fl | O_NONBLOCK) != 0 ||
+      ::fcntl(fd.get(), F_SETFD, FD_CLOEXEC) != 0) {
+    return Status::FromErrno(errno, "AddConnection: fcntl");
+  }
+  return impl_->Admit(std::move(fd));
+}
+
+Status Server::Push(ConnectionId conn, Reply reply) {
+  Status st = impl_->Push(conn, std::move(reply));
+  impl_->ScheduleDisconnectFlush();
+  return st;
+}
+
+Status Server::MarkHelloDone(ConnectionId conn, uint32_t version) {
+  return impl_->MarkHelloDone(conn, version);
+}
+
+bool Server::IsConnected(ConnectionId conn) const { return impl_->Find(conn) != nullptr; }
+
+std::optional<uint32_t> Server::NegotiatedVersion(ConnectionId conn) const {
+  const Connection* c = impl_->Find(conn);
+  if (c == nullptr || !c->hello_done) return std::nullopt;
+  return c->version;
+}
+
+size_t Server::connection_count() const { return impl_->conns_.size(); }
+
+ServerStats Server::stats() const {
+  ServerStats s = impl_->stats_;
+  s.connections = impl_->conns_.size();
+  return s;
+}
+
+const ServerOptions& Server::options() const { return impl_->options_; }
+const std::string& Server::socket_path() const { return impl_->options_.socket_path; }
+asio::io_context& Server::io_context() { return impl_->io_; }
+
+}  // namespace cxlpool
