@@ -1,0 +1,373 @@
+// GPU discovery: NVML when a library is loadable, else a sysfs PCI scan.
+#include "gpu_discovery.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "cxlpool/common/log.h"
+#include "cxlpool/common/strings.h"
+
+namespace cxlpool {
+namespace {
+
+constexpr const char* kPciDevices = "/sys/bus/pci/devices";
+constexpr const char* kDefaultNvml = "libnvidia-ml.so.1";
+constexpr uint64_t kNvidiaVendor = 0x10de;
+constexpr uint64_t kDisplayClass = 0x03;
+// Mask sizes handed to NVML, in unsigned longs: 4096 CPUs, 1024 nodes.
+constexpr unsigned kCpuMaskWords = 4096 / (8 * sizeof(unsigned long));
+constexpr unsigned kNodeMaskWords = 1024 / (8 * sizeof(unsigned long));
+
+// (domain, bus, device, function) of a normalised bus id, for bus order.
+std::tuple<uint64_t, uint64_t, uint64_t, uint64_t> BusKey(const std::string& id) {
+  auto parts = Split(id, ':');
+  if (parts.size() != 3) return {~0ull, 0, 0, 0};
+  auto dot = parts[2].find('.');
+  auto v = [](std::string_view s) { return ParseU64(s, 16).value_or(~0ull); };
+  return {v(parts[0]), v(parts[1]), v(std::string_view(parts[2]).substr(0, dot)),
+          dot == std::string::npos ? 0 : v(std::string_view(parts[2]).substr(dot + 1))};
+}
+
+std::vector<int> MaskBits(const unsigned long* words, unsigned nwords) {
+  std::vector<int> out;
+  const int bits = 8 * sizeof(unsigned long);
+  for (unsigned w = 0; w < nwords; ++w)
+    for (int b = 0; b < bits; ++b)
+      if (words[w] & (1ul << b)) out.push_back(static_cast<int>(w) * bits + b);
+  return out;
+}
+
+// The node holding most of `cpus` (lowest id on ties); nullopt if none.
+std::optional<int> NodeOfCpus(const Topology& topo, const std::vector<int>& cpus) {
+  std::set<int> want(cpus.begin(), cpus.end());
+  std::optional<int> best;
+  size_t best_count = 0;
+  for (const auto& n : topo.numa_nodes) {
+    size_t c = 0;
+    for (int cpu : n.cpus) c += want.count(cpu);
+    if (c > best_count || (c == best_count && c > 0 && best && n.id < *best)) {
+      best = n.id;
+      best_count = c;
+    }
+  }
+  return best;
+}
+
+bool NodeHasCpus(const Topology& topo, int id) {
+  const NumaNode* n = topo.FindNode(id);
+  return n != nullptr && !n->cpus.empty();
+}
+
+std::string Prefix(int index) { return "GPU " + std::to_string(index) + ": "; }
+
+// Turns an NVML buffer into a string, stopping at the first NUL.
+std::string FromBuffer(const char* buf, size_t size) {
+  return std::string(buf, strnlen(buf, size));
+}
+
+void WarnUnlessUnsupported(const NvmlLibrary& nvml, nvmlReturn_t r, int index, const char* what,
+                           std::vector<std::string>* warnings) {
+  if (r == NVML_SUCCESS || r == NVML_ERROR_NOT_SUPPORTED) return;
+  warnings->push_back(Prefix(index) + "NVML " + what + " failed: " + nvml.ErrorString(r));
+}
+
+std::optional<int> NvmlAffinityNode(const NvmlLibrary& nvml, nvmlDevice_t dev, int index,
+                                    const Topology& topo, std::vector<std::string>* warnings) {
+  if (nvml.nvmlDeviceGetMemoryAffinity != nullptr) {
+    unsigned long set[kNodeMaskWords] = {};
+    nvmlReturn_t r =
+        nvml.nvmlDeviceGetMemoryAffinity(dev, kNodeMaskWords, set, NVML_AFFINITY_SCOPE_NODE);
+    WarnUnlessUnsupported(nvml, r, index, "memory affinity", warnings);
+    if (r == NVML_SUCCESS) {
+      std::vector<int> nodes = MaskBits(set, kNodeMaskWords);
+      for (int n : nodes)
+        if (NodeHasCpus(topo, n)) return n;
+      if (!nodes.empty()) return nodes.front();
+    }
+  }
+  std::vector<int> cpus;
+  if (nvml.nvmlDeviceGetCpuAffinityWithinScope != nullptr) {
+    unsigned long set[kCpuMaskWords] = {};
+    nvmlReturn_t r =
+        nvml.nvmlDeviceGetCpuAffinityWithinScope(dev, kCpuMaskWords, set, NVML_AFFINITY_SCOPE_NODE);
+    WarnUnlessUnsupported(nvml, r, index, "CPU affinity (node scope)", warnings);
+    if (r == NVML_SUCCESS) cpus = MaskBits(set, kCpuMaskWords);
+  }
+  if (cpus.empty() && nvml.nvmlDeviceGetCpuAffinity != nullptr) {
+    unsigned long set[kCpuMaskWords] = {};
+    nvmlReturn_t r = nvml.nvmlDeviceGetCpuAffinity(dev, kCpuMaskWords, set);
+    WarnUnlessUnsupported(nvml, r, index, "CPU affinity", warnings);
+    if (r == NVML_SUCCESS) cpus = MaskBits(set, kCpuMaskWords);
+  }
+  if (!cpus.empty()) return NodeOfCpus(topo, cpus);
+  return std::nullopt;
+}
+
+std::optional<std::string> RemoteType(nvmlIntNvLinkDeviceType_t t) {
+  switch (t) {
+    case NVML_NVLINK_DEVICE_TYPE_GPU:
+      return "gpu";
+    case NVML_NVLINK_DEVICE_TYPE_SWITCH:
+      return "switch";
+    case NVML_NVLINK_DEVICE_TYPE_IBMNPU:
+      return "cpu";
+    default:
+      return std::nullopt;
+  }
+}
+
+void NvmlLinks(const NvmlLibrary& nvml, nvmlDevice_t dev, Gpu* gpu,
+               std::vector<std::string>* warnings) {
+  if (nvml.nvmlDeviceGetNvLinkState == nullptr) return;  // unsupported: nvlinks null
+  gpu->nvlinks_known = true;
+  for (unsigned link = 0; link < NVML_NVLINK_MAX_LINKS; ++link) {
+    nvmlEnableState_t state = NVML_FEATURE_DISABLED;
+    nvmlReturn_t r = nvml.nvmlDeviceGetNvLinkState(dev, link, &state);
+    if (r == NVML_ERROR_NOT_SUPPORTED || r == NVML_ERROR_INVALID_ARGUMENT) continue;  // no link
+    if (r != NVML_SUCCESS) {
+      warnings->push_back(Prefix(gpu->index) + "NVML NVLink " + std::to_string(link) +
+                          " state failed: " + nvml.ErrorString(r));
+      continue;
+    }
+    NvLink l;
+    l.link = static_cast<int>(link);
+    l.active = state == NVML_FEATURE_ENABLED;
+    if (l.active && nvml.nvmlDeviceGetNvLinkRemotePciInfo_v2 != nullptr) {
+      nvmlPciInfo_t pci;
+      std::memset(&pci, 0, sizeof pci);
+      if (nvml.nvmlDeviceGetNvLinkRemotePciInfo_v2(dev, link, &pci) == NVML_SUCCESS) {
+        auto id = NormalizePciBusId(FromBuffer(pci.busId, sizeof pci.busId));
+        if (id.ok()) l.remote_pci_bus_id = id.value();
+      }
+    }
+    if (l.active && nvml.nvmlDeviceGetNvLinkRemoteDeviceType != nullptr) {
+      nvmlIntNvLinkDeviceType_t t = NVML_NVLINK_DEVICE_TYPE_UNKNOWN;
+      if (nvml.nvmlDeviceGetNvLinkRemoteDeviceType(dev, link, &t) == NVML_SUCCESS) {
+        l.remote_type = RemoteType(t);
+      }
+    }
+    gpu->nvlinks.push_back(std::move(l));
+  }
+}
+
+}  // namespace
+
+std::optional<NvmlChoice> ChooseNvmlLibrary(const FileSystem& fs, const DiscoverOptions& options) {
+  if (!options.use_nvml) return std::nullopt;
+  if (!options.nvml_library.empty()) return NvmlChoice{options.nvml_library, true};
+  if (const char* env = std::getenv("CXLPOOL_NVML_LIBRARY"); env != nullptr && *env != '\0') {
+    return NvmlChoice{env, true};
+  }
+  if (fs.IsThisSystem()) return NvmlChoice{kDefaultNvml, false};
+  return std::nullopt;
+}
+
+std::optional<int> PciNumaNode(const FileSystem& fs, const std::string& bus_id,
+                               std::vector<std::string>* warnings) {
+  std::string path = JoinPath(JoinPath(kPciDevices, bus_id), "numa_node");
+  auto text = fs.ReadTrimmed(path);
+  if (!text.ok()) return std::nullopt;
+  auto v = ParseI64(text.value());
+  if (!v || *v < -1 || *v > 1 << 20) {
+    warnings->push_back(path + ": garbled numa_node '" + text.value() + "'");
+    return std::nullopt;
+  }
+  if (*v < 0) return std::nullopt;
+  return static_cast<int>(*v);
+}
+
+std::vector<Gpu> ScanPciGpus(const FileSystem& fs, std::vector<std::string>* warnings) {
+  std::vector<Gpu> gpus;
+  auto names = fs.ListDir(kPciDevices);
+  if (!names.ok()) {
+    warnings->push_back(std::string("no PCI device list (") + names.status().ToString() +
+                        "): GPUs not scanned");
+    return gpus;
+  }
+  for (const auto& name : names.value()) {
+    std::string dir = JoinPath(kPciDevices, name);
+    auto vendor_text = fs.ReadTrimmed(JoinPath(dir, "vendor"));
+    if (!vendor_text.ok()) continue;  // not a device directory we can read
+    auto vendor = ParseU64(vendor_text.value(), 0);
+    if (!vendor) {
+      warnings->push_back(dir + "/vendor: garbled '" + vendor_text.value() + "'");
+      continue;
+    }
+    if (*vendor != kNvidiaVendor) continue;
+    auto class_text = fs.ReadTrimmed(JoinPath(dir, "class"));
+    auto pci_class = class_text.ok() ? ParseU64(class_text.value(), 0) : std::nullopt;
+    if (!pci_class) {
+      warnings->push_back(dir + "/class: missing or garbled; NVIDIA function skipped");
+      continue;
+    }
+    if ((*pci_class >> 16) != kDisplayClass) continue;  // audio, bridges, NVSwitch
+    auto id = NormalizePciBusId(name);
+    if (!id.ok()) {
+      warnings->push_back(dir + ": " + id.status().message());
+      continue;
+    }
+    Gpu g;
+    g.pci_bus_id = id.value();
+    g.numa_node = PciNumaNode(fs, name, warnings);
+    g.source = "pci";
+    gpus.push_back(std::move(g));
+  }
+  std::sort(gpus.begin(), gpus.end(),
+            [](const Gpu& a, const Gpu& b) { return BusKey(a.pci_bus_id) < BusKey(b.pci_bus_id); });
+  for (size_t i = 0; i < gpus.size(); ++i) gpus[i].index = static_cast<int>(i);
+  return gpus;
+}
+
+Result<std::vector<Gpu>> ScanNvmlGpus(const NvmlLibrary& nvml, const FileSystem& fs,
+                                      const Topology& topo, std::vector<std::string>* warnings) {
+  unsigned int count = 0;
+  nvmlReturn_t r = nvml.nvmlDeviceGetCount_v2(&count);
+  if (r != NVML_SUCCESS) {
+    return Status(NvmlCodeToCode(r), "nvmlDeviceGetCount_v2: " + nvml.ErrorString(r));
+  }
+  if (count > 4096)
+    return Status(Code::kInvalidArgument,
+                  "NVML reports " + std::to_string(count) + " GPUs; refusing");
+  bool have_pci_dir = fs.IsDir(kPciDevices);
+  std::vector<Gpu> gpus;
+  for (unsigned int i = 0; i < count; ++i) {
+    int index = static_cast<int>(i);
+    nvmlDevice_t dev = nullptr;
+    r = nvml.nvmlDeviceGetHandleByIndex_v2(i, &dev);
+    if (r != NVML_SUCCESS) {
+      warnings->push_back(Prefix(index) + "NVML handle failed: " + nvml.ErrorString(r));
+      continue;
+    }
+    Gpu g;
+    g.index = index;
+    g.source = "nvml";
+    if (nvml.nvmlDeviceGetUUID != nullptr) {
+      char buf[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+      r = nvml.nvmlDeviceGetUUID(dev, buf, sizeof buf);
+      WarnUnlessUnsupported(nvml, r, index, "UUID", warnings);
+      if (r == NVML_SUCCESS) g.uuid = FromBuffer(buf, sizeof buf);
+    }
+    if (nvml.nvmlDeviceGetName != nullptr) {
+      char buf[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
+      r = nvml.nvmlDeviceGetName(dev, buf, sizeof buf);
+      WarnUnlessUnsupported(nvml, r, index, "name", warnings);
+      if (r == NVML_SUCCESS) g.name = FromBuffer(buf, sizeof buf);
+    }
+    if (nvml.nvmlDeviceGetPciInfo_v3 != nullptr) {
+      nvmlPciInfo_t pci;
+      std::memset(&pci, 0, sizeof pci);
+      r = nvml.nvmlDeviceGetPciInfo_v3(dev, &pci);
+      WarnUnlessUnsupported(nvml, r, index, "PCI info", warnings);
+      if (r == NVML_SUCCESS) {
+        auto id = NormalizePciBusId(FromBuffer(pci.busId, sizeof pci.busId));
+        if (id.ok()) {
+          g.pci_bus_id = id.value();
+        } else {
+          warnings->push_back(Prefix(index) + "NVML " + id.status().message());
+        }
+      }
+    }
+    if (nvml.nvmlDeviceGetMemoryInfo != nullptr) {
+      nvmlMemory_t mem;
+      std::memset(&mem, 0, sizeof mem);
+      r = nvml.nvmlDeviceGetMemoryInfo(dev, &mem);
+      WarnUnlessUnsupported(nvml, r, index, "memory info", warnings);
+      if (r == NVML_SUCCESS) g.memory_bytes = mem.total;
+    }
+    g.numa_node = NvmlAffinityNode(nvml, dev, index, topo, warnings);
+    if (!g.pci_bus_id.empty()) {
+      if (!g.numa_node) g.numa_node = PciNumaNode(fs, g.pci_bus_id, warnings);
+      if (have_pci_dir && !fs.Exists(JoinPath(kPciDevices, g.pci_bus_id))) {
+        warnings->push_back(Prefix(index) + "NVML bus id " + g.pci_bus_id + " is not in " +
+                            kPciDevices);
+      }
+    }
+    if (nvml.nvmlDeviceGetNumaNodeId != nullptr) {
+      unsigned int node = 0;
+      r = nvml.nvmlDeviceGetNumaNodeId(dev, &node);
+      WarnUnlessUnsupported(nvml, r, index, "NUMA node id", warnings);
+      if (r == NVML_SUCCESS && node < (1u << 20)) {
+        int n = static_cast<int>(node);
+        if (NodeHasCpus(topo, n)) {
+          // A node with CPUs is not GPU memory; at most an affinity hint.
+          if (!g.numa_node) g.numa_node = n;
+        } else {
+          g.memory_node = n;
+        }
+      }
+    }
+    NvmlLinks(nvml, dev, &g, warnings);
+    gpus.push_back(std::move(g));
+  }
+  return gpus;
+}
+
+void MarkGpuMemoryNodes(Topology* topo) {
+  for (const auto& g : topo->gpus) {
+    if (!g.memory_node) continue;
+    NumaNode* node = nullptr;
+    for (auto& n : topo->numa_nodes)
+      if (n.id == *g.memory_node) node = &n;
+    std::string who =
+        "GPU " + std::to_string(g.index) + (g.pci_bus_id.empty() ? "" : " (" + g.pci_bus_id + ")");
+    if (node == nullptr) {
+      topo->warnings.push_back(who + ": NVML places its memory on NUMA node " +
+                               std::to_string(*g.memory_node) + ", which sysfs does not show");
+      continue;
+    }
+    std::string reason = "holds the memory of " + who + " (NVML nvmlDeviceGetNumaNodeId)";
+    if (node->kind != NodeKind::kUnknown && node->kind != NodeKind::kGpu) {
+      reason += "; sysfs alone suggested " + std::string(NodeKindName(node->kind));
+    }
+    if (node->kind == NodeKind::kGpu && !node->kind_reason.empty()) {
+      reason = node->kind_reason + "; also " + reason;  // two GPUs share a node
+    }
+    node->kind = NodeKind::kGpu;
+    node->kind_reason = reason;
+  }
+}
+
+void DiscoverGpus(const FileSystem& fs, const DiscoverOptions& options, Topology* topo) {
+  topo->gpus.clear();
+  bool from_nvml = false;
+  if (auto choice = ChooseNvmlLibrary(fs, options)) {
+    auto lib = NvmlLibrary::Open(choice->path);
+    if (!lib.ok()) {
+      // No driver on a machine without GPUs is normal: only an explicitly
+      // named library that fails, or a present-but-broken default, warns.
+      if (choice->is_explicit || lib.status().code() != Code::kNotFound) {
+        topo->warnings.push_back("NVML unavailable (" + lib.status().ToString() +
+                                 "); GPUs from the PCI scan");
+      } else {
+        CXLPOOL_LOG(kDebug) << lib.status().ToString();
+      }
+    } else {
+      auto gpus = ScanNvmlGpus(*lib.value(), fs, *topo, &topo->warnings);
+      if (!gpus.ok()) {
+        topo->warnings.push_back("NVML enumeration failed (" + gpus.status().ToString() +
+                                 "); GPUs from the PCI scan");
+      } else {
+        topo->gpus = std::move(gpus).value();
+        from_nvml = true;
+      }
+    }
+  }
+  if (from_nvml && topo->gpus.empty()) {
+    std::vector<std::string> ignored;
+    auto pci = ScanPciGpus(fs, &ignored);
+    if (!pci.empty()) {
+      topo->warnings.push_back("NVML reports no GPUs but the PCI scan finds " +
+                               std::to_string(pci.size()) + "; using the PCI scan");
+      topo->gpus = std::move(pci);
+    }
+  } else if (!from_nvml) {
+    topo->gpus = ScanPciGpus(fs, &topo->warnings);
+  }
+  MarkGpuMemoryNodes(topo);
+}
+
+}  // namespace cxlpool
