@@ -109,7 +109,13 @@ void ReadAccessClasses(SysfsReader& rd, const std::string& dir, NumaNode* node) 
       rd.Warn(init + ": " + names.status().ToString());
     } else {
       for (const auto& n : names.value()) {
-        if (auto id = NumberedName(n, "node")) ac.initiators.push_back(*id);
+        auto id = NumberedName(n, "node");
+        if (!id) continue;
+        if (!rd.fs().IsDir(JoinPath(init, n))) {
+          rd.Warn(JoinPath(init, n) + ": dangling initiator link; ignored");
+          continue;
+        }
+        ac.initiators.push_back(*id);
       }
       std::sort(ac.initiators.begin(), ac.initiators.end());
     }
@@ -224,8 +230,12 @@ void DiscoverNumaNodes(const FileSystem& fs, Topology* topo) {
   // The kernel's online list is the authority (it orders the SLIT rows, and
   // hwloc trusts it too); directories only fill in when it is unreadable.
   std::vector<int> ids;
+  // SLIT rows have one value per online node, even one whose directory is
+  // missing from a capture; they are matched against this list.
+  std::vector<int> online_ids;
   std::string online_path = JoinPath(kNodeDir, "online");
   if (auto online = rd.ReadList(online_path, /*required=*/true); online && !online->empty()) {
+    online_ids = *online;
     for (int id : *online) {
       if (std::binary_search(dirs->begin(), dirs->end(), id)) {
         ids.push_back(id);
@@ -236,8 +246,8 @@ void DiscoverNumaNodes(const FileSystem& fs, Topology* topo) {
     }
   } else {
     ids = *dirs;
+    online_ids = ids;
   }
-  std::vector<int> online_ids = ids;
   auto has_cpu = rd.ReadList(JoinPath(kNodeDir, "has_cpu"), /*required=*/false);
 
   ZoneinfoCache zoneinfo(rd);
