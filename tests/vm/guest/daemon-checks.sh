@@ -4,7 +4,8 @@
 #
 # Each step needs a piece of the project; a missing piece (binary or CLI
 # option) is a visible "skip" with the reason, never a silent pass. The hooks
-# for pieces that do not exist yet are marked HOOK.
+# for pieces that do not exist yet are marked HOOK. Leases are checked with
+# our own client (tests/vm/clients, C ABI) and with the operator's CLI.
 #
 # Topology files set, before these run:
 #   TOPO_FAR_NODE   a memory-only node (leases asked for there)
@@ -34,9 +35,28 @@ vm_lease_count() {
     jq '(if type == "array" then . else .leases end) | length' 2>/dev/null
 }
 
+# Guest configuration: no warm stock (prefaulting under TCG is slow and the
+# nodes are small); the memory-only node's pool is capped at 16 MiB so a
+# strict request beyond that meets a full pool; a devdax pool for the static
+# CXL DAX region when the topology has one.
+vm_daemon_config() {
+  cat <<CONF
+[pools]
+warm_stock = []
+
+[pools.node.$TOPO_FAR_NODE]
+capacity = "16M"
+CONF
+  if [ -n "${VM_DAX_REGION:-}" ]; then
+    printf '\n[[devdax]]\nregion = "%s"\n' "$VM_DAX_REGION"
+  fi
+}
+
 vm_start_daemon() {
   mkdir -p /run/cxlpool
-  cxlpoold --socket "$VM_SOCK" >/out/cxlpoold.log 2>&1 &
+  vm_daemon_config >/out/cxlpoold.toml
+  vm_check "cxlpoold --check-config" cxlpoold --config /out/cxlpoold.toml --check-config
+  cxlpoold --foreground --config /out/cxlpoold.toml --socket "$VM_SOCK" >/out/cxlpoold.log 2>&1 &
   VM_DAEMON_PID=$!
   vm_check "cxlpoold starts and listens on $VM_SOCK" vm_wait_for 240 test -S "$VM_SOCK"
 }
@@ -95,59 +115,79 @@ vm_lease_on_node() {  # label node [extra alloc args]
       jq '(if type == \"array\" then . else .leases end) | length')\" = 0 ]"
 }
 
+# Shared lease: one process writes, another attaches and reads it intact,
+# with its pages on NODE.
+vm_shared_lease() {  # node
+  [ -p /tmp/share.fifo ] || mkfifo /tmp/share.fifo
+  exec 8<>/tmp/share.fifo
+  cxlpool-vm-client share-write vm-shared --socket "$VM_SOCK" --size $((4 << 20)) --node "$1" \
+    <&8 >/out/share-write.log 2>&1 &
+  _w=$!
+  if vm_check "shared lease created on node $1 and written" \
+    vm_wait_for 240 grep -q '^READY' /out/share-write.log; then
+    vm_check "shared lease read intact by a second process, pages on node $1" \
+      cxlpool-vm-client share-read vm-shared --socket "$VM_SOCK" --expect-node "$1"
+  fi
+  echo done >&8
+  wait "$_w"
+  vm_check_eq "shared lease writer exit status" "$?" 0
+  exec 8>&-
+}
+
 vm_daemon_checks() {
   if ! vm_have cxlpoold; then
     vm_skip "daemon: leases placed on node ${TOPO_FAR_NODE:-?}" "cxlpoold not built yet"
-    return
-  fi
-  if ! vm_have cxlpoolctl; then
-    vm_skip "daemon: leases" "cxlpoolctl not built yet"
     return
   fi
   # Where there is no memory-only node (cxl-devdax), leases go to node 0.
   TOPO_FAR_NODE=${TOPO_FAR_NODE:-0}
   vm_start_daemon || return
 
-  vm_check "cxlpoolctl pools --json" sh -c "cxlpoolctl pools --json --socket $VM_SOCK >/out/pools.json"
-  for _id in $(vm_nodes_in /sys/devices/system/node/has_memory); do
-    vm_check "pools: node $_id has a pool" jq -e \
-      "[(if type == \"array\" then . else .pools end)[] | select(.node == $_id)] | length == 1" \
-      /out/pools.json
-  done
-
-  if ! vm_help_has "cxlpoolctl alloc" --hold; then
-    vm_skip "daemon: leases on node $TOPO_FAR_NODE" "cxlpoolctl alloc has no --hold yet"
+  if vm_have cxlpoolctl && vm_help_has "cxlpoolctl pools" --json; then
+    vm_check "cxlpoolctl pools --json" \
+      sh -c "cxlpoolctl pools --json --socket $VM_SOCK >/out/pools.json"
+    for _id in $(vm_nodes_in /sys/devices/system/node/has_memory); do
+      vm_check "pools: node $_id has a pool" jq -e \
+        "[(if type == \"array\" then . else .pools end)[] | select(.node == $_id)] | length == 1" \
+        /out/pools.json
+    done
+    if [ -n "${VM_DAX_REGION:-}" ]; then
+      vm_check "pools: devdax pool for $VM_DAX_REGION listed" grep -q "$VM_DAX_DEV\|$VM_DAX_REGION" \
+        /out/pools.json
+    fi
   else
-    vm_lease_on_node "lease on memory-only node $TOPO_FAR_NODE" "$TOPO_FAR_NODE"
+    vm_skip "pools: one per node with memory" "cxlpoolctl pools not built yet"
+  fi
+
+  if vm_have cxlpool-vm-client; then
+    vm_check "lease on node $TOPO_FAR_NODE: every page there (move_pages), data intact" \
+      cxlpool-vm-client place --socket "$VM_SOCK" --size $((8 << 20)) --node "$TOPO_FAR_NODE" \
+      --strict --expect-node "$TOPO_FAR_NODE"
     if [ -n "${VM_CXL_NODE:-}" ]; then
-      if vm_help_has "cxlpoolctl alloc" --tier; then
-        vm_lease_on_node "tier preference cxl" "$VM_CXL_NODE" --tier cxl
-      else
-        vm_skip "tier preference cxl lands on node $VM_CXL_NODE" "cxlpoolctl alloc has no --tier"
-      fi
+      vm_check "tier preference cxl lands on CXL node $VM_CXL_NODE" \
+        cxlpool-vm-client place --socket "$VM_SOCK" --size $((4 << 20)) --tier cxl \
+        --expect-node "$VM_CXL_NODE"
     fi
-    # Strict placement on a node that cannot hold the request: refused, and
-    # the daemon keeps serving.
-    _kb=$(awk '/MemTotal:/ { print $4 }' /sys/devices/system/node/node$TOPO_FAR_NODE/meminfo)
-    if vm_help_has "cxlpoolctl alloc" --strict; then
-      vm_check "strict lease larger than node $TOPO_FAR_NODE is refused" sh -c \
-        "! cxlpoolctl alloc --socket $VM_SOCK --size $((_kb * 2048)) --node $TOPO_FAR_NODE --strict"
-      vm_check "daemon still serves after the refusal" \
-        sh -c "cxlpoolctl pools --json --socket $VM_SOCK >/dev/null"
-    else
-      vm_skip "strict lease on a full node is refused" "cxlpoolctl alloc has no --strict"
-    fi
-  fi
-
-  # HOOK: shared named lease written by one process and read by another. Needs
-  # a client with shared leases (example/test client); none exists yet.
-  if vm_have cxlpool-shared-check; then
-    vm_check "shared lease on node ${VM_CXL_NODE:-$TOPO_FAR_NODE} crosses processes intact" \
-      cxlpool-shared-check --socket "$VM_SOCK" --node "${VM_CXL_NODE:-$TOPO_FAR_NODE}" --size 4M
+    vm_check "strict lease beyond node $TOPO_FAR_NODE's full pool is refused" \
+      cxlpool-vm-client refuse --socket "$VM_SOCK" --size $((32 << 20)) --node "$TOPO_FAR_NODE"
+    vm_shared_lease "${VM_CXL_NODE:-$TOPO_FAR_NODE}"
   else
-    vm_skip "shared lease written by one process, read by another" \
-      "no shared-lease client built yet (HOOK in daemon-checks.sh)"
+    vm_skip "leases placed, refused and shared (cxlpool-vm-client)" \
+      "libcxlpool not built yet, so no tests/vm/clients"
   fi
 
+  # The operator's path: `cxlpoolctl alloc --hold`, checked on the holder's
+  # and the daemon's mappings.
+  if vm_have cxlpoolctl && vm_help_has "cxlpoolctl alloc" --hold; then
+    vm_lease_on_node "cxlpoolctl alloc --hold on node $TOPO_FAR_NODE" "$TOPO_FAR_NODE"
+  else
+    vm_skip "cxlpoolctl alloc --hold on node $TOPO_FAR_NODE" "cxlpoolctl alloc not built yet"
+  fi
+  if vm_have cxlpool-vm-client; then
+    vm_check "daemon still serves a lease on node 0 after all of the above" \
+      cxlpool-vm-client place --socket "$VM_SOCK" --size $((2 << 20)) --node 0 --expect-node 0
+  else
+    vm_check "daemon still running after all of the above" kill -0 "$VM_DAEMON_PID"
+  fi
   vm_stop_daemon
 }

@@ -54,7 +54,7 @@ vm_check_eq() {
     vm_pass "$1 = $3"
     return 0
   fi
-  vm_fail "$1: got '$2', kernel says '$3'"
+  vm_fail "$1: got '$2', want '$3'"
   return 1
 }
 

@@ -10,7 +10,12 @@ TOPO_FAR_NODE=
 topo_host_prepare() { cxl_host_prepare "$1"; }
 topo_qemu_args() { cxl_qemu_args "$1"; }
 
-topo_guest_setup() { cxl_guest_make_devdax; }
+topo_guest_setup() {
+  cxl_guest_make_devdax || return 1
+  # The daemon gets a devdax pool for this region (daemon-checks.sh).
+  VM_DAX_REGION=dax_region$(cat "$(dirname "$(readlink -f /sys/bus/dax/devices/$VM_DAX_DEV)")/dax_region/id")
+  vm_note "DAX region of $VM_DAX_DEV: $VM_DAX_REGION"
+}
 
 topo_guest_checks() {
   _d=/sys/bus/dax/devices/$VM_DAX_DEV

@@ -1,0 +1,230 @@
+/* cxlpool-vm-client: the VM tier's own libcxlpool client, written against the
+ * C ABI (<cxlpool/cxlpool.h>). Every claim is checked through the kernel:
+ * where the pages are comes from move_pages on our own mapping, never from
+ * what the daemon said.
+ *
+ *   cxlpool-vm-client place  --size B [--node N] [--tier LIST] [--strict]
+ *                            [--expect-node N]
+ *       Lease, write a pattern, read it back, check every page is on the
+ *       node the daemon reported (and on --expect-node when given). Release.
+ *   cxlpool-vm-client refuse --size B --node N
+ *       A strict lease that must be refused with ERESOURCE_EXHAUSTED.
+ *   cxlpool-vm-client share-write NAME --size B [--node N]
+ *       Create shared lease NAME, write a pattern, print "READY <node>" and
+ *       hold it until stdin reaches EOF (or a line is read), then release.
+ *   cxlpool-vm-client share-read NAME [--expect-node N]
+ *       Attach to NAME from another process, check the pattern and the node.
+ * Common option: --socket PATH. Exit 0 when the check holds, 1 otherwise
+ * (reason on stderr), 2 on bad usage. Single-threaded. */
+#define _GNU_SOURCE
+#include <cxlpool/cxlpool.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+typedef struct {
+  const char* cmd;
+  const char* name;
+  const char* socket_path;
+  const char* tier;
+  uint64_t size;
+  int node;
+  int expect_node;
+  int strict;
+} Args;
+
+static int Usage(void) {
+  fprintf(stderr,
+          "usage: cxlpool-vm-client place|refuse|share-write|share-read [NAME] [--socket P]\n"
+          "       [--size B] [--node N] [--tier LIST] [--strict] [--expect-node N]\n");
+  return 2;
+}
+
+static int Fail(const char* what, int rc) {
+  fprintf(stderr, "%s: %s (%s)\n", what, cxlpool_strerror(rc), cxlpool_last_error_message());
+  return 1;
+}
+
+static unsigned char Pattern(uint64_t i, uint64_t seed) {
+  return (unsigned char)(((i * 2654435761u) >> 13) ^ seed);
+}
+
+/* Every page of [p, p+len) is resident on `node` (move_pages on self). */
+static int PagesOn(void* p, uint64_t len, int node) {
+  long page = sysconf(_SC_PAGESIZE);
+  uint64_t pages = len / (uint64_t)page;
+  uint64_t wrong = 0, done = 0;
+  enum { kChunk = 1024 };
+  void* addr[kChunk];
+  int status[kChunk];
+  while (done < pages) {
+    unsigned long n = 0;
+    for (; n < kChunk && done + n < pages; ++n) addr[n] = (char*)p + (done + n) * (uint64_t)page;
+    if (syscall(SYS_move_pages, 0, n, addr, NULL, status, 0) != 0) {
+      fprintf(stderr, "move_pages: %s\n", strerror(errno));
+      return 0;
+    }
+    for (unsigned long i = 0; i < n; ++i) {
+      if (status[i] != node) ++wrong;
+    }
+    done += n;
+  }
+  printf("PAGES node=%d pages=%" PRIu64 " elsewhere_or_absent=%" PRIu64 "\n", node, pages, wrong);
+  return wrong == 0 && pages > 0;
+}
+
+static void Describe(const cxlpool_lease* l) {
+  cxlpool_lease_info info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  if (cxlpool_lease_get_info(l, &info) == CXLPOOL_OK) {
+    printf("LEASE id=%" PRIu64 " size=%" PRIu64 " node=%d kind=%s pool=%s backing=%s reason=%s\n",
+           info.id, info.size_bytes, info.numa_node, info.kind ? info.kind : "?",
+           info.pool ? info.pool : "?", info.backing ? info.backing : "?",
+           info.placement_reason ? info.placement_reason : "?");
+  }
+}
+
+static int Place(cxlpool_client* c, const Args* a) {
+  cxlpool_alloc_opts o;
+  cxlpool_alloc_opts_init(&o);
+  o.size_bytes = a->size;
+  o.numa_node = a->node;
+  o.near_gpu = -1;
+  o.flags = a->strict ? CXLPOOL_ALLOC_STRICT : 0;
+  o.label = "vm-client";
+  o.tier_preference = a->tier;
+  cxlpool_lease* l = NULL;
+  int rc = cxlpool_alloc(c, &o, &l);
+  if (rc != CXLPOOL_OK) return Fail("alloc", rc);
+  Describe(l);
+  unsigned char* p = cxlpool_lease_ptr(l);
+  uint64_t n = cxlpool_lease_size(l);
+  int node = cxlpool_lease_numa_node(l);
+  for (uint64_t i = 0; i < n; ++i) p[i] = Pattern(i, 7);
+  uint64_t bad = 0;
+  for (uint64_t i = 0; i < n; ++i) bad += p[i] != Pattern(i, 7);
+  int ok = bad == 0 && PagesOn(p, n, node);
+  if (bad != 0) fprintf(stderr, "%" PRIu64 " bytes read back wrong\n", bad);
+  if (a->expect_node >= 0 && node != a->expect_node) {
+    fprintf(stderr, "daemon placed the lease on node %d, expected %d\n", node, a->expect_node);
+    ok = 0;
+  }
+  rc = cxlpool_release(l);
+  if (rc != CXLPOOL_OK) return Fail("release", rc);
+  return ok ? 0 : 1;
+}
+
+static int Refuse(cxlpool_client* c, const Args* a) {
+  cxlpool_alloc_opts o;
+  cxlpool_alloc_opts_init(&o);
+  o.size_bytes = a->size;
+  o.numa_node = a->node;
+  o.near_gpu = -1;
+  o.flags = CXLPOOL_ALLOC_STRICT;
+  cxlpool_lease* l = NULL;
+  int rc = cxlpool_alloc(c, &o, &l);
+  if (rc == CXLPOOL_OK) {
+    Describe(l);
+    cxlpool_release(l);
+    fprintf(stderr, "strict lease of %" PRIu64 " bytes on node %d was granted\n", a->size, a->node);
+    return 1;
+  }
+  printf("REFUSED %s: %s\n", cxlpool_strerror(rc), cxlpool_last_error_message());
+  return rc == CXLPOOL_ERESOURCE_EXHAUSTED ? 0 : 1;
+}
+
+static int ShareWrite(cxlpool_client* c, const Args* a) {
+  cxlpool_alloc_opts o;
+  cxlpool_alloc_opts_init(&o);
+  o.size_bytes = a->size;
+  o.numa_node = a->node;
+  o.near_gpu = -1;
+  o.flags = a->node >= 0 ? CXLPOOL_ALLOC_STRICT : 0;
+  cxlpool_lease* l = NULL;
+  int rc = cxlpool_alloc_shared(c, &o, a->name, NULL, 0, NULL, 0, &l);
+  if (rc != CXLPOOL_OK) return Fail("alloc_shared", rc);
+  Describe(l);
+  unsigned char* p = cxlpool_lease_ptr(l);
+  uint64_t n = cxlpool_lease_size(l);
+  for (uint64_t i = 0; i < n; ++i) p[i] = Pattern(i, 0x5a);
+  printf("READY %d\n", cxlpool_lease_numa_node(l));
+  fflush(stdout);
+  char line[16];
+  (void)!fgets(line, sizeof line, stdin);
+  rc = cxlpool_release(l);
+  return rc == CXLPOOL_OK ? 0 : Fail("release", rc);
+}
+
+static int ShareRead(cxlpool_client* c, const Args* a) {
+  cxlpool_lease* l = NULL;
+  int rc = cxlpool_attach(c, a->name, &l);
+  if (rc != CXLPOOL_OK) return Fail("attach", rc);
+  Describe(l);
+  const unsigned char* p = cxlpool_lease_ptr(l);
+  uint64_t n = cxlpool_lease_size(l);
+  uint64_t bad = 0;
+  for (uint64_t i = 0; i < n; ++i) bad += p[i] != Pattern(i, 0x5a);
+  int node = a->expect_node >= 0 ? a->expect_node : cxlpool_lease_numa_node(l);
+  int ok = bad == 0 && PagesOn((void*)p, n, node);
+  printf("SHARED bytes=%" PRIu64 " corrupt=%" PRIu64 "\n", n, bad);
+  rc = cxlpool_release(l);
+  if (rc != CXLPOOL_OK) return Fail("release", rc);
+  return ok ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  Args a = {.node = -1, .expect_node = -1, .size = 4u << 20};
+  if (argc < 2) return Usage();
+  a.cmd = argv[1];
+  int i = 2;
+  if (strncmp(a.cmd, "share-", 6) == 0) {
+    if (argc < 3) return Usage();
+    a.name = argv[i++];
+  }
+  for (; i < argc; ++i) {
+    const char* opt = argv[i];
+    const char* val = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(opt, "--strict") == 0) {
+      a.strict = 1;
+      continue;
+    }
+    if (val == NULL) return Usage();
+    ++i;
+    if (strcmp(opt, "--socket") == 0) {
+      a.socket_path = val;
+    } else if (strcmp(opt, "--tier") == 0) {
+      a.tier = val;
+    } else if (strcmp(opt, "--size") == 0) {
+      a.size = strtoull(val, NULL, 0);
+    } else if (strcmp(opt, "--node") == 0) {
+      a.node = atoi(val);
+    } else if (strcmp(opt, "--expect-node") == 0) {
+      a.expect_node = atoi(val);
+    } else {
+      return Usage();
+    }
+  }
+  cxlpool_client* c = NULL;
+  int rc = cxlpool_connect(a.socket_path, &c);
+  if (rc != CXLPOOL_OK) return Fail("connect", rc);
+  int out;
+  if (strcmp(a.cmd, "place") == 0) {
+    out = Place(c, &a);
+  } else if (strcmp(a.cmd, "refuse") == 0) {
+    out = Refuse(c, &a);
+  } else if (strcmp(a.cmd, "share-write") == 0) {
+    out = ShareWrite(c, &a);
+  } else if (strcmp(a.cmd, "share-read") == 0) {
+    out = ShareRead(c, &a);
+  } else {
+    out = Usage();
+  }
+  cxlpool_disconnect(c);
+  return out;
+}
