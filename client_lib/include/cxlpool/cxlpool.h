@@ -1,0 +1,246 @@
+/* cxlpool.h: the C ABI of libcxlpool, the client of the cxlpoold daemon.
+ *
+ * A process connects to the node daemon, asks it for host or CXL memory
+ * near a GPU or on a NUMA node, and receives a lease: a sealed memfd that
+ * this library maps MAP_SHARED|MAP_POPULATE, read-write, and can register
+ * with CUDA (cuMemHostRegister, DEVICEMAP|PORTABLE) on request.
+ *
+ * Conventions:
+ *  - Handles (cxlpool_client, cxlpool_lease) are opaque.
+ *  - Every int-returning call returns 0 (CXLPOOL_OK) or a negative
+ *    CXLPOOL_E* code; cxlpool_strerror() names it, and
+ *    cxlpool_last_error_message() gives the detail of the calling thread's
+ *    last failure (e.g. the daemon's quota message).
+ *  - Structs passed in carry their own size in `struct_size`. A struct of an
+ *    older (smaller) version is accepted and the missing fields take their
+ *    defaults; a size below the first version is CXLPOOL_EINVALID_ARGUMENT; a
+ *    larger (newer) struct is accepted only when the bytes this library does
+ *    not know are zero.
+ *  - Exported symbols carry the version node CXLPOOL_0.1 and are never
+ *    renamed.
+ *
+ * Thread safety: a cxlpool_client may be used from several threads at once;
+ * calls on one client are serialised by a per-client mutex (one request in
+ * flight per client). A cxlpool_lease may be read (ptr, size, info, device
+ * pointer) from any thread; releasing or (un)registering it must not race
+ * with any other use of the same lease. Leases keep their client's
+ * connection alive: the socket closes when the client handle has been
+ * disconnected and the last of its leases released.
+ */
+#ifndef CXLPOOL_CXLPOOL_H_
+#define CXLPOOL_CXLPOOL_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(CXLPOOL_BUILDING_LIBRARY)
+#define CXLPOOL_EXPORT __attribute__((visibility("default")))
+#else
+#define CXLPOOL_EXPORT
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- error codes: CXLPOOL_E* == -(cxlpool::Code) == -(wire ErrorCode) ---- */
+enum {
+  CXLPOOL_OK = 0,
+  CXLPOOL_EINVALID_ARGUMENT = -1,   /* bad size, NULL, unknown field, garbage */
+  CXLPOOL_ENOT_FOUND = -2,          /* no such lease, name, node, GPU, socket */
+  CXLPOOL_EPERMISSION_DENIED = -3,  /* ACL refused, not admin, EACCES */
+  CXLPOOL_ERESOURCE_EXHAUSTED = -4, /* pool full, quota reached */
+  CXLPOOL_EUNAVAILABLE = -5,        /* daemon unreachable or gone, no GPU */
+  CXLPOOL_EUNSUPPORTED = -6,        /* no CUDA driver, missing entry point */
+  CXLPOOL_EPROTOCOL = -7,           /* bad frame, version mismatch */
+  CXLPOOL_EIO = -8,                 /* a syscall failed */
+  CXLPOOL_EINTERNAL = -9,           /* broken invariant */
+  CXLPOOL_EALREADY_EXISTS = -10,    /* shared name taken */
+  CXLPOOL_EREVOKED = -11            /* the lease was revoked by an admin */
+};
+
+/* Static text for an error code ("invalid argument", ...). Never NULL; an
+ * unknown code gives "unknown error". */
+CXLPOOL_EXPORT const char* cxlpool_strerror(int err);
+
+/* The detail message of the calling thread's last failed cxlpool_* call
+ * (e.g. "quota uid 1000 dram: 8 GiB used of 8 GiB"). "" after a success of a
+ * call that reports errors. Valid until the thread's next cxlpool_* call. */
+CXLPOOL_EXPORT const char* cxlpool_last_error_message(void);
+
+/* The library version, "0.1.0". */
+CXLPOOL_EXPORT const char* cxlpool_version(void);
+
+typedef struct cxlpool_client cxlpool_client;
+typedef struct cxlpool_lease cxlpool_lease;
+
+/* ---- connection ---- */
+
+/* Writes the default socket path into buf (NUL-terminated):
+ * $CXLPOOL_SOCKET if set; else /run/cxlpool/cxlpool.sock for root; else
+ * $XDG_RUNTIME_DIR/cxlpool.sock when that socket exists, falling back to the
+ * system socket /run/cxlpool/cxlpool.sock.
+ * Errors: EINVALID_ARGUMENT (buf NULL or too small; the path is cut). */
+CXLPOOL_EXPORT int cxlpool_default_socket_path(char* buf, size_t len);
+
+/* Connects and negotiates the protocol version (hello).
+ * socket_path: NULL for the default above.
+ * Errors: EINVALID_ARGUMENT (out NULL, path too long), ENOT_FOUND (no socket),
+ * EPERMISSION_DENIED, EUNAVAILABLE (refused, daemon gone), EPROTOCOL (no
+ * common version, garbled reply), EIO. */
+CXLPOOL_EXPORT int cxlpool_connect(const char* socket_path, cxlpool_client** out);
+
+/* Drops the caller's client handle. NULL is a no-op. Leases still held stay
+ * mapped and valid; the connection closes when the last of them is released
+ * (the daemon releases whatever the connection still held). */
+CXLPOOL_EXPORT void cxlpool_disconnect(cxlpool_client* c);
+
+/* Reads, without blocking, any lease events the daemon pushed (revocations)
+ * and marks the affected leases. Events are also read during every request.
+ * Returns the number of events handled (>= 0) or an error (EUNAVAILABLE when
+ * the connection is gone, EPROTOCOL). */
+CXLPOOL_EXPORT int cxlpool_process_events(cxlpool_client* c);
+
+/* ---- allocation ---- */
+
+enum {
+  CXLPOOL_ALLOC_STRICT = 1u << 0,        /* refuse rather than fall back */
+  CXLPOOL_ALLOC_CUDA_REGISTER = 1u << 1, /* cuMemHostRegister after mapping */
+  CXLPOOL_ALLOC_HUGETLB = 1u << 2        /* ask the daemon for hugetlb backing */
+};
+#define CXLPOOL_ALLOC_KNOWN_FLAGS 0x7u
+
+typedef struct cxlpool_alloc_opts {
+  uint32_t struct_size; /* sizeof(cxlpool_alloc_opts) */
+  uint64_t size_bytes;  /* > 0; the daemon rounds up to its page size */
+  int32_t numa_node;    /* -1: let the daemon place it */
+  int32_t near_gpu;     /* GPU index, -1: none */
+  uint32_t flags;       /* CXLPOOL_ALLOC_* */
+  const char* label;    /* may be NULL; shown by `cxlpoolctl leases` */
+  /* ---- end of version 1 (CXLPOOL_ALLOC_OPTS_SIZE_V1) ---- */
+  const char* gpu;             /* GPU uuid or PCI bus id; overrides near_gpu. NULL: none */
+  const char* tier_preference; /* node kinds in order, comma separated
+                                  ("dram,cxl"). NULL: daemon default */
+} cxlpool_alloc_opts;
+
+#define CXLPOOL_ALLOC_OPTS_SIZE_V1 (offsetof(cxlpool_alloc_opts, label) + sizeof(const char*))
+#define CXLPOOL_ALLOC_OPTS_SIZE_V2 \
+  (offsetof(cxlpool_alloc_opts, tier_preference) + sizeof(const char*))
+
+/* Fills o with defaults: struct_size = sizeof, numa_node = near_gpu = -1. */
+CXLPOOL_EXPORT void cxlpool_alloc_opts_init(cxlpool_alloc_opts* o);
+
+/* Asks the daemon for a private lease and maps it.
+ * With CXLPOOL_ALLOC_CUDA_REGISTER the mapping is then registered with CUDA
+ * on device near_gpu (0 when near_gpu is -1). A failed registration does not
+ * fail the allocation: the host mapping works, and
+ * cxlpool_lease_device_ptr() reports the registration's error.
+ * Errors: EINVALID_ARGUMENT (NULL, struct_size, size 0, unknown flags),
+ * ERESOURCE_EXHAUSTED (pool full, quota; see cxlpool_last_error_message),
+ * ENOT_FOUND (unknown node or GPU), EUNAVAILABLE, EPROTOCOL (reply or fd
+ * does not match), EIO (mmap failed). */
+CXLPOOL_EXPORT int cxlpool_alloc(cxlpool_client* c, const cxlpool_alloc_opts* o,
+                                 cxlpool_lease** out);
+
+/* Like cxlpool_alloc, and the lease gets a node-wide name that processes in
+ * the ACL (uids and gids; the owner always) can cxlpool_attach() to.
+ * Either ACL array may be NULL when its count is 0.
+ * Errors: those of cxlpool_alloc, and EALREADY_EXISTS (name taken). */
+CXLPOOL_EXPORT int cxlpool_alloc_shared(cxlpool_client* c, const cxlpool_alloc_opts* o,
+                                        const char* name, const uint32_t* acl_uids, size_t n_uids,
+                                        const uint32_t* acl_gids, size_t n_gids,
+                                        cxlpool_lease** out);
+
+/* Attaches to a shared named lease and maps the same memory.
+ * Errors: EINVALID_ARGUMENT, ENOT_FOUND (no such name), EPERMISSION_DENIED
+ * (not in the ACL), EUNAVAILABLE, EPROTOCOL, EIO. */
+CXLPOOL_EXPORT int cxlpool_attach(cxlpool_client* c, const char* name, cxlpool_lease** out);
+
+/* Unregisters from CUDA, unmaps, tells the daemon, closes the fd and frees
+ * the handle, always, even when an error is returned. NULL: EINVALID_ARGUMENT.
+ * Errors (the handle is freed all the same): EREVOKED (the daemon had
+ * revoked it), EUNAVAILABLE (connection gone; the daemon released it when the
+ * connection closed), EPROTOCOL. */
+CXLPOOL_EXPORT int cxlpool_release(cxlpool_lease* l);
+
+/* ---- lease accessors (NULL lease: NULL / 0 / -1) ---- */
+CXLPOOL_EXPORT void* cxlpool_lease_ptr(const cxlpool_lease* l);
+CXLPOOL_EXPORT uint64_t cxlpool_lease_size(const cxlpool_lease* l);
+CXLPOOL_EXPORT int cxlpool_lease_numa_node(const cxlpool_lease* l);
+CXLPOOL_EXPORT uint64_t cxlpool_lease_id(const cxlpool_lease* l);
+/* 1 when the daemon has revoked the lease (touching its memory then raises
+ * SIGBUS: the daemon truncated the memfd), 0 if not, -1 for NULL. Seen after
+ * a request or cxlpool_process_events() on its client. */
+CXLPOOL_EXPORT int cxlpool_lease_revoked(const cxlpool_lease* l);
+
+typedef struct cxlpool_lease_info {
+  uint32_t struct_size; /* set by the caller: sizeof(cxlpool_lease_info) */
+  uint64_t id;
+  uint64_t size_bytes; /* mapped size */
+  uint64_t requested_bytes;
+  uint64_t page_size;
+  int32_t numa_node;
+  int32_t memory_tier;     /* -1: unknown */
+  uint32_t holders;        /* processes holding a shared lease */
+  int32_t cuda_registered; /* 1 when registered with CUDA */
+  int32_t revoked;         /* 1 when revoked */
+  /* Strings below are owned by the lease, valid until it is released;
+   * never NULL ("" when unknown). */
+  const char* kind;             /* node kind: "dram", "cxl", ... */
+  const char* backing;          /* "memfd", "memfd-thp", "hugetlb-2m", "devdax", ... */
+  const char* placement_reason; /* why the daemon chose this node */
+  const char* pool;             /* "node1", "dax0.0" */
+  const char* label;
+  const char* name; /* shared name, "" if private */
+} cxlpool_lease_info;
+
+#define CXLPOOL_LEASE_INFO_SIZE_V1 (offsetof(cxlpool_lease_info, name) + sizeof(const char*))
+
+/* Copies what the daemon said about the lease into *out, up to
+ * out->struct_size bytes. Errors: EINVALID_ARGUMENT (NULL, struct_size). */
+CXLPOOL_EXPORT int cxlpool_lease_get_info(const cxlpool_lease* l, cxlpool_lease_info* out);
+
+/* ---- CUDA ----
+ * The library loads the CUDA driver API with dlopen("libcuda.so.1"), or the
+ * path in $CXLPOOL_CUDA_LIBRARY, the first time it is needed.
+ *
+ * Registration is done in chunks of at most 64 GiB (single calls of 512 GiB
+ * and more fail on recent drivers). Device pointers are contiguous only
+ * within one chunk. cxlpool_lease_device_ptr() succeeds when the whole lease
+ * is addressable from one pointer: one chunk, or chunks whose device
+ * pointers the library verified to be contiguous (the norm with unified
+ * addressing). Otherwise use the per-chunk calls. */
+
+/* Registers the lease's mapping with CUDA on `device`, on its primary
+ * context, DEVICEMAP|PORTABLE. Errors: EINVALID_ARGUMENT (NULL, device < 0),
+ * EALREADY_EXISTS (already registered), EUNSUPPORTED (no driver library or
+ * entry point), EUNAVAILABLE (no GPU, or the device index does not exist),
+ * EIO (the driver refused; see cxlpool_last_error_message). */
+CXLPOOL_EXPORT int cxlpool_lease_cuda_register(cxlpool_lease* l, int device);
+
+/* Undoes cxlpool_lease_cuda_register. Releasing a lease does it too.
+ * Errors: EINVALID_ARGUMENT, ENOT_FOUND (not registered), EIO. */
+CXLPOOL_EXPORT int cxlpool_lease_cuda_unregister(cxlpool_lease* l);
+
+/* The device pointer of the whole lease.
+ * Errors: EINVALID_ARGUMENT (NULL), ENOT_FOUND (never registered), the error
+ * of a failed registration (EUNSUPPORTED, EUNAVAILABLE, EIO), and
+ * EUNSUPPORTED when the chunks' device pointers are not contiguous. */
+CXLPOOL_EXPORT int cxlpool_lease_device_ptr(const cxlpool_lease* l, uint64_t* out);
+
+/* Number of registered chunks (0 when not registered), or
+ * EINVALID_ARGUMENT. */
+CXLPOOL_EXPORT int cxlpool_lease_device_chunk_count(const cxlpool_lease* l);
+
+/* The index-th chunk: its device pointer, and its offset and length in the
+ * lease. Any out pointer may be NULL. Errors: EINVALID_ARGUMENT, ENOT_FOUND
+ * (index out of range). */
+CXLPOOL_EXPORT int cxlpool_lease_device_chunk(const cxlpool_lease* l, uint32_t index,
+                                              uint64_t* device_ptr, uint64_t* offset,
+                                              uint64_t* length);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* CXLPOOL_CXLPOOL_H_ */

@@ -1,0 +1,400 @@
+#include "client_core.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "cxlpool/common/log.h"
+#include "cxlpool/proto/codec.h"
+
+namespace cxlpool::detail {
+namespace {
+
+// How long hello may take before the daemon counts as unresponsive. Requests
+// after hello wait as long as the daemon needs (prefaulting large leases).
+constexpr int kHelloTimeoutMs = 30000;
+constexpr char kSystemSocket[] = "/run/cxlpool/cxlpool.sock";
+
+Status ConnectError(int err, const std::string& path) {
+  switch (err) {
+    case ENOENT:
+      return Status(Code::kNotFound, "no cxlpoold socket at " + path + " (is cxlpoold running?)");
+    case ECONNREFUSED:
+      return Status(Code::kUnavailable, "cxlpoold is not accepting connections on " + path);
+    case EACCES:
+    case EPERM:
+      return Status(Code::kPermissionDenied,
+                    "no permission to connect to " + path + " (socket group?)");
+    default:
+      return Status::FromErrno(err, "connect(" + path + ")");
+  }
+}
+
+std::string ProcessComm() {
+  char buf[64] = {};
+  FILE* f = std::fopen("/proc/self/comm", "re");
+  if (f == nullptr) return "";
+  std::string out;
+  if (std::fgets(buf, sizeof(buf), f) != nullptr) out = buf;
+  std::fclose(f);
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
+}  // namespace
+
+std::string DefaultSocketPath() {
+  const char* env = std::getenv("CXLPOOL_SOCKET");
+  if (env != nullptr && *env != '\0') return env;
+  if (::geteuid() == 0) return kSystemSocket;
+  const char* xdg = std::getenv("XDG_RUNTIME_DIR");
+  if (xdg != nullptr && *xdg != '\0') {
+    std::string user = std::string(xdg) + "/cxlpool.sock";
+    struct stat st {};
+    if (::stat(user.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) return user;
+  }
+  return kSystemSocket;
+}
+
+ClientStatus ToClientStatus(const Status& s) {
+  return ClientStatus(static_cast<ErrorCode>(static_cast<int>(s.code())), s.message());
+}
+
+LeaseInfo FromProto(const proto::LeaseInfo& p) {
+  LeaseInfo i;
+  i.id = p.id();
+  i.size_bytes = p.size_bytes();
+  i.requested_bytes = p.requested_bytes();
+  i.page_size = p.page_size();
+  i.numa_node = p.numa_node();
+  i.memory_tier = p.has_memory_tier() ? p.memory_tier() : -1;
+  i.holders = p.holders();
+  i.kind = p.kind();
+  i.backing = p.backing();
+  i.placement_reason = p.placement_reason();
+  i.pool = p.pool();
+  i.label = p.label();
+  i.name = p.name();
+  return i;
+}
+
+// ---------------------------------------------------------------- ClientCore
+
+Result<std::shared_ptr<ClientCore>> ClientCore::Connect(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.empty()) return Status(Code::kInvalidArgument, "empty socket path");
+  if (path.size() >= sizeof(addr.sun_path)) {
+    return Status(
+        Code::kInvalidArgument,
+        "socket path longer than " + std::to_string(sizeof(addr.sun_path) - 1) + " bytes: " + path);
+  }
+  std::memcpy(addr.sun_path, path.data(), path.size());
+  UniqueFd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!sock.valid()) return Status::FromErrno(errno, "socket(AF_UNIX)");
+  int rc;
+  do {
+    rc = ::connect(sock.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) return ConnectError(errno, path);
+  return FromSocket(std::move(sock), path);
+}
+
+Result<std::shared_ptr<ClientCore>> ClientCore::FromSocket(UniqueFd sock, const std::string& peer) {
+  if (!sock.valid()) return Status(Code::kInvalidArgument, "no socket");
+  std::shared_ptr<ClientCore> core(new ClientCore(std::move(sock), peer));
+  Status s = core->Hello();
+  if (!s.ok()) return s;
+  return core;
+}
+
+Status ClientCore::Broken(Status s) {
+  if (broken_.ok()) {
+    broken_ = Status(s.code() == Code::kProtocol ? Code::kProtocol : Code::kUnavailable,
+                     "connection to cxlpoold (" + peer_ + ") unusable: " + s.message());
+    sock_.Reset();
+  }
+  return s;
+}
+
+Status ClientCore::Hello() {
+  std::lock_guard<std::mutex> lock(mu_);
+  proto::HelloRequest req;
+  req.set_min_version(wire::kMinWireVersion);
+  req.set_max_version(wire::kMaxWireVersion);
+  req.set_client_name("libcxlpool/" + std::string(cxlpool_version()) + " " + ProcessComm());
+  Result<std::string> payload = wire::Encode(req);
+  if (!payload.ok()) return payload.status();
+  const uint64_t id = next_request_id_++;
+  Status s =
+      wire::SendFrame(sock_.get(), proto::MSG_HELLO_REQUEST, id, *payload, {}, kHelloTimeoutMs);
+  if (!s.ok()) return Broken(s);
+  Result<wire::Frame> frame = wire::RecvFrame(sock_.get(), {}, kHelloTimeoutMs);
+  if (!frame.ok()) return Broken(frame.status());
+  if (frame->request_id() != id) {
+    return Broken(Status(Code::kProtocol, "hello reply carries request id " +
+                                              std::to_string(frame->request_id()) + ", expected " +
+                                              std::to_string(id)));
+  }
+  proto::HelloReply reply;
+  s = wire::DecodeReply(*frame, &reply);
+  if (!s.ok()) return Broken(s);
+  if (reply.version() < wire::kMinWireVersion || reply.version() > wire::kMaxWireVersion) {
+    return Broken(Status(Code::kProtocol,
+                         "cxlpoold chose protocol version " + std::to_string(reply.version()) +
+                             ", this library speaks " + std::to_string(wire::kMinWireVersion) +
+                             ".." + std::to_string(wire::kMaxWireVersion)));
+  }
+  version_ = reply.version();
+  server_version_ = reply.server_version();
+  if (reply.max_frame_bytes() > 0) {
+    max_payload_bytes_ = static_cast<uint32_t>(
+        std::min<uint64_t>(reply.max_frame_bytes(), wire::kHardMaxFrameBytes));
+  }
+  wire::RecvLimits limits;
+  limits.max_payload_bytes = max_payload_bytes_;
+  reader_ = wire::FrameReader(limits);
+  return Status::Ok();
+}
+
+void ClientCore::HandleEvent(const wire::Frame& frame) {
+  proto::LeaseEvent ev;
+  Status s = wire::Decode(frame.payload, &ev);
+  if (!s.ok()) {
+    CXLPOOL_LOG(kWarning) << "ignoring undecodable lease event: " << s.ToString();
+    return;
+  }
+  if (ev.event() != "revoked") {
+    CXLPOOL_LOG(kDebug) << "ignoring lease event '" << ev.event() << "' for lease "
+                        << ev.lease_id();
+    return;
+  }
+  std::lock_guard<std::mutex> lock(leases_mu_);
+  auto [begin, end] = leases_.equal_range(ev.lease_id());
+  for (auto it = begin; it != end; ++it) it->second->MarkRevoked();
+}
+
+Result<wire::Frame> ClientCore::Call(proto::MsgType type, const std::string& payload) {
+  // mu_ is held by the caller.
+  if (!broken_.ok()) return broken_;
+  const uint64_t id = next_request_id_++;
+  Status s = wire::SendFrame(sock_.get(), type, id, payload);
+  if (!s.ok()) return Broken(s);
+  for (;;) {
+    Result<wire::FrameReader::Progress> p = reader_.Read(sock_.get(), -1);
+    if (!p.ok()) return Broken(p.status());
+    if (*p == wire::FrameReader::Progress::kEof) {
+      return Broken(Status(Code::kUnavailable, "cxlpoold closed the connection"));
+    }
+    if (*p != wire::FrameReader::Progress::kFrame) continue;
+    wire::Frame frame = reader_.TakeFrame();
+    if (frame.type() == proto::MSG_LEASE_EVENT && frame.request_id() == 0) {
+      HandleEvent(frame);
+      continue;
+    }
+    if (frame.request_id() != id) {
+      return Broken(Status(Code::kProtocol, "reply " + wire::MsgTypeName(frame.header.type) +
+                                                " carries request id " +
+                                                std::to_string(frame.request_id()) + ", expected " +
+                                                std::to_string(id)));
+    }
+    return frame;
+  }
+}
+
+template <typename Req>
+Result<wire::Frame> ClientCore::CallMessage(const Req& req) {
+  Result<std::string> payload = wire::Encode(req, max_payload_bytes_);
+  if (!payload.ok()) return payload.status();
+  return Call(wire::TypeOf<Req>(), *payload);
+}
+
+Result<std::unique_ptr<LeaseState>> ClientCore::MapReply(wire::Frame frame,
+                                                         const proto::LeaseInfo& info) {
+  Status bad;
+  if (frame.fds.size() != 1) {
+    bad = Status(Code::kProtocol, wire::MsgTypeName(frame.header.type) + " carried " +
+                                      std::to_string(frame.fds.size()) + " fds, expected 1");
+  } else if (info.id() == 0 || info.size_bytes() == 0) {
+    bad = Status(Code::kProtocol, "lease reply without id or size");
+  }
+  Result<Mapping> m = bad.ok()
+                          ? Mapping::Map(std::move(frame.fds[0]), info.size_bytes(), info.backing())
+                          : Result<Mapping>(bad);
+  if (!m.ok()) {
+    // Do not leave the daemon holding memory we cannot use.
+    if (info.id() != 0) {
+      proto::ReleaseRequest rel;
+      rel.set_lease_id(info.id());
+      Result<wire::Frame> ignored = CallMessage(rel);
+      (void)ignored;
+    }
+    return m.status();
+  }
+  return std::make_unique<LeaseState>(shared_from_this(), std::move(*m), FromProto(info));
+}
+
+Result<std::unique_ptr<LeaseState>> ClientCore::Allocate(const proto::AllocRequest& req) {
+  std::unique_ptr<LeaseState> lease;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    Result<wire::Frame> frame = CallMessage(req);
+    if (!frame.ok()) return frame.status();
+    proto::AllocReply reply;
+    CXLPOOL_RETURN_IF_ERROR(wire::DecodeReply(*frame, &reply));
+    Result<std::unique_ptr<LeaseState>> l = MapReply(std::move(*frame), reply.lease());
+    if (!l.ok()) return l.status();
+    lease = std::move(*l);
+  }
+  Track(lease.get());
+  return lease;
+}
+
+Result<std::unique_ptr<LeaseState>> ClientCore::Attach(const std::string& name) {
+  std::unique_ptr<LeaseState> lease;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    proto::AttachRequest req;
+    req.set_name(name);
+    Result<wire::Frame> frame = CallMessage(req);
+    if (!frame.ok()) return frame.status();
+    proto::AttachReply reply;
+    CXLPOOL_RETURN_IF_ERROR(wire::DecodeReply(*frame, &reply));
+    Result<std::unique_ptr<LeaseState>> l = MapReply(std::move(*frame), reply.lease());
+    if (!l.ok()) return l.status();
+    lease = std::move(*l);
+  }
+  Track(lease.get());
+  return lease;
+}
+
+Status ClientCore::Release(uint64_t lease_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  proto::ReleaseRequest req;
+  req.set_lease_id(lease_id);
+  Result<wire::Frame> frame = CallMessage(req);
+  if (!frame.ok()) return frame.status();
+  proto::ReleaseReply reply;
+  return wire::DecodeReply(*frame, &reply);
+}
+
+Result<int> ClientCore::ProcessEvents() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!broken_.ok()) return broken_;
+  int handled = 0;
+  for (;;) {
+    Result<wire::FrameReader::Progress> p = reader_.Read(sock_.get(), 0);
+    if (!p.ok()) return Broken(p.status());
+    if (*p == wire::FrameReader::Progress::kWouldBlock) return handled;
+    if (*p == wire::FrameReader::Progress::kEof) {
+      return Broken(Status(Code::kUnavailable, "cxlpoold closed the connection"));
+    }
+    wire::Frame frame = reader_.TakeFrame();
+    if (frame.type() != proto::MSG_LEASE_EVENT || frame.request_id() != 0) {
+      return Broken(Status(Code::kProtocol, "unsolicited " + wire::MsgTypeName(frame.header.type) +
+                                                " with no request pending"));
+    }
+    HandleEvent(frame);
+    ++handled;
+  }
+}
+
+void ClientCore::Track(LeaseState* lease) {
+  std::lock_guard<std::mutex> lock(leases_mu_);
+  leases_.emplace(lease->info().id, lease);
+}
+
+void ClientCore::Untrack(LeaseState* lease) {
+  std::lock_guard<std::mutex> lock(leases_mu_);
+  auto [begin, end] = leases_.equal_range(lease->info().id);
+  for (auto it = begin; it != end; ++it) {
+    if (it->second == lease) {
+      leases_.erase(it);
+      return;
+    }
+  }
+}
+
+// ---------------------------------------------------------------- LeaseState
+
+LeaseState::LeaseState(std::shared_ptr<ClientCore> core, Mapping mapping, LeaseInfo info)
+    : core_(std::move(core)), mapping_(std::move(mapping)), info_(std::move(info)) {}
+
+LeaseState::~LeaseState() {
+  Status s = Release();
+  if (!s.ok()) {
+    CXLPOOL_LOG(kDebug) << "release of lease " << info_.id << ": " << s.ToString();
+  }
+}
+
+Status LeaseState::CudaRegister(int device) {
+  if (released_) return Status(Code::kInvalidArgument, "lease already released");
+  if (cuda_.registered()) {
+    return Status(Code::kAlreadyExists,
+                  "lease already registered with CUDA device " + std::to_string(cuda_.device()));
+  }
+  if (device < 0) return Status(Code::kInvalidArgument, "negative CUDA device index");
+  Result<const cuda::CudaDriver*> driver = cuda::CudaDriver::Default();
+  if (!driver.ok()) {
+    cuda_status_ = driver.status();
+    return cuda_status_;
+  }
+  Result<cuda::CudaRegistration> reg =
+      cuda::RegisterHostMemory(**driver, device, mapping_.data(), mapping_.size());
+  if (!reg.ok()) {
+    cuda_status_ = reg.status();
+    return cuda_status_;
+  }
+  cuda_ = std::move(*reg);
+  cuda_status_ = Status::Ok();
+  return Status::Ok();
+}
+
+Status LeaseState::CudaUnregister() {
+  if (!cuda_.registered()) return Status(Code::kNotFound, "the lease is not registered with CUDA");
+  Status s = cuda_.Unregister();
+  cuda_status_ = Status(Code::kNotFound, "the lease is not registered with CUDA");
+  return s;
+}
+
+Result<uint64_t> LeaseState::DevicePtr() const {
+  if (!cuda_.registered()) return cuda_status_;
+  if (!cuda_.contiguous()) {
+    return Status(Code::kUnsupported, "the lease's " + std::to_string(cuda_.chunks().size()) +
+                                          " CUDA chunks have non-contiguous device pointers;"
+                                          " use the per-chunk pointers");
+  }
+  return cuda_.chunks().front().device_ptr;
+}
+
+Status LeaseState::Release() {
+  if (released_) return Status::Ok();
+  released_ = true;
+  Status result;
+  if (cuda_.registered()) {
+    Status s = cuda_.Unregister();
+    if (!s.ok()) {
+      CXLPOOL_LOG(kWarning) << "lease " << info_.id << ": " << s.ToString();
+    }
+  }
+  mapping_.Unmap();
+  core_->Untrack(this);
+  if (revoked()) {
+    result = Status(Code::kRevoked, "lease " + std::to_string(info_.id) + " was revoked");
+  }
+  Status s = core_->Release(info_.id);
+  if (result.ok() && !s.ok()) result = s;
+  core_.reset();
+  return result;
+}
+
+}  // namespace cxlpool::detail

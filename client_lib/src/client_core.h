@@ -1,0 +1,135 @@
+// ClientCore and LeaseState: what stands behind cxlpool::Client and
+// cxlpool::Lease (and so behind the C ABI's handles).
+//
+// ClientCore owns the connection: the socket, the frame reader, request ids
+// and the hello outcome. Requests are blocking and serialised by one mutex;
+// server pushes (LeaseEvent) that arrive while waiting for a reply, or that
+// ProcessEvents drains, mark the affected leases revoked.
+//
+// LeaseState owns a lease's fd and mapping (Mapping) and its CUDA
+// registration, independent of the connection: it holds a shared_ptr to the
+// core only to send the release request, so the mapping survives a broken
+// connection (and a later reconnect can hand the fd back to the daemon).
+//
+// Thread safety: ClientCore is safe to use from several threads (mu_ guards
+// the connection, leases_mu_ the registry of live leases; leases_mu_ is never
+// held while taking mu_). A LeaseState is single-owner; only `revoked` is
+// touched by other threads.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "cuda_driver.h"
+#include "cxlpool.pb.h"
+#include "cxlpool/client.hpp"
+#include "cxlpool/common/status.h"
+#include "cxlpool/common/unique_fd.h"
+#include "cxlpool/proto/ipc.h"
+#include "mapping.h"
+
+namespace cxlpool {
+namespace detail {
+
+class LeaseState;
+
+class ClientCore : public std::enable_shared_from_this<ClientCore> {
+ public:
+  // Connects to a Unix socket path and says hello.
+  // Errors: INVALID_ARGUMENT (path too long), NOT_FOUND, PERMISSION_DENIED,
+  // UNAVAILABLE, PROTOCOL, IO.
+  static Result<std::shared_ptr<ClientCore>> Connect(const std::string& path);
+  // Test and activation hook: an already-connected stream socket.
+  static Result<std::shared_ptr<ClientCore>> FromSocket(UniqueFd sock, const std::string& peer);
+
+  // Sends an AllocRequest (private or named) and maps the reply's fd.
+  Result<std::unique_ptr<LeaseState>> Allocate(const proto::AllocRequest& req);
+  Result<std::unique_ptr<LeaseState>> Attach(const std::string& name);
+  // ReleaseRequest for one lease id.
+  Status Release(uint64_t lease_id);
+  // Non-blocking drain of pushed events; the number handled.
+  Result<int> ProcessEvents();
+
+  uint32_t protocol_version() const { return version_; }
+  const std::string& server_version() const { return server_version_; }
+
+  void Track(LeaseState* lease);
+  void Untrack(LeaseState* lease);
+
+ private:
+  ClientCore(UniqueFd sock, std::string peer) : sock_(std::move(sock)), peer_(std::move(peer)) {}
+  Status Hello();
+  // Sends one request and waits for the reply with the same request id,
+  // handling events on the way. Any failure leaves the connection broken.
+  Result<wire::Frame> Call(proto::MsgType type, const std::string& payload);
+  template <typename Req>
+  Result<wire::Frame> CallMessage(const Req& req);
+  Status Broken(Status s);
+  void HandleEvent(const wire::Frame& frame);
+  Result<std::unique_ptr<LeaseState>> MapReply(wire::Frame frame, const proto::LeaseInfo& info);
+
+  std::mutex mu_;  // guards everything below up to leases_mu_
+  UniqueFd sock_;
+  std::string peer_;
+  wire::FrameReader reader_;
+  uint64_t next_request_id_ = 1;
+  Status broken_;  // non-OK once the connection is unusable
+  uint32_t version_ = 0;
+  std::string server_version_;
+  uint32_t max_payload_bytes_ = wire::kDefaultMaxFrameBytes;
+
+  std::mutex leases_mu_;
+  std::multimap<uint64_t, LeaseState*> leases_;  // live leases by id
+};
+
+class LeaseState {
+ public:
+  LeaseState(std::shared_ptr<ClientCore> core, Mapping mapping, LeaseInfo info);
+  ~LeaseState();  // Release(), errors ignored
+  LeaseState(const LeaseState&) = delete;
+  LeaseState& operator=(const LeaseState&) = delete;
+
+  void* data() const { return mapping_.data(); }
+  uint64_t size() const { return mapping_.size(); }
+  const LeaseInfo& info() const { return info_; }
+  int fd() const { return mapping_.fd(); }
+  bool revoked() const { return revoked_.load(std::memory_order_acquire); }
+  void MarkRevoked() { revoked_.store(true, std::memory_order_release); }
+
+  Status CudaRegister(int device);
+  Status CudaUnregister();
+  Result<uint64_t> DevicePtr() const;
+  const cuda::CudaRegistration& cuda() const { return cuda_; }
+
+  // Unregister, unmap, tell the daemon; idempotent (a second call is OK).
+  Status Release();
+
+ private:
+  std::shared_ptr<ClientCore> core_;
+  Mapping mapping_;
+  LeaseInfo info_;
+  cuda::CudaRegistration cuda_;
+  Status cuda_status_{Code::kNotFound, "the lease is not registered with CUDA"};
+  std::atomic<bool> revoked_{false};
+  bool released_ = false;
+};
+
+// Conversions between the library's internal Status and the public types.
+ClientStatus ToClientStatus(const Status& s);
+LeaseInfo FromProto(const proto::LeaseInfo& info);
+// The default socket path rule (see Client::DefaultSocketPath).
+std::string DefaultSocketPath();
+
+}  // namespace detail
+
+// Lets the C ABI and tests build public objects around a core.
+struct ClientAccess {
+  static Client Wrap(std::shared_ptr<detail::ClientCore> core) { return Client(std::move(core)); }
+  static const std::shared_ptr<detail::ClientCore>& Core(const Client& c) { return c.core_; }
+};
+
+}  // namespace cxlpool

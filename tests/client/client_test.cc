@@ -1,0 +1,348 @@
+// The C++ client against the in-test FakeServer: hello, allocation and
+// mapping, error replies, misbehaving servers, lease events, RAII release,
+// leases outliving their client and their connection, and CUDA registration
+// through the fake libcuda ($CXLPOOL_CUDA_LIBRARY is set by ctest).
+#include "cxlpool/client.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "client_core.h"
+#include "fake_server.h"
+
+namespace cxlpool {
+namespace {
+
+using testing::FakeServer;
+
+Client ConnectPair(FakeServer& server) {
+  UniqueFd sock = server.StartPair();
+  auto core = detail::ClientCore::FromSocket(std::move(sock), "fake");
+  if (!core.ok()) ADD_FAILURE() << core.status().ToString();
+  return core.ok() ? ClientAccess::Wrap(std::move(*core)) : Client();
+}
+
+bool FillAndCheck(const Lease& l, unsigned char seed) {
+  auto* p = static_cast<unsigned char*>(l.data());
+  for (uint64_t i = 0; i < l.size(); ++i) p[i] = static_cast<unsigned char>(seed + i * 7);
+  for (uint64_t i = 0; i < l.size(); ++i) {
+    if (p[i] != static_cast<unsigned char>(seed + i * 7)) return false;
+  }
+  return true;
+}
+
+TEST(ClientTest, HelloNegotiatesVersionOne) {
+  FakeServer server;
+  Client c = ConnectPair(server);
+  ASSERT_TRUE(c.connected());
+  EXPECT_EQ(c.protocol_version(), 1u);
+  EXPECT_EQ(c.server_version(), "fake-cxlpoold 0");
+  EXPECT_EQ(server.hello_client_name().rfind("libcxlpool/", 0), 0u) << server.hello_client_name();
+}
+
+TEST(ClientTest, HelloWithAnUnknownVersionIsAProtocolError) {
+  FakeServer server;
+  server.SetHelloVersion(7);
+  auto core = detail::ClientCore::FromSocket(server.StartPair(), "fake");
+  ASSERT_FALSE(core.ok());
+  EXPECT_EQ(core.status().code(), Code::kProtocol);
+  EXPECT_NE(core.status().message().find("version 7"), std::string::npos);
+}
+
+TEST(ClientTest, AllocateMapsAWritableLeaseAndSendsThePlacement) {
+  FakeServer server;
+  Client c = ConnectPair(server);
+  AllocOptions o;
+  o.size_bytes = 10000;  // the server rounds to 12288
+  o.near_gpu = 0;
+  o.strict = true;
+  o.label = "kv-cache";
+  o.tier_preference = {"dram", "cxl"};
+  auto lease = c.Allocate(o);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_EQ(lease->size(), 12288u);
+  EXPECT_EQ(lease->numa_node(), 0);
+  EXPECT_EQ(lease->id(), 100u);
+  EXPECT_EQ(lease->info().kind, "dram");
+  EXPECT_EQ(lease->info().placement_reason, "fake: nearest to GPU 0");
+  EXPECT_EQ(lease->info().requested_bytes, 10000u);
+  EXPECT_EQ(lease->info().label, "kv-cache");
+  EXPECT_TRUE(FillAndCheck(*lease, 3));
+  auto reqs = server.allocs();
+  ASSERT_EQ(reqs.size(), 1u);
+  EXPECT_EQ(reqs[0].size_bytes(), 10000u);
+  EXPECT_EQ(reqs[0].gpu(), "0");
+  EXPECT_FALSE(reqs[0].has_numa_node());
+  EXPECT_TRUE(reqs[0].strict());
+  ASSERT_EQ(reqs[0].tier_preference_size(), 2);
+  EXPECT_EQ(reqs[0].tier_preference(1), "cxl");
+  // Not registered with CUDA: the device pointer says so.
+  EXPECT_EQ(lease->device_ptr().status().code(), ErrorCode::kNotFound);
+  ASSERT_TRUE(lease->Release().ok());
+  EXPECT_FALSE(lease->valid());
+  EXPECT_EQ(server.releases(), std::vector<uint64_t>{100});
+  EXPECT_EQ(server.live_leases(), 0);
+}
+
+TEST(ClientTest, NodeRequestAndMemoryIsSharedWithTheFd) {
+  FakeServer server;
+  Client c = ConnectPair(server);
+  AllocOptions o;
+  o.size_bytes = 4096;
+  o.numa_node = 1;
+  auto lease = c.Allocate(o);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_EQ(lease->numa_node(), 1);
+  EXPECT_EQ(lease->info().memory_tier, 2);
+  ASSERT_TRUE(server.allocs()[0].has_numa_node());
+  EXPECT_EQ(server.allocs()[0].numa_node(), 1);
+}
+
+TEST(ClientTest, ErrorRepliesKeepCodeAndMessage) {
+  FakeServer server;
+  Client c = ConnectPair(server);
+  server.FailNextAlloc(Code::kResourceExhausted, "quota uid 1000 dram: 8 GiB used of 8 GiB");
+  AllocOptions o;
+  o.size_bytes = 4096;
+  auto lease = c.Allocate(o);
+  ASSERT_FALSE(lease.ok());
+  EXPECT_EQ(lease.status().code(), ErrorCode::kResourceExhausted);
+  EXPECT_EQ(lease.status().c_error(), CXLPOOL_ERESOURCE_EXHAUSTED);
+  EXPECT_EQ(lease.status().message(), "quota uid 1000 dram: 8 GiB used of 8 GiB");
+  // The connection is still good.
+  EXPECT_TRUE(c.Allocate(o).ok());
+}
+
+TEST(ClientTest, BadArgumentsNeverReachTheServer) {
+  FakeServer server;
+  Client c = ConnectPair(server);
+  AllocOptions o;
+  EXPECT_EQ(c.Allocate(o).status().code(), ErrorCode::kInvalidArgument);  // size 0
+  o.size_bytes = 4096;
+  o.numa_node = -2;
+  EXPECT_EQ(c.Allocate(o).status().code(), ErrorCode::kInvalidArgument);
+  o.numa_node = -1;
+  o.acl_uids = {1000};
+  EXPECT_EQ(c.Allocate(o).status().code(), ErrorCode::kInvalidArgument);  // ACL without name
+  EXPECT_EQ(c.Attach("").status().code(), ErrorCode::kInvalidArgument);
+  EXPECT_TRUE(server.allocs().empty());
+  Client empty;
+  EXPECT_EQ(empty.Allocate(o).status().code(), ErrorCode::kUnavailable);
+}
+
+TEST(ClientTest, FdOfTheWrongSizeIsRefusedAndReleased) {
+  FakeServer server;
+  Client c = ConnectPair(server);
+  server.SetMisbehave(FakeServer::Misbehave::kWrongFdSize);
+  AllocOptions o;
+  o.size_bytes = 8192;
+  auto lease = c.Allocate(o);
+  ASSERT_FALSE(lease.ok());
+  EXPECT_EQ(lease.status().code(), ErrorCode::kProtocol);
+  EXPECT_NE(lease.status().message().find("4096 bytes but the daemon announced 8192"),
+            std::string::npos)
+      << lease.status().message();
+  EXPECT_EQ(server.releases(), std::vector<uint64_t>{100}) << "the unusable lease was not returned";
+}
+
+TEST(ClientTest, ReplyWithoutFdIsAProtocolError) {
+  FakeServer server;
+  Client c = ConnectPair(server);
+  server.SetMisbehave(FakeServer::Misbehave::kNoFd);
+  AllocOptions o;
+  o.size_bytes = 4096;
+  auto lease = c.Allocate(o);
+  ASSERT_FALSE(lease.ok());
+  EXPECT_EQ(lease.status().code(), ErrorCode::kProtocol);
+  EXPECT_NE(lease.status().message().find("0 fds"), std::string::npos);
+}
+
+TEST(ClientTest, MismatchedRequestIdBreaksTheConnection) {
+  FakeServer server;
+  Client c = ConnectPair(server);
+  server.SetMisbehave(FakeServer::Misbehave::kWrongRequestId);
+  AllocOptions o;
+  o.size_bytes = 4096;
+  auto lease = c.Allocate(o);
+  ASSERT_FALSE(lease.ok());
+  EXPECT_EQ(lease.status().code(), ErrorCode::kProtocol);
+  // Broken for good: later calls fail fast, no hang.
+  auto again = c.Allocate(o);
+  EXPECT_EQ(again.status().code(), ErrorCode::kProtocol);
+  EXPECT_EQ(server.allocs().size(), 1u);
+}
+
+TEST(ClientTest, LeaseSurvivesTheConnection) {
+  FakeServer server;
+  Client c = ConnectPair(server);
+  AllocOptions o;
+  o.size_bytes = 4096;
+  auto lease = c.Allocate(o);
+  ASSERT_TRUE(lease.ok());
+  ASSERT_TRUE(FillAndCheck(*lease, 9));
+  server.SetMisbehave(FakeServer::Misbehave::kCloseOnAlloc);
+  auto second = c.Allocate(o);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), ErrorCode::kUnavailable) << second.status().ToString();
+  // The mapping and fd are the lease's own; the fake server does not
+  // truncate on disconnect, so the memory is still there.
+  EXPECT_EQ(static_cast<unsigned char*>(lease->data())[100], static_cast<unsigned char>(9 + 700));
+  auto rel = lease->Release();
+  EXPECT_EQ(rel.code(), ErrorCode::kUnavailable);
+  EXPECT_FALSE(lease->valid());
+}
+
+TEST(ClientTest, LeaseOutlivesItsClientAndMoveReleasesOnce) {
+  FakeServer server;
+  Lease kept;
+  {
+    Client c = ConnectPair(server);
+    AllocOptions o;
+    o.size_bytes = 4096;
+    auto a = c.Allocate(o);
+    auto b = c.Allocate(o);
+    ASSERT_TRUE(a.ok() && b.ok());
+    kept = std::move(*a);
+    Lease moved(std::move(*b));
+    EXPECT_FALSE(b->valid());
+    EXPECT_EQ(b->data(), nullptr);
+    EXPECT_EQ(moved.id(), 101u);
+  }  // `moved` released here; the client object is gone, the connection not
+  EXPECT_EQ(server.releases(), std::vector<uint64_t>{101});
+  ASSERT_TRUE(kept.valid());
+  EXPECT_TRUE(FillAndCheck(kept, 1));
+  EXPECT_TRUE(kept.Release().ok());
+  EXPECT_EQ(server.releases(), (std::vector<uint64_t>{101, 100}));
+  server.Join();  // the last lease closed the connection
+  EXPECT_EQ(kept.Release().code(), ErrorCode::kInvalidArgument);
+}
+
+TEST(ClientTest, RevokedEventMarksTheLease) {
+  FakeServer server;
+  Client c = ConnectPair(server);
+  AllocOptions o;
+  o.size_bytes = 4096;
+  auto a = c.Allocate(o);
+  auto b = c.Allocate(o);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_FALSE(a->revoked());
+  // An event that arrives while a request waits for its reply.
+  server.PushBeforeNextReply(a->id(), "revoked");
+  auto d = c.Allocate(o);
+  ASSERT_TRUE(d.ok());
+  EXPECT_TRUE(a->revoked());
+  EXPECT_FALSE(b->revoked());
+  // Events between requests, drained without blocking.
+  server.PushNow(b->id(), "revoked");
+  server.PushNow(b->id(), "something-new");
+  // PushNow wrote both frames before returning, so they are readable now.
+  auto handled = c.ProcessEvents();
+  ASSERT_TRUE(handled.ok()) << handled.status().ToString();
+  EXPECT_EQ(*handled, 2);
+  EXPECT_TRUE(b->revoked());
+  EXPECT_EQ(a->Release().code(), ErrorCode::kRevoked);
+}
+
+TEST(ClientTest, SharedLeaseAttach) {
+  FakeServer server;
+  Client c = ConnectPair(server);
+  AllocOptions o;
+  o.size_bytes = 8192;
+  o.name = "weights";
+  o.acl_uids = {1000, 1001};
+  o.acl_gids = {44};
+  auto owner = c.Allocate(o);
+  ASSERT_TRUE(owner.ok()) << owner.status().ToString();
+  EXPECT_EQ(server.allocs()[0].acl_uids_size(), 2);
+  EXPECT_EQ(server.allocs()[0].acl_gids(0), 44u);
+  EXPECT_EQ(c.Allocate(o).status().code(), ErrorCode::kAlreadyExists);
+  std::memcpy(owner->data(), "hello", 6);
+  auto other = c.Attach("weights");
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  EXPECT_NE(other->data(), owner->data());
+  EXPECT_STREQ(static_cast<const char*>(other->data()), "hello");
+  EXPECT_EQ(other->info().name, "weights");
+  EXPECT_EQ(c.Attach("nope").status().code(), ErrorCode::kNotFound);
+}
+
+TEST(ClientTest, ConcurrentAllocationsFromSeveralThreads) {
+  FakeServer server;
+  Client c = ConnectPair(server);
+  std::vector<std::thread> threads;
+  std::vector<int> ok(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 8; ++i) {
+        AllocOptions o;
+        o.size_bytes = 4096;
+        auto l = c.Allocate(o);
+        if (l.ok() && FillAndCheck(*l, static_cast<unsigned char>(t)) && l->Release().ok()) {
+          ++ok[t];
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(ok, std::vector<int>(4, 8));
+  EXPECT_EQ(server.live_leases(), 0);
+}
+
+TEST(ClientTest, ConnectByPath) {
+  char dir[] = "/tmp/cxlpool-client-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/s.sock";
+  auto missing = Client::Connect(path);
+  EXPECT_EQ(missing.status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(Client::Connect(std::string(200, 'x')).status().code(), ErrorCode::kInvalidArgument);
+  {
+    FakeServer server;
+    ASSERT_TRUE(server.StartListening(path).ok());
+    auto c = Client::Connect(path);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->protocol_version(), 1u);
+  }
+  unlink(path.c_str());
+  rmdir(dir);
+}
+
+TEST(ClientTest, DefaultSocketPathRule) {
+  setenv("CXLPOOL_SOCKET", "/tmp/explicit.sock", 1);
+  EXPECT_EQ(Client::DefaultSocketPath(), "/tmp/explicit.sock");
+  unsetenv("CXLPOOL_SOCKET");
+  if (geteuid() == 0) {
+    EXPECT_EQ(Client::DefaultSocketPath(), "/run/cxlpool/cxlpool.sock");
+  } else {
+    setenv("XDG_RUNTIME_DIR", "/nonexistent-xdg", 1);
+    EXPECT_EQ(Client::DefaultSocketPath(), "/run/cxlpool/cxlpool.sock");  // no user socket
+  }
+}
+
+TEST(ClientTest, CudaRegistrationThroughTheFakeDriver) {
+  FakeServer server;
+  Client c = ConnectPair(server);
+  AllocOptions o;
+  o.size_bytes = 1 << 20;
+  o.cuda_register = true;
+  auto lease = c.Allocate(o);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  auto dptr = lease->device_ptr();
+  ASSERT_TRUE(dptr.ok()) << dptr.status().ToString();
+  EXPECT_EQ(*dptr, reinterpret_cast<uint64_t>(lease->data()));  // the fake's unified addressing
+  ASSERT_EQ(lease->device_chunks().size(), 1u);
+  EXPECT_EQ(lease->device_chunks()[0].length, 1u << 20);
+  EXPECT_EQ(lease->CudaRegister(0).code(), ErrorCode::kAlreadyExists);
+  EXPECT_TRUE(lease->CudaUnregister().ok());
+  EXPECT_EQ(lease->device_ptr().status().code(), ErrorCode::kNotFound);
+  EXPECT_EQ(lease->CudaRegister(5).code(), ErrorCode::kUnavailable);  // the fake has 1 device
+  EXPECT_EQ(lease->device_ptr().status().code(), ErrorCode::kUnavailable);
+  EXPECT_TRUE(lease->CudaRegister(0).ok());
+  EXPECT_TRUE(lease->Release().ok());  // unregisters too
+}
+
+}  // namespace
+}  // namespace cxlpool

@@ -1,0 +1,90 @@
+// FakeServer: a tiny in-test cxlpoold that speaks the wire protocol on one
+// connection (a socketpair end, or the first client of a temp Unix socket),
+// so the client library can be tested without the daemon.
+//
+// It answers hello, alloc (a fresh memfd of the page-rounded size), attach
+// (a memfd per shared name), release and stat, and can be told to misbehave
+// (wrong fd size, no fd, error replies, wrong request ids, another version)
+// and to push LeaseEvents. It records every request it decodes.
+//
+// Thread safety: runs its own thread; the knobs and the record are guarded
+// by a mutex, so the test may set and read them while the client runs.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cxlpool.pb.h"
+#include "cxlpool/common/status.h"
+#include "cxlpool/common/unique_fd.h"
+
+namespace cxlpool::testing {
+
+class FakeServer {
+ public:
+  enum class Misbehave {
+    kNone,
+    kWrongFdSize,     // the alloc reply's memfd is one page short
+    kNoFd,            // the alloc reply carries no fd
+    kWrongRequestId,  // the next reply echoes another request id
+    kCloseOnAlloc,    // hang up instead of answering an alloc
+  };
+
+  FakeServer() = default;
+  ~FakeServer();
+
+  // Serves one end of a socketpair; returns the client's end.
+  UniqueFd StartPair();
+  // Listens on `path` and serves the first client that connects.
+  Status StartListening(const std::string& path);
+  // Waits for the serving thread to end (the client hung up).
+  void Join();
+
+  // Knobs.
+  void SetHelloVersion(uint32_t v);
+  void SetMisbehave(Misbehave m);
+  // The next alloc is answered with this error.
+  void FailNextAlloc(Code code, const std::string& message);
+  // Pushes a LeaseEvent before the next reply.
+  void PushBeforeNextReply(uint64_t lease_id, const std::string& event);
+  // Pushes a LeaseEvent now.
+  void PushNow(uint64_t lease_id, const std::string& event);
+
+  // Record.
+  std::vector<proto::AllocRequest> allocs();
+  std::vector<uint64_t> releases();
+  int live_leases();
+  std::string hello_client_name();
+
+ private:
+  void Serve();
+  void Handle(const proto::MsgType type, uint64_t request_id, const std::string& payload);
+  void SendError(uint64_t request_id, Code code, const std::string& message);
+  void Send(proto::MsgType type, uint64_t request_id, const std::string& payload,
+            std::vector<int> fds = {});
+  proto::LeaseInfo NewLease(uint64_t size, const std::string& name, int* fd_out);
+
+  std::mutex mu_;
+  UniqueFd listen_;
+  UniqueFd sock_;
+  std::thread thread_;
+  uint32_t hello_version_ = 1;
+  Misbehave misbehave_ = Misbehave::kNone;
+  Code fail_code_ = Code::kOk;
+  std::string fail_message_;
+  std::vector<std::pair<uint64_t, std::string>> pending_events_;
+  std::vector<proto::AllocRequest> allocs_;
+  std::vector<uint64_t> releases_;
+  std::string hello_client_name_;
+  uint64_t next_id_ = 100;
+  std::map<uint64_t, UniqueFd> leases_;    // live, by id
+  std::map<uint64_t, int> holders_;  // holders per live lease
+  std::map<std::string, uint64_t> names_;  // shared name -> lease id
+};
+
+}  // namespace cxlpool::testing
