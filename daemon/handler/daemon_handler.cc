@@ -1,0 +1,264 @@
+#include "handler/daemon_handler.h"
+
+#include <algorithm>
+
+#include "cxlpool/common/log.h"
+#include "cxlpool/common/strings.h"
+#include "cxlpool/proto/codec.h"
+#include "cxlpool/topology/json.h"
+#include "handler/translate.h"
+#include "metrics.h"
+
+namespace cxlpool {
+
+std::vector<gid_t> ParseStatusGroups(const std::string& status_text) {
+  std::vector<gid_t> out;
+  for (const auto& line : Split(status_text, '\n')) {
+    if (!StartsWith(line, "Groups:")) continue;
+    for (const auto& f : SplitWhitespace(std::string_view(line).substr(7))) {
+      auto v = ParseU64(f);
+      if (v && *v < 0xffffffffull) out.push_back(static_cast<gid_t>(*v));
+    }
+    break;
+  }
+  return out;
+}
+
+DaemonHandler::DaemonHandler(LeaseManager* leases, const FileSystem* proc, HandlerOptions options)
+    : leases_(leases), proc_(proc), options_(std::move(options)) {}
+
+void DaemonHandler::OnConnect(ConnectionId conn, const PeerInfo& peer) {
+  CallerInfo c;
+  c.pid = peer.pid;
+  c.uid = peer.uid;
+  c.gid = peer.gid;
+  c.comm = peer.comm;
+  c.cgroup = peer.cgroup;
+  if (peer.pid > 0) {
+    auto status = proc_->ReadFile("/proc/" + std::to_string(peer.pid) + "/status");
+    if (status.ok()) c.groups = ParseStatusGroups(*status);
+  }
+  c.is_admin = peer.uid == 0;
+  if (!c.is_admin && options_.admin_gid) {
+    gid_t g = *options_.admin_gid;
+    c.is_admin = peer.gid == g || std::find(c.groups.begin(), c.groups.end(), g) != c.groups.end();
+  }
+  leases_->Connect(conn, std::move(c));
+}
+
+void DaemonHandler::OnDisconnect(ConnectionId conn) { leases_->Disconnect(conn); }
+
+namespace {
+
+template <typename M>
+Reply Encoded(const M& msg, std::vector<int> fds = {}) {
+  auto payload = wire::Encode(msg);
+  if (!payload.ok()) return MakeErrorReply(payload.status());
+  Reply r;
+  r.type = wire::TypeOf<M>();
+  r.payload = std::move(*payload);
+  r.fds = std::move(fds);
+  return r;
+}
+
+template <typename M>
+Status DecodeAs(const Request& req, M* out) {
+  Status st = wire::Decode(req.payload, out);
+  if (!st.ok()) return Status(st.code(), wire::MsgTypeName(req.type) + ": " + st.message());
+  return Status::Ok();
+}
+
+Status NeedAdmin(const LeaseManager& m, ConnectionId conn, const char* what) {
+  if (m.IsAdmin(conn)) return Status::Ok();
+  return Status(Code::kPermissionDenied,
+                std::string(what) + " needs admin (root or the configured admin group)");
+}
+
+}  // namespace
+
+void DaemonHandler::OnRequest(ConnectionId conn, Request request, ReplyFn reply) {
+  bool deferred = false;
+  Reply r = Handle(conn, request, reply, &deferred);
+  if (!deferred) reply(std::move(r));
+}
+
+Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn& reply,
+                            bool* deferred) {
+  if (!req.fds.empty() && req.type != proto::MSG_RECLAIM_REQUEST) {
+    return MakeErrorReply(
+        Status(Code::kProtocol, wire::MsgTypeName(req.type) + " must not carry file descriptors"));
+  }
+  switch (req.type) {
+    case proto::MSG_HELLO_REQUEST: {
+      proto::HelloRequest in;
+      if (Status st = DecodeAs(req, &in); !st.ok()) return MakeErrorReply(st);
+      auto v = wire::NegotiateVersion(in.min_version(), in.max_version());
+      if (!v.ok()) return MakeErrorReply(v.status());
+      proto::HelloReply out;
+      out.set_version(*v);
+      out.set_server_version(options_.server_version);
+      out.set_instance_id(options_.instance_id);
+      out.set_in_grace_period(false);
+      out.set_max_frame_bytes(options_.max_frame_bytes);
+      out.set_is_admin(leases_->IsAdmin(conn));
+      return Encoded(out);
+    }
+    case proto::MSG_ALLOC_REQUEST: {
+      proto::AllocRequest in;
+      if (Status st = DecodeAs(req, &in); !st.ok()) return MakeErrorReply(st);
+      auto params = FromProto(in);
+      if (!params.ok()) return MakeErrorReply(params.status());
+      const CallerInfo* caller = leases_->Caller(conn);
+      if (options_.topology_is_local && caller != nullptr && caller->pid > 0) {
+        if (auto cpu = LastCpuOf(*proc_, caller->pid)) {
+          params->home_node = NodeOfCpu(leases_->topology(), *cpu);
+        }
+      }
+      *deferred = true;
+      leases_->Allocate(conn, std::move(*params), [reply](Result<Granted> g) {
+        if (!g.ok()) return reply(MakeErrorReply(g.status()));
+        proto::AllocReply out;
+        ToProto(g->lease, out.mutable_lease());
+        reply(Encoded(out, {g->fd}));
+      });
+      return {};
+    }
+    case proto::MSG_RELEASE_REQUEST: {
+      proto::ReleaseRequest in;
+      if (Status st = DecodeAs(req, &in); !st.ok()) return MakeErrorReply(st);
+      if (Status st = leases_->Release(conn, in.lease_id()); !st.ok()) return MakeErrorReply(st);
+      return Encoded(proto::ReleaseReply());
+    }
+    case proto::MSG_LIST_LEASES_REQUEST: {
+      proto::ListLeasesRequest in;
+      if (Status st = DecodeAs(req, &in); !st.ok()) return MakeErrorReply(st);
+      auto list = leases_->List(conn, in.all());
+      if (!list.ok()) return MakeErrorReply(list.status());
+      proto::ListLeasesReply out;
+      for (const auto& l : *list) ToProto(l, out.add_leases());
+      return Encoded(out);
+    }
+    case proto::MSG_STAT_REQUEST: {
+      proto::StatRequest in;
+      if (Status st = DecodeAs(req, &in); !st.ok()) return MakeErrorReply(st);
+      auto s = leases_->Stat(conn, in.lease_id());
+      if (!s.ok()) return MakeErrorReply(s.status());
+      proto::StatReply out;
+      ToProto(*s, out.mutable_lease());
+      return Encoded(out);
+    }
+    case proto::MSG_ATTACH_REQUEST: {
+      proto::AttachRequest in;
+      if (Status st = DecodeAs(req, &in); !st.ok()) return MakeErrorReply(st);
+      auto g = leases_->Attach(conn, in.name());
+      if (!g.ok()) return MakeErrorReply(g.status());
+      proto::AttachReply out;
+      ToProto(g->lease, out.mutable_lease());
+      return Encoded(out, {g->fd});
+    }
+    case proto::MSG_POOLS_REQUEST: {
+      proto::PoolsRequest in;
+      if (Status st = DecodeAs(req, &in); !st.ok()) return MakeErrorReply(st);
+      proto::PoolsReply out;
+      for (const auto& p : leases_->Pools()) ToProto(p, out.add_pools());
+      return Encoded(out);
+    }
+    case proto::MSG_TOPOLOGY_REQUEST: {
+      proto::TopologyRequest in;
+      if (Status st = DecodeAs(req, &in); !st.ok()) return MakeErrorReply(st);
+      proto::TopologyReply out;
+      out.set_json(TopologyToJsonString(leases_->topology()));
+      return Encoded(out);
+    }
+    case proto::MSG_STATS_REQUEST: {
+      proto::StatsRequest in;
+      if (Status st = DecodeAs(req, &in); !st.ok()) return MakeErrorReply(st);
+      proto::StatsReply out;
+      for (const auto& [k, v] : leases_->Counters()) (*out.mutable_counters())[k] = v;
+      for (const auto& [k, v] : leases_->Gauges()) (*out.mutable_gauges())[k] = v;
+      return Encoded(out);
+    }
+    case proto::MSG_REVOKE_REQUEST: {
+      proto::RevokeRequest in;
+      if (Status st = DecodeAs(req, &in); !st.ok()) return MakeErrorReply(st);
+      if (Status st = NeedAdmin(*leases_, conn, "revoke"); !st.ok()) return MakeErrorReply(st);
+      auto holders = leases_->Revoke(conn, in.lease_id());
+      if (!holders.ok()) return MakeErrorReply(holders.status());
+      proto::LeaseEvent ev;
+      ev.set_lease_id(in.lease_id());
+      ev.set_event("revoked");
+      for (ConnectionId h : *holders) {
+        if (!push_) break;
+        Status st = push_(h, Encoded(ev));
+        if (!st.ok()) {
+          CXLPOOL_LOG(kInfo) << "revoke " << in.lease_id() << ": could not tell connection " << h
+                             << ": " << st.ToString();
+        }
+      }
+      CXLPOOL_LOG(kInfo) << "lease " << in.lease_id() << " revoked; " << holders->size()
+                         << " holder connection(s) told";
+      return Encoded(proto::RevokeReply());
+    }
+    case proto::MSG_QUOTAS_REQUEST: {
+      proto::QuotasRequest in;
+      if (Status st = DecodeAs(req, &in); !st.ok()) return MakeErrorReply(st);
+      proto::QuotasReply out;
+      for (const auto& q : leases_->Quotas()) ToProto(q, out.add_quotas());
+      return Encoded(out);
+    }
+    case proto::MSG_QUOTA_SET_REQUEST: {
+      proto::QuotaSetRequest in;
+      if (Status st = DecodeAs(req, &in); !st.ok()) return MakeErrorReply(st);
+      if (Status st = NeedAdmin(*leases_, conn, "setting quotas"); !st.ok()) {
+        return MakeErrorReply(st);
+      }
+      auto rule = FromProto(in.quota());
+      if (!rule.ok()) return MakeErrorReply(rule.status());
+      if (Status st = leases_->SetQuota(conn, *rule); !st.ok()) return MakeErrorReply(st);
+      return Encoded(proto::QuotaSetReply());
+    }
+    case proto::MSG_METRICS_REQUEST: {
+      proto::MetricsRequest in;
+      if (Status st = DecodeAs(req, &in); !st.ok()) return MakeErrorReply(st);
+      proto::MetricsReply out;
+      out.set_text(Metrics());
+      return Encoded(out);
+    }
+    case proto::MSG_RECLAIM_REQUEST:
+      return MakeErrorReply(Status(Code::kUnsupported,
+                                   "reclaim after restart is not supported by this daemon; "
+                                   "leases do not survive a restart, allocate again"));
+    default:
+      return MakeErrorReply(
+          Status(Code::kInvalidArgument, "unexpected message " + wire::MsgTypeName(req.type) +
+                                             " (not a request this daemon serves)"));
+  }
+}
+
+std::string DaemonHandler::Metrics() const {
+  MetricsRegistry m;
+  for (const auto& [k, v] : leases_->Counters()) {
+    std::string name = "cxlpool_" + k + "_total";
+    m.AddCounter(name, "cxlpoold counter " + k);
+    m.Increment(name, {}, static_cast<double>(v));
+  }
+  for (const auto& [k, v] : leases_->Gauges()) {
+    std::string name = "cxlpool_" + k;
+    m.AddGauge(name, "cxlpoold gauge " + k);
+    m.Set(name, static_cast<double>(v));
+  }
+  m.AddGauge("cxlpool_pool_capacity_bytes", "Pool capacity");
+  m.AddGauge("cxlpool_pool_leased_bytes", "Bytes leased (and being built) per pool");
+  m.AddGauge("cxlpool_pool_warm_bytes", "Warm stock bytes per pool");
+  m.AddGauge("cxlpool_pool_leases", "Live leases per pool");
+  for (const auto& p : leases_->Pools()) {
+    Labels l{{"pool", p.name}, {"kind", p.kind}};
+    m.Set("cxlpool_pool_capacity_bytes", l, static_cast<double>(p.capacity_bytes));
+    m.Set("cxlpool_pool_leased_bytes", l, static_cast<double>(p.leased_bytes));
+    m.Set("cxlpool_pool_warm_bytes", l, static_cast<double>(p.warm_bytes));
+    m.Set("cxlpool_pool_leases", l, static_cast<double>(p.lease_count));
+  }
+  return m.Render();
+}
+
+}  // namespace cxlpool

@@ -1,0 +1,61 @@
+// DaemonHandler: cxlpoold's RequestHandler. Decodes each request with the
+// wire codec, checks who may do what, calls the LeaseManager, and answers
+// with the reply message (plus the lease fd on ALLOC and ATTACH) or an
+// ErrorReply with a code and a human message. Revokes are pushed to every
+// holder as a LeaseEvent.
+//
+// Peer facts it derives at connect: supplementary groups from
+// /proc/<pid>/status "Groups:" (read through `proc`, a FileSystem rooted at
+// the real "/"), and admin = uid 0 or a member (primary or supplementary)
+// of the configured admin group.
+//
+// Thread safety: like RequestHandler, every call on the event-loop thread.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <unordered_set>
+
+#include "cxlpool/common/fs.h"
+#include "lease/lease_manager.h"
+#include "server/handler.h"
+
+namespace cxlpool {
+
+struct HandlerOptions {
+  std::optional<gid_t> admin_gid;
+  std::string server_version = "cxlpoold 0.1.0";
+  std::string instance_id;
+  uint64_t max_frame_bytes = 1u << 20;
+  // The topology describes this machine: the caller's CPU picks its home
+  // node for placement. False for --sysfs-root trees.
+  bool topology_is_local = true;
+};
+
+class DaemonHandler final : public RequestHandler {
+ public:
+  // Sends a server-initiated frame (the server's Push).
+  using PushFn = std::function<Status(ConnectionId, Reply)>;
+
+  DaemonHandler(LeaseManager* leases, const FileSystem* proc, HandlerOptions options);
+  void SetPush(PushFn push) { push_ = std::move(push); }
+
+  void OnConnect(ConnectionId conn, const PeerInfo& peer) override;
+  void OnRequest(ConnectionId conn, Request request, ReplyFn reply) override;
+  void OnDisconnect(ConnectionId conn) override;
+
+ private:
+  Reply Handle(ConnectionId conn, const Request& req, const ReplyFn& reply, bool* deferred);
+  std::string Metrics() const;
+
+  LeaseManager* leases_;
+  const FileSystem* proc_;
+  HandlerOptions options_;
+  PushFn push_;
+};
+
+// "Groups:\t10 27 1000" from /proc/<pid>/status -> {10, 27, 1000}.
+std::vector<gid_t> ParseStatusGroups(const std::string& status_text);
+
+}  // namespace cxlpool

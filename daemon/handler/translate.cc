@@ -1,0 +1,118 @@
+#include "handler/translate.h"
+
+#include <grp.h>
+#include <pwd.h>
+
+#include "cxlpool/common/strings.h"
+
+namespace cxlpool {
+
+void ToProto(const LeaseSnapshot& s, proto::LeaseInfo* out) {
+  out->set_id(s.id);
+  out->set_size_bytes(s.size_bytes);
+  out->set_requested_bytes(s.requested_bytes);
+  out->set_numa_node(s.numa_node);
+  out->set_kind(s.kind);
+  if (s.memory_tier) out->set_memory_tier(*s.memory_tier);
+  out->set_label(s.label);
+  out->set_name(s.name);
+  out->set_owner_pid(static_cast<uint32_t>(s.owner.pid));
+  out->set_owner_uid(s.owner.uid);
+  out->set_owner_gid(s.owner.gid);
+  out->set_owner_comm(s.owner.comm);
+  out->set_created_unix(s.created_unix);
+  out->set_holders(s.holders);
+  out->set_backing(s.backing);
+  out->set_page_size(s.page_size);
+  out->set_from_warm_stock(s.from_warm_stock);
+  out->set_placement_reason(s.placement_reason);
+  out->set_pool(s.pool);
+  out->set_cgroup(s.owner.cgroup);
+}
+
+void ToProto(const PoolSnapshot& s, proto::PoolInfo* out) {
+  out->set_name(s.name);
+  out->set_numa_node(s.numa_node);
+  out->set_kind(s.kind);
+  if (s.memory_tier) out->set_memory_tier(*s.memory_tier);
+  out->set_capacity_bytes(s.capacity_bytes);
+  out->set_leased_bytes(s.leased_bytes);
+  out->set_warm_bytes(s.warm_bytes);
+  out->set_free_bytes(s.free_bytes);
+  out->set_page_size(s.page_size);
+  out->set_backing(s.backing);
+  out->set_dynamic_region(s.dynamic_region);
+  out->set_lease_count(s.lease_count);
+}
+
+void ToProto(const QuotaUsage& q, proto::Quota* out) {
+  out->set_scope(QuotaScopeName(q.rule.scope));
+  out->set_subject(q.rule.subject);
+  out->set_tier(q.rule.tier);
+  out->set_max_bytes(q.rule.max_bytes);
+  out->set_max_leases(q.rule.max_leases);
+  out->set_used_bytes(q.used_bytes);
+  out->set_used_leases(q.used_leases);
+}
+
+Result<AllocParams> FromProto(const proto::AllocRequest& req) {
+  AllocParams p;
+  p.size_bytes = req.size_bytes();
+  if (req.has_numa_node()) {
+    if (req.numa_node() < 0) {
+      return Status(Code::kInvalidArgument,
+                    "numa_node " + std::to_string(req.numa_node()) + " is negative");
+    }
+    p.numa_node = req.numa_node();
+  }
+  p.gpu = req.gpu();
+  p.tiers.assign(req.tier_preference().begin(), req.tier_preference().end());
+  p.strict = req.strict();
+  p.hugetlb = req.hugetlb();
+  p.label = req.label();
+  p.name = req.name();
+  p.acl_uids.assign(req.acl_uids().begin(), req.acl_uids().end());
+  p.acl_gids.assign(req.acl_gids().begin(), req.acl_gids().end());
+  return p;
+}
+
+Result<QuotaRule> FromProto(const proto::Quota& q) {
+  QuotaRule r;
+  if (q.scope() == "uid") {
+    r.scope = QuotaScope::kUid;
+  } else if (q.scope() == "gid") {
+    r.scope = QuotaScope::kGid;
+  } else {
+    return Status(Code::kInvalidArgument, "quota scope '" + q.scope() + "' (want uid or gid)");
+  }
+  r.subject = q.subject();
+  auto num = ParseU64(q.subject());
+  if (num && *num < 0xffffffffull) {
+    r.id = static_cast<uint32_t>(*num);
+  } else {
+    char buf[4096];
+    if (r.scope == QuotaScope::kUid) {
+      struct passwd pw, *res = nullptr;
+      if (getpwnam_r(q.subject().c_str(), &pw, buf, sizeof buf, &res) != 0 || res == nullptr) {
+        return Status(Code::kNotFound, "no such user '" + q.subject() + "'");
+      }
+      r.id = res->pw_uid;
+    } else {
+      struct group gr, *res = nullptr;
+      if (getgrnam_r(q.subject().c_str(), &gr, buf, sizeof buf, &res) != 0 || res == nullptr) {
+        return Status(Code::kNotFound, "no such group '" + q.subject() + "'");
+      }
+      r.id = res->gr_gid;
+    }
+  }
+  static const char* kTiers[] = {"", "dram", "cxl", "hbm", "nvm", "unknown", "devdax"};
+  bool known = false;
+  for (const char* t : kTiers) known = known || q.tier() == t;
+  if (!known) return Status(Code::kInvalidArgument, "unknown tier '" + q.tier() + "'");
+  r.tier = q.tier();
+  r.max_bytes = q.max_bytes();
+  r.max_leases = q.max_leases();
+  return r;
+}
+
+}  // namespace cxlpool

@@ -1,0 +1,456 @@
+#include "lease/lease_manager.h"
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+
+#include "cxlpool/common/log.h"
+#include "cxlpool/common/strings.h"
+
+namespace cxlpool {
+
+namespace {
+constexpr size_t kMaxNameBytes = 255;
+constexpr size_t kMaxLabelBytes = 256;
+constexpr size_t kMaxAclEntries = 64;
+constexpr size_t kMaxRevokedRemembered = 65536;
+
+std::string TierOfPool(const Pool* p) {
+  return std::string(p->backing()) == "devdax" ? "devdax" : p->kind();
+}
+
+std::string PoolRoom(const Pool* p) {
+  return p->name() + ": " + HumanBytes(p->free_bytes()) + " free of " + HumanBytes(p->capacity());
+}
+}  // namespace
+
+LeaseManager::LeaseManager(const Topology* topo, std::vector<std::unique_ptr<Pool>> pools,
+                           QuotaTable quotas, Executor loop, Executor workers, const Clock* clock)
+    : topo_(topo),
+      pools_(std::move(pools)),
+      quotas_(std::move(quotas)),
+      loop_(std::move(loop)),
+      workers_(std::move(workers)),
+      clock_(clock) {
+  for (auto& p : pools_) pool_ptrs_.push_back(p.get());
+}
+
+LeaseManager::~LeaseManager() {
+  Shutdown();
+  *alive_ = false;
+}
+
+void LeaseManager::Connect(ConnId conn, CallerInfo caller) {
+  conns_[conn].caller = std::move(caller);
+}
+
+const CallerInfo* LeaseManager::Caller(ConnId conn) const {
+  auto it = conns_.find(conn);
+  return it == conns_.end() ? nullptr : &it->second.caller;
+}
+
+bool LeaseManager::IsAdmin(ConnId conn) const {
+  const CallerInfo* c = Caller(conn);
+  return c != nullptr && c->is_admin;
+}
+
+void LeaseManager::Disconnect(ConnId conn) {
+  auto it = conns_.find(conn);
+  if (it == conns_.end()) return;
+  std::vector<uint64_t> held(it->second.held.begin(), it->second.held.end());
+  for (uint64_t id : held) {
+    auto l = leases_.find(id);
+    if (l == leases_.end()) continue;
+    auto h = l->second.holders.find(conn);
+    if (h == l->second.holders.end()) continue;
+    DropRef(l->second, conn, h->second);
+    if (l->second.refs == 0) Free(id, "disconnect_reclaims");
+  }
+  conns_.erase(conn);
+}
+
+void LeaseManager::DropRef(Lease& lease, ConnId conn, uint32_t n) {
+  auto h = lease.holders.find(conn);
+  CXLPOOL_CHECK(h != lease.holders.end() && h->second >= n && lease.refs >= n);
+  h->second -= n;
+  lease.refs -= n;
+  if (h->second == 0) {
+    lease.holders.erase(h);
+    auto c = conns_.find(conn);
+    if (c != conns_.end()) c->second.held.erase(lease.id);
+  }
+}
+
+void LeaseManager::Free(uint64_t id, const char* counter) {
+  auto it = leases_.find(id);
+  CXLPOOL_CHECK(it != leases_.end());
+  Lease& l = it->second;
+  for (const auto& [conn, n] : l.holders) {
+    auto c = conns_.find(conn);
+    if (c != conns_.end()) c->second.held.erase(id);
+  }
+  l.backing->Reclaim();
+  l.pool->ReleaseLeased(l.size);
+  quotas_.Uncharge(l.owner.uid, l.owner.gid, l.tier, l.size);
+  if (!l.name.empty()) names_.erase(l.name);
+  auto u = by_uid_.find(l.owner.uid);
+  if (u != by_uid_.end()) {
+    u->second.erase(id);
+    if (u->second.empty()) by_uid_.erase(u);
+  }
+  Pool* pool = l.pool;
+  leases_.erase(it);
+  Count(counter);
+  Refill(pool);
+}
+
+uint64_t LeaseManager::Insert(ConnId conn, const AllocParams& p, Pool* pool, uint64_t size,
+                              std::unique_ptr<Backing> backing, bool from_warm,
+                              std::string reason) {
+  uint64_t id = next_id_++;
+  Lease& l = leases_[id];
+  l.id = id;
+  l.size = size;
+  l.requested = p.size_bytes;
+  l.pool = pool;
+  l.tier = TierOfPool(pool);
+  l.label = p.label;
+  l.name = p.name;
+  l.acl_uids = p.acl_uids;
+  l.acl_gids = p.acl_gids;
+  l.owner = conns_.at(conn).caller;
+  l.created_unix = clock_->WallSeconds();
+  l.backing = std::move(backing);
+  l.from_warm = from_warm;
+  l.placement_reason = std::move(reason);
+  l.holders[conn] = 1;
+  l.refs = 1;
+  conns_.at(conn).held.insert(id);
+  by_uid_[l.owner.uid].insert(id);
+  if (!p.name.empty()) names_[p.name] = id;
+  Count("grants");
+  return id;
+}
+
+void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
+  auto refuse = [&](Status st) {
+    Count("refusals");
+    done(std::move(st));
+  };
+  auto c = conns_.find(conn);
+  if (c == conns_.end()) return refuse(Status(Code::kInternal, "unknown connection"));
+  if (stopping_) return refuse(Status(Code::kUnavailable, "daemon is shutting down"));
+  if (p.size_bytes == 0) {
+    return refuse(Status(Code::kInvalidArgument, "size_bytes must be greater than 0"));
+  }
+  if (p.label.size() > kMaxLabelBytes) {
+    return refuse(Status(Code::kInvalidArgument, "label longer than 256 bytes"));
+  }
+  if (p.name.size() > kMaxNameBytes) {
+    return refuse(Status(Code::kInvalidArgument, "name longer than 255 bytes"));
+  }
+  if (p.acl_uids.size() + p.acl_gids.size() > kMaxAclEntries) {
+    return refuse(Status(Code::kInvalidArgument, "ACL longer than 64 entries"));
+  }
+  if (p.name.empty() && (!p.acl_uids.empty() || !p.acl_gids.empty())) {
+    return refuse(Status(Code::kInvalidArgument, "an ACL needs a shared name"));
+  }
+  if (!p.name.empty() && names_.count(p.name)) {
+    return refuse(Status(Code::kAlreadyExists, "a shared lease named '" + p.name + "' exists"));
+  }
+  PlacementRequest pr;
+  pr.numa_node = p.numa_node;
+  pr.gpu = p.gpu;
+  pr.tiers = p.tiers;
+  pr.strict = p.strict;
+  pr.home_node = p.home_node;
+  auto plan = PlanPlacement(*topo_, pool_ptrs_, pr);
+  if (!plan.ok()) return refuse(plan.status());
+
+  const CallerInfo& caller = c->second.caller;
+  std::string why_not;
+  Code why_code = Code::kResourceExhausted;
+  for (size_t i = 0; i < plan->size(); ++i) {
+    Candidate& cand = (*plan)[i];
+    Pool* pool = cand.pool;
+    std::string reason = cand.reason;
+    if (!why_not.empty()) reason += "; fell back from " + why_not;
+    auto size = pool->RoundSize(p.size_bytes, p.hugetlb);
+    if (!size.ok()) {
+      why_not += (why_not.empty() ? "" : "; ") + size.status().message();
+      if (size.status().code() == Code::kInvalidArgument) why_code = Code::kInvalidArgument;
+      continue;
+    }
+    std::string tier = TierOfPool(pool);
+    Status q = quotas_.Check(caller.uid, caller.gid, tier, *size);
+    if (!q.ok()) {
+      why_not += (why_not.empty() ? "" : "; ") + pool->name() + ": " + q.message();
+      continue;
+    }
+    if (auto b = pool->TakeWarm(*size, p.hugetlb)) {
+      quotas_.Charge(caller.uid, caller.gid, tier, *size);
+      Count("warm_hits");
+      uint64_t id = Insert(conn, p, pool, *size, std::move(b), true, reason);
+      Refill(pool);
+      Granted g{Snapshot(leases_.at(id)), leases_.at(id).backing->fd()};
+      done(std::move(g));
+      return;
+    }
+    if (!pool->TryReserve(*size)) {
+      why_not += (why_not.empty() ? "" : "; ") + PoolRoom(pool);
+      continue;
+    }
+    // Build on a worker; quota and capacity are held meanwhile.
+    quotas_.Charge(caller.uid, caller.gid, tier, *size);
+    if (!p.name.empty()) names_[p.name] = 0;
+    Count("warm_misses");
+    ++pending_builds_;
+    uint64_t sz = *size;
+    bool hugetlb = p.hugetlb;
+    uid_t ouid = caller.uid;
+    gid_t ogid = caller.gid;
+    std::weak_ptr<bool> alive = alive_;
+    boost::asio::post(
+        workers_, [this, alive, pool, sz, hugetlb, conn, p = std::move(p),
+                   reason = std::move(reason), done = std::move(done), tier, ouid, ogid]() mutable {
+          auto built = pool->Build(sz, hugetlb);
+          boost::asio::post(loop_, [this, alive, pool, sz, conn, p = std::move(p),
+                                    reason = std::move(reason), done = std::move(done), tier, ouid,
+                                    ogid, built = std::move(built)]() mutable {
+            auto a = alive.lock();
+            if (!a || !*a) return;  // manager gone; `built` reclaims itself
+            --pending_builds_;
+            auto conn_it = conns_.find(conn);
+            if (!built.ok() || conn_it == conns_.end() || stopping_) {
+              pool->CancelReserve(sz);
+              // The charge was made against the caller at request time.
+              quotas_.Uncharge(ouid, ogid, tier, sz);
+              if (!p.name.empty()) names_.erase(p.name);
+              Count(built.ok() ? "abandoned_builds" : "build_failures");
+              Count("refusals");
+              if (!built.ok()) {
+                done(built.status());
+              } else {
+                done(Status(Code::kUnavailable, "connection closed before the lease was ready"));
+              }
+              Refill(pool);
+              return;
+            }
+            pool->CommitReserve(sz);
+            uint64_t id = Insert(conn, p, pool, sz, std::move(*built), false, std::move(reason));
+            const Lease& l = leases_.at(id);
+            done(Granted{Snapshot(l), l.backing->fd()});
+          });
+        });
+    return;
+  }
+  refuse(Status(why_code, "cannot place " + HumanBytes(p.size_bytes) + ": " + why_not));
+}
+
+Status LeaseManager::Release(ConnId conn, uint64_t id) {
+  auto it = leases_.find(id);
+  if (it == leases_.end()) {
+    if (revoked_.count(id))
+      return Status(Code::kRevoked, "lease " + std::to_string(id) + " was revoked by an admin");
+    return Status(Code::kNotFound, "no lease " + std::to_string(id));
+  }
+  auto h = it->second.holders.find(conn);
+  if (h == it->second.holders.end()) {
+    return Status(Code::kPermissionDenied,
+                  "lease " + std::to_string(id) + " is not held by this connection");
+  }
+  DropRef(it->second, conn, 1);
+  Count("releases");
+  if (it->second.refs == 0) Free(id, "frees");
+  return Status::Ok();
+}
+
+Result<Granted> LeaseManager::Attach(ConnId conn, const std::string& name) {
+  auto c = conns_.find(conn);
+  if (c == conns_.end()) return Status(Code::kInternal, "unknown connection");
+  auto n = names_.find(name);
+  if (n == names_.end()) return Status(Code::kNotFound, "no shared lease named '" + name + "'");
+  if (n->second == 0) {
+    return Status(Code::kUnavailable, "shared lease '" + name + "' is still being built");
+  }
+  Lease& l = leases_.at(n->second);
+  const CallerInfo& who = c->second.caller;
+  bool ok = who.uid == 0 || who.uid == l.owner.uid ||
+            std::find(l.acl_uids.begin(), l.acl_uids.end(), who.uid) != l.acl_uids.end() ||
+            std::find(l.acl_gids.begin(), l.acl_gids.end(), who.gid) != l.acl_gids.end();
+  for (gid_t g : who.groups) {
+    if (ok) break;
+    ok = std::find(l.acl_gids.begin(), l.acl_gids.end(), g) != l.acl_gids.end();
+  }
+  if (!ok) {
+    Count("acl_refusals");
+    return Status(Code::kPermissionDenied, "uid " + std::to_string(who.uid) +
+                                               " is not in the ACL of shared lease '" + name + "'");
+  }
+  l.holders[conn] += 1;
+  l.refs += 1;
+  c->second.held.insert(l.id);
+  Count("attaches");
+  return Granted{Snapshot(l), l.backing->fd()};
+}
+
+bool LeaseManager::Visible(const Lease& l, ConnId conn) const {
+  const CallerInfo* c = Caller(conn);
+  if (c == nullptr) return false;
+  return c->is_admin || c->uid == l.owner.uid || l.holders.count(conn) > 0;
+}
+
+Result<LeaseSnapshot> LeaseManager::Stat(ConnId conn, uint64_t id) const {
+  auto it = leases_.find(id);
+  if (it == leases_.end()) {
+    if (revoked_.count(id))
+      return Status(Code::kRevoked, "lease " + std::to_string(id) + " was revoked by an admin");
+    return Status(Code::kNotFound, "no lease " + std::to_string(id));
+  }
+  if (!Visible(it->second, conn)) {
+    return Status(Code::kPermissionDenied, "lease " + std::to_string(id) + " belongs to uid " +
+                                               std::to_string(it->second.owner.uid));
+  }
+  return Snapshot(it->second);
+}
+
+Result<std::vector<LeaseSnapshot>> LeaseManager::List(ConnId conn, bool all) const {
+  const CallerInfo* c = Caller(conn);
+  if (c == nullptr) return Status(Code::kInternal, "unknown connection");
+  std::vector<LeaseSnapshot> out;
+  if (all) {
+    if (!c->is_admin) {
+      return Status(Code::kPermissionDenied, "listing every tenant's leases needs admin");
+    }
+    for (const auto& [id, l] : leases_) out.push_back(Snapshot(l));
+  } else {
+    std::unordered_set<uint64_t> ids = conns_.at(conn).held;
+    auto u = by_uid_.find(c->uid);
+    if (u != by_uid_.end()) ids.insert(u->second.begin(), u->second.end());
+    for (uint64_t id : ids) out.push_back(Snapshot(leases_.at(id)));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const LeaseSnapshot& a, const LeaseSnapshot& b) { return a.id < b.id; });
+  return out;
+}
+
+Result<std::vector<ConnId>> LeaseManager::Revoke(ConnId conn, uint64_t id) {
+  if (!IsAdmin(conn)) return Status(Code::kPermissionDenied, "revoke needs admin");
+  auto it = leases_.find(id);
+  if (it == leases_.end()) {
+    if (revoked_.count(id))
+      return Status(Code::kRevoked, "lease " + std::to_string(id) + " was already revoked");
+    return Status(Code::kNotFound, "no lease " + std::to_string(id));
+  }
+  std::vector<ConnId> holders;
+  for (const auto& [h, n] : it->second.holders) holders.push_back(h);
+  std::sort(holders.begin(), holders.end());
+  Free(id, "revokes");
+  if (revoked_.size() >= kMaxRevokedRemembered) revoked_.clear();
+  revoked_.insert(id);
+  return holders;
+}
+
+Status LeaseManager::SetQuota(ConnId conn, const QuotaRule& rule) {
+  if (!IsAdmin(conn)) return Status(Code::kPermissionDenied, "setting quotas needs admin");
+  quotas_.SetRule(rule);
+  return Status::Ok();
+}
+
+LeaseSnapshot LeaseManager::Snapshot(const Lease& l) const {
+  LeaseSnapshot s;
+  s.id = l.id;
+  s.size_bytes = l.size;
+  s.requested_bytes = l.requested;
+  s.numa_node = l.pool->numa_node();
+  s.kind = l.pool->kind();
+  s.memory_tier = l.pool->memory_tier();
+  s.label = l.label;
+  s.name = l.name;
+  s.owner = l.owner;
+  s.created_unix = l.created_unix;
+  s.holders = l.refs;
+  s.backing = l.backing->kind();
+  s.page_size = l.backing->page_size();
+  s.from_warm_stock = l.from_warm;
+  s.placement_reason = l.placement_reason;
+  s.pool = l.pool->name();
+  return s;
+}
+
+std::vector<PoolSnapshot> LeaseManager::Pools() const {
+  std::vector<PoolSnapshot> out;
+  for (const Pool* p : pool_ptrs_) {
+    PoolSnapshot s;
+    s.name = p->name();
+    s.numa_node = p->numa_node();
+    s.kind = p->kind();
+    s.memory_tier = p->memory_tier();
+    s.capacity_bytes = p->capacity();
+    s.leased_bytes = p->leased_bytes() + p->reserved_bytes();
+    s.warm_bytes = p->warm_bytes();
+    s.free_bytes = p->free_bytes();
+    s.page_size = p->page_size();
+    s.backing = p->backing();
+    s.dynamic_region = p->dynamic_region();
+    s.lease_count = p->lease_count();
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::map<std::string, uint64_t> LeaseManager::Gauges() const {
+  std::map<std::string, uint64_t> g;
+  g["live_leases"] = leases_.size();
+  g["connections"] = conns_.size();
+  g["pending_builds"] = pending_builds_;
+  g["shared_leases"] = names_.size();
+  uint64_t leased = 0, warm = 0, cap = 0;
+  for (const Pool* p : pool_ptrs_) {
+    leased += p->leased_bytes() + p->reserved_bytes();
+    warm += p->warm_bytes();
+    cap += p->capacity();
+  }
+  g["leased_bytes"] = leased;
+  g["warm_bytes"] = warm;
+  g["capacity_bytes"] = cap;
+  return g;
+}
+
+void LeaseManager::StartWarmStock() {
+  for (Pool* p : pool_ptrs_) Refill(p);
+}
+
+void LeaseManager::Refill(Pool* pool) {
+  if (stopping_) return;
+  for (uint64_t size : pool->PlanRefill()) {
+    ++pending_builds_;
+    std::weak_ptr<bool> alive = alive_;
+    boost::asio::post(workers_, [this, alive, pool, size] {
+      auto built = pool->Build(size, false);
+      boost::asio::post(loop_, [this, alive, pool, size, built = std::move(built)]() mutable {
+        auto a = alive.lock();
+        if (!a || !*a) return;
+        --pending_builds_;
+        if (!built.ok()) {
+          CXLPOOL_LOG(kWarning) << pool->name() << ": warm stock build of " << HumanBytes(size)
+                                << " failed: " << built.status().ToString();
+          pool->WarmBuildFailed(size);
+          return;
+        }
+        pool->AddWarm(std::move(*built));
+        if (stopping_) pool->DropAllWarm();
+      });
+    });
+  }
+}
+
+void LeaseManager::Shutdown() {
+  if (stopping_) return;
+  stopping_ = true;
+  std::vector<uint64_t> ids;
+  for (const auto& [id, l] : leases_) ids.push_back(id);
+  for (uint64_t id : ids) Free(id, "shutdown_frees");
+  for (Pool* p : pool_ptrs_) p->DropAllWarm();
+}
+
+}  // namespace cxlpool

@@ -1,0 +1,211 @@
+// LeaseManager: the daemon's lease state. It places allocations on pools,
+// enforces capacity and quotas, builds backings on a worker pool, serves
+// exact-size requests from warm stock, keeps the lease table (hash maps by
+// id, by shared name, by connection and by owner uid), shares named leases
+// under a uid/gid ACL with reference counts, and releases everything a
+// connection held when it goes away.
+//
+// Nothing here knows protobuf or sockets; the handler translates.
+//
+// Thread safety: every public method must be called on the event-loop
+// executor `loop`. Builds run on `workers` and post their results back to
+// `loop`; no lease state is touched from a worker. The owner must stop the
+// workers (join the pool) before destroying the manager, and must keep the
+// Topology alive as long as the manager.
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "cxlpool/common/clock.h"
+#include "cxlpool/common/status.h"
+#include "cxlpool/topology/topology.h"
+#include "lease/placement.h"
+#include "lease/quota.h"
+#include "pool/pool.h"
+
+namespace cxlpool {
+
+using ConnId = uint64_t;  // the server's ConnectionId
+
+struct CallerInfo {
+  pid_t pid = -1;
+  uid_t uid = static_cast<uid_t>(-1);
+  gid_t gid = static_cast<gid_t>(-1);
+  std::vector<gid_t> groups;  // supplementary groups (for shared-lease ACLs)
+  std::string comm;
+  std::string cgroup;
+  bool is_admin = false;
+};
+
+struct AllocParams {
+  uint64_t size_bytes = 0;
+  std::optional<int> numa_node;
+  std::string gpu;
+  std::vector<std::string> tiers;
+  bool strict = false;
+  bool hugetlb = false;
+  std::string label;
+  std::string name;  // shared name; "" private
+  std::vector<uint32_t> acl_uids;
+  std::vector<uint32_t> acl_gids;
+  std::optional<int> home_node;  // the caller's node (placement without GPU/node)
+};
+
+struct LeaseSnapshot {
+  uint64_t id = 0;
+  uint64_t size_bytes = 0;
+  uint64_t requested_bytes = 0;
+  int numa_node = -1;
+  std::string kind;
+  std::optional<int> memory_tier;
+  std::string label;
+  std::string name;
+  CallerInfo owner;
+  int64_t created_unix = 0;
+  uint32_t holders = 0;  // references (connections x attaches)
+  std::string backing;
+  uint64_t page_size = 0;
+  bool from_warm_stock = false;
+  std::string placement_reason;
+  std::string pool;
+};
+
+// A granted (or attached) lease and its fd, borrowed: valid until the lease
+// ends; send it before returning to the loop.
+struct Granted {
+  LeaseSnapshot lease;
+  int fd = -1;
+};
+
+struct PoolSnapshot {
+  std::string name;
+  int numa_node = -1;
+  std::string kind;
+  std::optional<int> memory_tier;
+  uint64_t capacity_bytes = 0;
+  uint64_t leased_bytes = 0;
+  uint64_t warm_bytes = 0;
+  uint64_t free_bytes = 0;
+  uint64_t page_size = 0;
+  std::string backing;
+  bool dynamic_region = false;
+  uint32_t lease_count = 0;
+};
+
+class LeaseManager {
+ public:
+  using Executor = boost::asio::any_io_executor;
+  using AllocDone = std::function<void(Result<Granted>)>;
+
+  LeaseManager(const Topology* topo, std::vector<std::unique_ptr<Pool>> pools, QuotaTable quotas,
+               Executor loop, Executor workers, const Clock* clock);
+  ~LeaseManager();
+  LeaseManager(const LeaseManager&) = delete;
+  LeaseManager& operator=(const LeaseManager&) = delete;
+
+  void Connect(ConnId conn, CallerInfo caller);
+  // Drops every reference the connection held; leases nobody holds any more
+  // are reclaimed (truncated, unmapped, closed). Unknown ids are ignored.
+  void Disconnect(ConnId conn);
+
+  // Calls `done` exactly once: now (warm stock, refusal) or later on the
+  // loop (after a build). Errors: INVALID_ARGUMENT (size 0, bad tier, ...),
+  // NOT_FOUND (GPU/node), ALREADY_EXISTS (name), RESOURCE_EXHAUSTED (capacity
+  // or quota, naming the limit and usage), and build errors.
+  void Allocate(ConnId conn, AllocParams params, AllocDone done);
+  // NOT_FOUND, REVOKED, PERMISSION_DENIED (not held by this connection).
+  Status Release(ConnId conn, uint64_t id);
+  // NOT_FOUND, PERMISSION_DENIED (ACL), UNAVAILABLE (still being built).
+  Result<Granted> Attach(ConnId conn, const std::string& name);
+  // Visible to the owner uid, the holders and admins; else PERMISSION_DENIED.
+  Result<LeaseSnapshot> Stat(ConnId conn, uint64_t id) const;
+  // Own leases (owner uid or held), or all (admin only).
+  Result<std::vector<LeaseSnapshot>> List(ConnId conn, bool all) const;
+  // Admin only: frees the lease now (clients' next access SIGBUSes) and
+  // returns the connections that held it, to be told with a LeaseEvent.
+  Result<std::vector<ConnId>> Revoke(ConnId conn, uint64_t id);
+  // Admin only: add/replace a quota rule.
+  Status SetQuota(ConnId conn, const QuotaRule& rule);
+
+  std::vector<PoolSnapshot> Pools() const;
+  std::vector<QuotaUsage> Quotas() const { return quotas_.Rules(); }
+  std::map<std::string, uint64_t> Counters() const { return counters_; }
+  std::map<std::string, uint64_t> Gauges() const;
+  bool IsAdmin(ConnId conn) const;
+  const CallerInfo* Caller(ConnId conn) const;
+  const Topology& topology() const { return *topo_; }
+
+  // Starts filling every pool's warm stock in the background.
+  void StartWarmStock();
+  // Stops refills and reclaims every lease and all stock (daemon exit).
+  void Shutdown();
+
+  // For tests: builds in flight (leases and stock).
+  uint32_t pending_builds() const { return pending_builds_; }
+
+ private:
+  struct Lease {
+    uint64_t id = 0;
+    uint64_t size = 0;
+    uint64_t requested = 0;
+    Pool* pool = nullptr;
+    std::string tier;  // quota tier: node kind or "devdax"
+    std::string label;
+    std::string name;
+    std::vector<uint32_t> acl_uids;
+    std::vector<uint32_t> acl_gids;
+    CallerInfo owner;
+    int64_t created_unix = 0;
+    std::unique_ptr<Backing> backing;
+    bool from_warm = false;
+    std::string placement_reason;
+    std::unordered_map<ConnId, uint32_t> holders;  // connection -> references
+    uint32_t refs = 0;
+  };
+  struct Conn {
+    CallerInfo caller;
+    std::unordered_set<uint64_t> held;
+  };
+
+  uint64_t Insert(ConnId conn, const AllocParams& p, Pool* pool, uint64_t size,
+                  std::unique_ptr<Backing> backing, bool from_warm, std::string reason);
+  void Free(uint64_t id, const char* counter);
+  void DropRef(Lease& lease, ConnId conn, uint32_t n);
+  void Refill(Pool* pool);
+  LeaseSnapshot Snapshot(const Lease& l) const;
+  bool Visible(const Lease& l, ConnId conn) const;
+  void Count(const std::string& name, uint64_t by = 1) { counters_[name] += by; }
+
+  const Topology* topo_;
+  std::vector<std::unique_ptr<Pool>> pools_;
+  std::vector<Pool*> pool_ptrs_;
+  QuotaTable quotas_;
+  Executor loop_;
+  Executor workers_;
+  const Clock* clock_;
+  bool stopping_ = false;
+  uint64_t next_id_ = 1;
+  uint32_t pending_builds_ = 0;
+  // Flipped when the manager dies so late completions do nothing.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+
+  std::unordered_map<uint64_t, Lease> leases_;
+  std::unordered_map<std::string, uint64_t> names_;  // 0: being built
+  std::unordered_map<ConnId, Conn> conns_;
+  std::unordered_map<uid_t, std::unordered_set<uint64_t>> by_uid_;
+  std::unordered_set<uint64_t> revoked_;
+  std::map<std::string, uint64_t> counters_;
+};
+
+}  // namespace cxlpool

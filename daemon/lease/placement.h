@@ -1,0 +1,57 @@
+// Placement: which pools may serve an allocation, best first, and why.
+//
+// The rule (docs/daemon.md, "Placement"):
+//  1. A NUMA node named in the request: that node's pools first (memfd, then
+//     devdax), then the other memfd pools by SLIT distance from it.
+//     A GPU named (index, uuid or PCI bus id): the nodes of the topology's
+//     gpu_memory_preference for it, in order, then the other memfd pools by
+//     distance from the GPU's CPU-side node. Naming both is INVALID_ARGUMENT.
+//     Neither: the memfd pools by SLIT distance from the caller's home node
+//     (the node of the CPU it last ran on), ties by node id.
+//  2. A tier preference list ("dram", "cxl", "hbm", "nvm", "devdax") reorders
+//     the candidates by tier, stable; unlisted tiers go last. "devdax"
+//     matches devdax pools, which otherwise only serve requests that name
+//     their node.
+//  3. Strict: only the single best candidate (of the listed tiers) is
+//     acceptable; the allocation fails rather than falls back.
+// Admission then walks the candidates in order; the first with room wins.
+//
+// Thread safety: pure functions over their arguments.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cxlpool/common/status.h"
+#include "cxlpool/topology/topology.h"
+#include "pool/pool.h"
+
+namespace cxlpool {
+
+struct PlacementRequest {
+  std::optional<int> numa_node;
+  std::string gpu;                 // "" none
+  std::vector<std::string> tiers;  // preference order
+  bool strict = false;
+  std::optional<int> home_node;  // the caller's node, if known
+};
+
+struct Candidate {
+  Pool* pool = nullptr;
+  std::string reason;  // why this pool is where it is in the order
+};
+
+// Errors: NOT_FOUND (no such GPU / node / no pool there), INVALID_ARGUMENT
+// (unknown tier name, GPU and node both named).
+Result<std::vector<Candidate>> PlanPlacement(const Topology& topo, const std::vector<Pool*>& pools,
+                                             const PlacementRequest& req);
+
+// The NUMA node of `cpu` in the topology, or nullopt.
+std::optional<int> NodeOfCpu(const Topology& topo, int cpu);
+
+// Reads the CPU a process last ran on (/proc/<pid>/stat field 39) through
+// `proc` (a FileSystem rooted at "/").
+std::optional<int> LastCpuOf(const FileSystem& proc, pid_t pid);
+
+}  // namespace cxlpool

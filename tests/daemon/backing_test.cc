@@ -1,0 +1,162 @@
+// Kernel-verified memfd backing on this machine's node 0: pages really are on
+// the node (move_pages on the daemon mapping and on a second, client-like
+// mapping of the fd; get_mempolicy on the daemon mapping), the fd is sealed
+// against growth but can be truncated, reclaim returns the memory even when
+// the fd leaked, and pinning shows in VmLck.
+#include "pool/backing.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <numaif.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "cxlpool/common/fs.h"
+
+namespace cxlpool {
+namespace {
+
+constexpr uint64_t kSize = 8ull << 20;
+
+bool Node0HasMemory() { return ::access("/sys/devices/system/node/node0/meminfo", R_OK) == 0; }
+
+uint64_t VmLckKb() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmLck:", 0) == 0) return std::stoull(line.substr(6));
+  }
+  return 0;
+}
+
+// Every page of [addr, addr+len) as move_pages reports it (status = node).
+std::vector<int> PageNodes(void* addr, uint64_t len) {
+  long page = ::sysconf(_SC_PAGESIZE);
+  std::vector<void*> pages;
+  for (uint64_t off = 0; off < len; off += static_cast<uint64_t>(page)) {
+    pages.push_back(static_cast<char*>(addr) + off);
+  }
+  std::vector<int> status(pages.size(), -1);
+  long rc = ::move_pages(0, pages.size(), pages.data(), nullptr, status.data(), 0);
+  if (rc != 0) return {};
+  return status;
+}
+
+class BackingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!Node0HasMemory()) GTEST_SKIP() << "no NUMA node 0 here";
+  }
+};
+
+TEST_F(BackingTest, PagesAreOnTheBoundNodeInDaemonAndClientMappings) {
+  MemfdSpec spec;
+  spec.size_bytes = kSize;
+  spec.numa_node = 0;
+  spec.pin = false;
+  auto b = CreateMemfdBacking(spec);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  void* daemon = (*b)->daemon_addr();
+  ASSERT_NE(daemon, nullptr);
+
+  int mode = -1;
+  unsigned long mask[16] = {0};
+  ASSERT_EQ(::get_mempolicy(&mode, mask, sizeof(mask) * 8, daemon, MPOL_F_ADDR), 0)
+      << std::strerror(errno);
+  EXPECT_EQ(mode, MPOL_BIND);
+  EXPECT_EQ(mask[0], 1ul) << "bound to node 0 only";
+
+  auto nodes = PageNodes(daemon, kSize);
+  ASSERT_EQ(nodes.size(), kSize / ::sysconf(_SC_PAGESIZE)) << "every page is resident";
+  for (int n : nodes) ASSERT_EQ(n, 0);
+
+  // A client maps the fd it received (here: the same fd, a fresh mapping).
+  void* client =
+      ::mmap(nullptr, kSize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, (*b)->fd(), 0);
+  ASSERT_NE(client, MAP_FAILED);
+  nodes = PageNodes(client, kSize);
+  ASSERT_FALSE(nodes.empty());
+  for (int n : nodes) ASSERT_EQ(n, 0);
+  static_cast<char*>(client)[123] = 42;
+  EXPECT_EQ(static_cast<char*>(daemon)[123], 42) << "same memory";
+  ::munmap(client, kSize);
+}
+
+TEST_F(BackingTest, SealedAgainstGrowthButShrinkableAndReclaimTruncatesLeakedFd) {
+  MemfdSpec spec;
+  spec.size_bytes = kSize;
+  spec.numa_node = 0;
+  spec.pin = false;
+  auto b = CreateMemfdBacking(spec);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  int fd = (*b)->fd();
+  int seals = ::fcntl(fd, F_GET_SEALS);
+  EXPECT_TRUE(seals & F_SEAL_GROW);
+  EXPECT_TRUE(seals & F_SEAL_SEAL);
+  EXPECT_FALSE(seals & F_SEAL_SHRINK);
+  errno = 0;
+  EXPECT_NE(::ftruncate(fd, kSize * 2), 0);
+  EXPECT_EQ(errno, EPERM) << "growing a sealed memfd fails with EPERM";
+  EXPECT_NE(::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0) << "no further seals (F_SEAL_SEAL)";
+  EXPECT_TRUE(::fcntl(fd, F_GETFD) & FD_CLOEXEC) << "CLOEXEC";
+
+  UniqueFd leaked(::dup(fd));
+  (*b)->Reclaim();
+  struct stat st;
+  ASSERT_EQ(::fstat(leaked.get(), &st), 0);
+  EXPECT_EQ(st.st_size, 0) << "memory returned although a client kept the fd";
+  EXPECT_EQ(st.st_blocks, 0);
+  (*b)->Reclaim();  // idempotent
+}
+
+TEST_F(BackingTest, PinnedMappingShowsInVmLck) {
+  struct rlimit rl;
+  ASSERT_EQ(::getrlimit(RLIMIT_MEMLOCK, &rl), 0);
+  if (::geteuid() != 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < 2 * kSize) {
+    GTEST_SKIP() << "RLIMIT_MEMLOCK too small to pin " << kSize << " bytes without privilege";
+  }
+  uint64_t before = VmLckKb();
+  MemfdSpec spec;
+  spec.size_bytes = kSize;
+  spec.numa_node = 0;
+  spec.pin = true;
+  auto b = CreateMemfdBacking(spec);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_GE(VmLckKb(), before + kSize / 1024);
+  (*b)->Reclaim();
+  EXPECT_EQ(VmLckKb(), before);
+}
+
+TEST_F(BackingTest, BadSizesAreRefused) {
+  MemfdSpec spec;
+  spec.size_bytes = 0;
+  EXPECT_EQ(CreateMemfdBacking(spec).status().code(), Code::kInvalidArgument);
+  spec.size_bytes = 5000;
+  EXPECT_EQ(CreateMemfdBacking(spec).status().code(), Code::kInvalidArgument);
+  spec.size_bytes = 4096;
+  spec.numa_node = 4000;  // no such node: mbind fails cleanly
+  spec.pin = false;
+  EXPECT_FALSE(CreateMemfdBacking(spec).ok());
+}
+
+TEST(ShmemThpTest, ReadsTheBracketedMode) {
+  FakeFileSystem fs;
+  const char* path = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
+  fs.AddFile(path, "always within_size [advise] never deny force\n");
+  EXPECT_EQ(ReadShmemThp(fs), ShmemThp::kAdvise);
+  fs.AddFile(path, "always within_size advise [never] deny force\n");
+  EXPECT_EQ(ReadShmemThp(fs), ShmemThp::kNever);
+  fs.AddFile(path, "garbage");
+  EXPECT_EQ(ReadShmemThp(fs), ShmemThp::kUnknown);
+  FakeFileSystem empty;
+  EXPECT_EQ(ReadShmemThp(empty), ShmemThp::kUnknown);
+}
+
+}  // namespace
+}  // namespace cxlpool

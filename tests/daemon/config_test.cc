@@ -1,0 +1,139 @@
+// Config: the embedded default parses; percent/bytes capacity; per-node
+// overrides; unknown keys and bad values are errors that name the key.
+#include "config/config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+namespace cxlpool {
+namespace {
+
+TEST(ConfigTest, EmbeddedDefaultParsesAndMatchesShippedFile) {
+  auto cfg = ParseConfig(DefaultConfigText(), "<default>");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_TRUE(cfg->pool_defaults.capacity.is_percent);
+  EXPECT_DOUBLE_EQ(cfg->pool_defaults.capacity.percent, 90.0);
+  EXPECT_TRUE(cfg->pool_defaults.pin);
+  ASSERT_EQ(cfg->pool_defaults.warm_stock.size(), 2u);
+  EXPECT_EQ(cfg->pool_defaults.warm_stock[0].size_bytes, 2u << 20);
+  EXPECT_EQ(cfg->socket_mode, 0660u);
+  EXPECT_EQ(cfg->workers, 2u);
+  // The shipped daemon/cxlpoold.toml is exactly what is compiled in.
+  const char* src = std::getenv("CXLPOOL_SOURCE_DIR");
+  if (src != nullptr) {
+    std::ifstream in(std::string(src) + "/daemon/cxlpoold.toml");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(text, std::string(DefaultConfigText()));
+  }
+}
+
+TEST(ConfigTest, EmptyTextGivesDefaults) {
+  auto cfg = ParseConfig("", "<empty>");
+  ASSERT_TRUE(cfg.ok());
+  EXPECT_TRUE(cfg->node_pools.empty());
+  EXPECT_TRUE(cfg->quotas.empty());
+}
+
+TEST(ConfigTest, CapacityPercentAndBytesAreBoundedByTheNode) {
+  auto c = ParseCapacity("50%", "k");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->Resolve(1000), 500u);
+  auto b = ParseCapacity("64G", "k");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->Resolve(128ull << 30), 64ull << 30);
+  EXPECT_EQ(b->Resolve(16ull << 30), 16ull << 30);  // never more than the node has
+  EXPECT_FALSE(ParseCapacity("0%", "k").ok());
+  EXPECT_FALSE(ParseCapacity("101%", "k").ok());
+  EXPECT_FALSE(ParseCapacity("lots", "k").ok());
+}
+
+TEST(ConfigTest, NodeOverridesStartFromDefaults) {
+  auto cfg = ParseConfig(R"(
+[pools]
+capacity = "80%"
+pin = false
+warm_stock = []
+[pools.node.1]
+capacity = "32G"
+[pools.node.2]
+enabled = false
+)");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_EQ(cfg->ForNode(0).capacity.Resolve(100), 80u);
+  EXPECT_EQ(cfg->ForNode(1).capacity.Resolve(1ull << 40), 32ull << 30);
+  EXPECT_FALSE(cfg->ForNode(1).pin);  // inherited
+  EXPECT_FALSE(cfg->ForNode(2).enabled);
+  EXPECT_TRUE(cfg->ForNode(0).enabled);
+}
+
+TEST(ConfigTest, QuotasAndDevdax) {
+  auto cfg = ParseConfig(R"(
+[[quota]]
+uid = 1000
+tier = "cxl"
+max_bytes = "8G"
+max_leases = 4
+[[quota]]
+group = "root"
+max_bytes = 1073741824
+[[devdax]]
+region = "dax_region0"
+align = "2M"
+)");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  ASSERT_EQ(cfg->quotas.size(), 2u);
+  EXPECT_EQ(cfg->quotas[0].scope, QuotaScope::kUid);
+  EXPECT_EQ(cfg->quotas[0].id, 1000u);
+  EXPECT_EQ(cfg->quotas[0].max_bytes, 8ull << 30);
+  EXPECT_EQ(cfg->quotas[1].scope, QuotaScope::kGid);
+  EXPECT_EQ(cfg->quotas[1].id, 0u);
+  ASSERT_EQ(cfg->devdax.size(), 1u);
+  EXPECT_EQ(*cfg->devdax[0].align, 2u << 20);
+}
+
+void ExpectError(const std::string& text, const std::string& key) {
+  auto cfg = ParseConfig(text, "t.toml");
+  ASSERT_FALSE(cfg.ok()) << text;
+  EXPECT_EQ(cfg.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(cfg.status().message().find(key), std::string::npos)
+      << "message '" << cfg.status().message() << "' does not name " << key;
+}
+
+TEST(ConfigTest, BadKeysAndValuesNameTheKey) {
+  ExpectError("[pools]\ncapacty = \"50%\"\n", "pools.capacty: unknown key");
+  ExpectError("[daemon]\nworkers = 0\n", "daemon.workers");
+  ExpectError("[daemon]\nworkers = \"two\"\n", "daemon.workers");
+  ExpectError("[daemon]\nlog_level = \"loud\"\n", "daemon.log_level");
+  ExpectError("[daemon]\nsocket = \"relative.sock\"\n", "daemon.socket");
+  ExpectError("[daemon]\nsocket_mode = \"999\"\n", "daemon.socket_mode");
+  ExpectError("[daemon]\nadmin_group = \"no-such-group-xyz\"\n", "daemon.admin_group");
+  ExpectError("[pools]\ncapacity = \"150%\"\n", "pools.capacity");
+  ExpectError("[pools]\nwarm_stock = [{ size = \"3K\", count = 1 }]\n", "pools.warm_stock[0].size");
+  ExpectError("[pools]\nwarm_stock = [{ size = \"2M\", cnt = 1 }]\n", "pools.warm_stock[0].cnt");
+  ExpectError("[pools.node.x]\ncapacity = \"1G\"\n", "pools.node.x");
+  ExpectError("[pools.node.1]\nbogus = 1\n", "pools.node.1.bogus");
+  ExpectError("[[quota]]\nuid = 1\ngid = 2\n", "quota[0]");
+  ExpectError("[[quota]]\nuser = \"no-such-user-xyz\"\n", "quota[0].user");
+  ExpectError("[[quota]]\nuid = 1\ntier = \"fast\"\n", "quota[0].tier");
+  ExpectError("[[devdax]]\nalign = \"2M\"\n", "devdax[0].region");
+  ExpectError("[[devdax]]\nregion = \"r\"\nalign = \"3M\"\n", "devdax[0].align");
+  ExpectError("[nonsense]\n", "nonsense: unknown key");
+  ExpectError("[pools\n", "t.toml:1");  // TOML syntax error: position
+}
+
+TEST(ConfigTest, MissingFileIsNotFound) {
+  auto cfg = LoadConfigFile("/nonexistent/cxlpoold.toml");
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_EQ(cfg.status().code(), Code::kNotFound);
+}
+
+TEST(ConfigTest, DefaultSocketPath) {
+  EXPECT_EQ(DefaultSocketPath(0, "/run/user/0"), "/run/cxlpool/cxlpool.sock");
+  EXPECT_EQ(DefaultSocketPath(1000, "/run/user/1000"), "/run/user/1000/cxlpool.sock");
+  EXPECT_EQ(DefaultSocketPath(1000, nullptr), "/tmp/cxlpool-1000.sock");
+  EXPECT_EQ(DefaultSocketPath(1000, ""), "/tmp/cxlpool-1000.sock");
+}
+
+}  // namespace
+}  // namespace cxlpool

@@ -1,0 +1,339 @@
+// LeaseManager on fake topologies: admission never exceeds capacity, quotas
+// refuse with the limit and usage, shared leases are reference counted,
+// disconnect releases everything, revoke, warm stock accounting, devdax.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include "test_util.h"
+
+namespace cxlpool {
+namespace {
+
+using testing::FakeDaxControl;
+using testing::Harness;
+using testing::TestConfig;
+using testing::TwoSocketCxl;
+
+constexpr uint64_t kMiB = 1ull << 20;
+
+off_t FdSize(int fd) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return -1;
+  return st.st_size;
+}
+
+TEST(LeaseManagerTest, AdmissionNeverExceedsCapacity) {
+  Harness h(TwoSocketCxl(16 * kMiB));
+  h.Connect(1);
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 4; ++i) {
+    auto g = h.Alloc(1, 4 * kMiB, 0);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    EXPECT_EQ(g->lease.numa_node, 0);
+    EXPECT_EQ(FdSize(g->fd), static_cast<off_t>(4 * kMiB));
+    ids.push_back(g->lease.id);
+  }
+  EXPECT_EQ(h.Pool("node0").free_bytes, 0u);
+  // Strict on a full node: refused, naming the pool and its room.
+  AllocParams p;
+  p.size_bytes = 4 * kMiB;
+  p.numa_node = 0;
+  p.strict = true;
+  auto g = h.Alloc(1, p);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), Code::kResourceExhausted);
+  EXPECT_NE(g.status().message().find("node0: 0 B free of 16.0 MiB"), std::string::npos)
+      << g.status().message();
+  // Not strict: falls back to the nearest node with room (node2, distance 14).
+  p.strict = false;
+  g = h.Alloc(1, p);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(g->lease.numa_node, 2);
+  EXPECT_NE(g->lease.placement_reason.find("fell back from node0"), std::string::npos)
+      << g->lease.placement_reason;
+  // Bigger than any pool: refused.
+  auto big = h.Alloc(1, 17 * kMiB);
+  EXPECT_EQ(big.status().code(), Code::kResourceExhausted);
+  // Zero: invalid.
+  EXPECT_EQ(h.Alloc(1, 0).status().code(), Code::kInvalidArgument);
+  // Release one and the room is back.
+  ASSERT_TRUE(h.mgr->Release(1, ids[0]).ok());
+  EXPECT_EQ(h.Pool("node0").free_bytes, 4 * kMiB);
+  EXPECT_EQ(h.mgr->Release(1, ids[0]).code(), Code::kNotFound);
+}
+
+TEST(LeaseManagerTest, SizesRoundToPages) {
+  Harness h(TwoSocketCxl());
+  h.Connect(1);
+  auto g = h.Alloc(1, 5000);
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->lease.requested_bytes, 5000u);
+  EXPECT_EQ(g->lease.size_bytes, 8192u);
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 8192u);
+}
+
+TEST(LeaseManagerTest, DisconnectReleasesEverythingAndTruncates) {
+  Harness h(TwoSocketCxl());
+  h.Connect(1);
+  h.Connect(2);
+  auto a = h.Alloc(1, 4 * kMiB, 0);
+  auto b = h.Alloc(1, 2 * kMiB, 1);
+  auto c = h.Alloc(2, 1 * kMiB, 0);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  // A client that leaked the fd: keep a dup of it.
+  UniqueFd leaked(::dup(a->fd));
+  h.mgr->Disconnect(1);
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 1 * kMiB);
+  EXPECT_EQ(h.Pool("node1").leased_bytes, 0u);
+  EXPECT_EQ(FdSize(leaked.get()), 0) << "reclaim must truncate even a leaked fd";
+  EXPECT_EQ(h.mgr->Gauges()["live_leases"], 1u);
+  EXPECT_EQ(h.mgr->Counters()["disconnect_reclaims"], 2u);
+  h.mgr->Disconnect(2);
+  EXPECT_EQ(h.mgr->Gauges()["leased_bytes"], 0u);
+  EXPECT_EQ(h.mgr->Gauges()["connections"], 0u);
+}
+
+TEST(LeaseManagerTest, QuotasRefuseNamingLimitAndUsage) {
+  DaemonConfig cfg = TestConfig();
+  QuotaRule q;
+  q.scope = QuotaScope::kUid;
+  q.id = 1000;
+  q.subject = "1000";
+  q.tier = "dram";
+  q.max_bytes = 6 * kMiB;
+  cfg.quotas.push_back(q);
+  QuotaRule n;
+  n.scope = QuotaScope::kGid;
+  n.id = 2000;
+  n.subject = "2000";
+  n.max_leases = 1;
+  cfg.quotas.push_back(n);
+  Harness h(TwoSocketCxl(), cfg);
+  h.Connect(1, 1000, 1000);
+  h.Connect(2, 3000, 2000);
+  ASSERT_TRUE(h.Alloc(1, 4 * kMiB, 0).ok());
+  AllocParams p;
+  p.size_bytes = 4 * kMiB;
+  p.tiers = {"dram"};
+  p.strict = true;
+  auto g = h.Alloc(1, p);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), Code::kResourceExhausted);
+  EXPECT_NE(
+      g.status().message().find(
+          "quota exceeded: uid 1000 tier dram max_bytes 6.0 MiB, used 4.0 MiB, requested 4.0 MiB"),
+      std::string::npos)
+      << g.status().message();
+  // The dram quota does not cover CXL: fallback lands there.
+  p.strict = false;
+  p.tiers = {"dram", "cxl"};
+  g = h.Alloc(1, p);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(g->lease.kind, "cxl");
+  // Lease count quota per gid.
+  ASSERT_TRUE(h.Alloc(2, kMiB).ok());
+  auto r = h.Alloc(2, kMiB);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("gid 2000 (all tiers) max_leases 1, used 1"),
+            std::string::npos)
+      << r.status().message();
+  // Usage is reported and returns to zero.
+  bool seen = false;
+  for (const auto& u : h.mgr->Quotas()) {
+    if (u.rule.scope == QuotaScope::kUid) {
+      EXPECT_EQ(u.used_bytes, 4 * kMiB);
+      seen = true;
+    }
+  }
+  EXPECT_TRUE(seen);
+  h.mgr->Disconnect(1);
+  h.mgr->Disconnect(2);
+  for (const auto& u : h.mgr->Quotas()) EXPECT_EQ(u.used_bytes, 0u);
+}
+
+TEST(LeaseManagerTest, SharedLeaseRefcountsAndAcl) {
+  Harness h(TwoSocketCxl());
+  h.Connect(1, 1000, 1000);
+  h.Connect(2, 1001, 500);   // in ACL by gid
+  h.Connect(3, 1002, 1002);  // not in ACL
+  AllocParams p;
+  p.size_bytes = 2 * kMiB;
+  p.name = "weights";
+  p.acl_gids = {500};
+  auto g = h.Alloc(1, p);
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(h.Alloc(1, p).status().code(), Code::kAlreadyExists);
+  auto a = h.mgr->Attach(2, "weights");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->lease.id, g->lease.id);
+  EXPECT_EQ(a->fd, g->fd);  // the same memfd
+  EXPECT_EQ(a->lease.holders, 2u);
+  EXPECT_EQ(h.mgr->Attach(3, "weights").status().code(), Code::kPermissionDenied);
+  EXPECT_EQ(h.mgr->Attach(3, "nope").status().code(), Code::kNotFound);
+  // The creator lets go: still alive for the other holder.
+  ASSERT_TRUE(h.mgr->Release(1, g->lease.id).ok());
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 2 * kMiB);
+  auto s = h.mgr->Stat(2, g->lease.id);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->holders, 1u);
+  // The last holder disconnects: freed, name reusable.
+  h.mgr->Disconnect(2);
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 0u);
+  EXPECT_TRUE(h.Alloc(1, p).ok());
+}
+
+TEST(LeaseManagerTest, RevokeIsAdminOnlyAndReportsHolders) {
+  Harness h(TwoSocketCxl());
+  h.Connect(1, 1000, 1000);
+  h.Connect(9, 0, 0, /*admin=*/true);
+  auto g = h.Alloc(1, 2 * kMiB);
+  ASSERT_TRUE(g.ok());
+  UniqueFd client_copy(::dup(g->fd));
+  EXPECT_EQ(h.mgr->Revoke(1, g->lease.id).status().code(), Code::kPermissionDenied);
+  auto holders = h.mgr->Revoke(9, g->lease.id);
+  ASSERT_TRUE(holders.ok());
+  EXPECT_EQ(*holders, (std::vector<ConnId>{1}));
+  EXPECT_EQ(FdSize(client_copy.get()), 0);
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 0u);
+  EXPECT_EQ(h.mgr->Release(1, g->lease.id).code(), Code::kRevoked);
+  EXPECT_EQ(h.mgr->Stat(1, g->lease.id).status().code(), Code::kRevoked);
+}
+
+TEST(LeaseManagerTest, ListAndStatVisibility) {
+  Harness h(TwoSocketCxl());
+  h.Connect(1, 1000, 1000);
+  h.Connect(2, 1001, 1001);
+  h.Connect(9, 0, 0, true);
+  auto a = h.Alloc(1, kMiB);
+  auto b = h.Alloc(2, kMiB);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto own = h.mgr->List(1, false);
+  ASSERT_TRUE(own.ok());
+  ASSERT_EQ(own->size(), 1u);
+  EXPECT_EQ((*own)[0].id, a->lease.id);
+  EXPECT_EQ(h.mgr->List(1, true).status().code(), Code::kPermissionDenied);
+  auto all = h.mgr->List(9, true);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->size(), 2u);
+  EXPECT_EQ(h.mgr->Stat(1, b->lease.id).status().code(), Code::kPermissionDenied);
+  EXPECT_TRUE(h.mgr->Stat(9, b->lease.id).ok());
+  EXPECT_EQ(h.mgr->Release(1, b->lease.id).code(), Code::kPermissionDenied);
+}
+
+TEST(LeaseManagerTest, WarmStockServesExactSizesAndCountsAgainstCapacity) {
+  Harness h(TwoSocketCxl(16 * kMiB), TestConfig({{2 * kMiB, 2}, {4 * kMiB, 1}}));
+  h.Connect(1);
+  h.mgr->StartWarmStock();
+  h.Drain();
+  auto pool = h.Pool("node0");
+  EXPECT_EQ(pool.warm_bytes, 8 * kMiB);
+  EXPECT_EQ(pool.free_bytes, 8 * kMiB);
+  EXPECT_EQ(h.mgr->pending_builds(), 0u);
+  // Exact size: served from stock without a build.
+  std::optional<Result<Granted>> out;
+  AllocParams p;
+  p.size_bytes = 2 * kMiB;
+  p.numa_node = 0;
+  h.mgr->Allocate(1, p, [&](Result<Granted> g) { out.emplace(std::move(g)); });
+  ASSERT_TRUE(out.has_value()) << "a warm hit answers on the request path";
+  ASSERT_TRUE(out->ok());
+  EXPECT_TRUE((*out)->lease.from_warm_stock);
+  pool = h.Pool("node0");
+  EXPECT_EQ(pool.leased_bytes, 2 * kMiB);
+  EXPECT_EQ(pool.warm_bytes, 8 * kMiB) << "refill already reserved";
+  h.Drain();  // refill completes
+  EXPECT_EQ(h.Pool("node0").warm_bytes, 8 * kMiB);
+  // Not an exact class: built, not from stock.
+  auto g = h.Alloc(1, 3 * kMiB, 0);
+  ASSERT_TRUE(g.ok());
+  EXPECT_FALSE(g->lease.from_warm_stock);
+  EXPECT_LE(h.Pool("node0").leased_bytes + h.Pool("node0").warm_bytes, 16 * kMiB);
+  // A request that only fits if stock is dropped: stock makes room.
+  auto big = h.Alloc(1, 10 * kMiB, 0);
+  ASSERT_TRUE(big.ok()) << big.status().ToString();
+  pool = h.Pool("node0");
+  EXPECT_LE(pool.leased_bytes + pool.warm_bytes, pool.capacity_bytes);
+  h.mgr->Disconnect(1);
+  h.Drain();
+  pool = h.Pool("node0");
+  EXPECT_EQ(pool.leased_bytes, 0u);
+  EXPECT_EQ(pool.warm_bytes, 8 * kMiB);
+  EXPECT_GE(h.mgr->Counters()["warm_hits"], 1u);
+}
+
+TEST(LeaseManagerTest, DisconnectDuringBuildReleasesTheResult) {
+  Harness h(TwoSocketCxl());
+  h.Connect(1);
+  std::optional<Result<Granted>> out;
+  AllocParams p;
+  p.size_bytes = kMiB;
+  h.mgr->Allocate(1, p, [&](Result<Granted> g) { out.emplace(std::move(g)); });
+  EXPECT_FALSE(out.has_value());
+  EXPECT_EQ(h.Pool("node0").leased_bytes, kMiB) << "reserved while building";
+  h.mgr->Disconnect(1);
+  h.Drain();
+  ASSERT_TRUE(out.has_value());
+  EXPECT_EQ(out->status().code(), Code::kUnavailable);
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 0u);
+  EXPECT_EQ(h.mgr->Gauges()["live_leases"], 0u);
+}
+
+TEST(LeaseManagerTest, DevdaxDynamicRegionCarvesAndDestroys) {
+  FakeDaxControl dax;
+  dax.AddRegion("dax_region0", 0, 64 * kMiB, 2 * kMiB, /*dynamic=*/true, 2);
+  dax.AddRegion("dax_region1", 1, 32 * kMiB, 2 * kMiB, /*dynamic=*/false, 3);
+  DaemonConfig cfg = TestConfig();
+  cfg.devdax.push_back({"dax_region0", std::nullopt});
+  cfg.devdax.push_back({"dax_region1", std::nullopt});
+  Harness h(TwoSocketCxl(), cfg, &dax);
+  h.Connect(1);
+  auto pools = h.mgr->Pools();
+  ASSERT_EQ(pools.size(), 6u);
+  EXPECT_EQ(pools[4].name, "dax_region0");
+  EXPECT_TRUE(pools[4].dynamic_region);
+  EXPECT_EQ(pools[5].name, "dax1.0");
+  EXPECT_FALSE(pools[5].dynamic_region);
+  AllocParams p;
+  p.size_bytes = 3 * kMiB;
+  p.tiers = {"devdax"};
+  p.strict = true;
+  auto g = h.Alloc(1, p);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(g->lease.backing, "devdax");
+  EXPECT_EQ(g->lease.size_bytes, 4 * kMiB) << "rounded up to the 2 MiB alignment";
+  EXPECT_EQ(g->lease.requested_bytes, 3 * kMiB);
+  EXPECT_EQ(dax.regions["dax_region0"].state.devices.size(), 1u);
+  ASSERT_TRUE(h.mgr->Release(1, g->lease.id).ok());
+  EXPECT_EQ(dax.destroyed, (std::vector<std::string>{"dax0.1"}));
+  // Static region: leased whole, once.
+  p.numa_node = 3;
+  p.tiers = {"devdax"};
+  auto s = h.Alloc(1, p);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->lease.pool, "dax1.0");
+  EXPECT_EQ(s->lease.size_bytes, 32 * kMiB);
+  auto again = h.Alloc(1, p);
+  EXPECT_EQ(again.status().code(), Code::kResourceExhausted);
+  // Carving failure surfaces as an error and frees the reservation.
+  dax.fail_create = true;
+  p.numa_node.reset();
+  auto f = h.Alloc(1, p);
+  EXPECT_FALSE(f.ok());
+  EXPECT_EQ(h.Pool("dax_region0").leased_bytes, 0u);
+}
+
+TEST(LeaseManagerTest, MissingDevdaxRegionIsAStartupError) {
+  FakeDaxControl dax;
+  DaemonConfig cfg = TestConfig();
+  cfg.devdax.push_back({"dax_region7", std::nullopt});
+  Topology t = TwoSocketCxl();
+  PoolBuildOptions o;
+  o.bind = false;
+  o.dax = &dax;
+  auto pools = BuildPools(t, cfg, o, nullptr);
+  ASSERT_FALSE(pools.ok());
+  EXPECT_NE(pools.status().message().find("devdax[0].region"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cxlpool

@@ -1,0 +1,187 @@
+// Helpers for the daemon's unit tests: hand-built topologies (two sockets
+// with CXL, a GPU box), a fake DaxControl, and a LeaseManager harness that
+// runs its loop and workers on one io_context (deterministic).
+// Thread safety: single-threaded test code.
+#pragma once
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <boost/asio/io_context.hpp>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "cxlpool/common/clock.h"
+#include "lease/lease_manager.h"
+#include "pool/devdax.h"
+#include "pool/pool.h"
+
+namespace cxlpool::testing {
+
+inline NumaNode MakeNode(int id, NodeKind kind, uint64_t mem, std::vector<int> cpus,
+                         std::map<int, int> dist) {
+  NumaNode n;
+  n.id = id;
+  n.kind = kind;
+  n.memory_bytes = mem;
+  n.cpus = std::move(cpus);
+  n.distances = std::move(dist);
+  return n;
+}
+
+// node0 dram (cpus 0-1), node1 dram (cpus 2-3), node2 cxl (near node0),
+// node3 cxl (near node1), node4 gpu memory; GPU 0 near node0, GPU 1 near
+// node1. Each memory node has `mem` bytes.
+inline Topology TwoSocketCxl(uint64_t mem = 64ull << 20) {
+  Topology t;
+  t.numa_nodes.push_back(
+      MakeNode(0, NodeKind::kDram, mem, {0, 1}, {{0, 10}, {1, 21}, {2, 14}, {3, 24}, {4, 30}}));
+  t.numa_nodes.push_back(
+      MakeNode(1, NodeKind::kDram, mem, {2, 3}, {{0, 21}, {1, 10}, {2, 24}, {3, 14}, {4, 30}}));
+  t.numa_nodes.push_back(
+      MakeNode(2, NodeKind::kCxl, mem, {}, {{0, 14}, {1, 24}, {2, 10}, {3, 26}, {4, 30}}));
+  t.numa_nodes.push_back(
+      MakeNode(3, NodeKind::kCxl, mem, {}, {{0, 24}, {1, 14}, {2, 26}, {3, 10}, {4, 30}}));
+  t.numa_nodes.push_back(MakeNode(4, NodeKind::kGpu, mem, {}, {{4, 10}}));
+  for (int i = 0; i < 2; ++i) {
+    Gpu g;
+    g.index = i;
+    g.uuid = "GPU-000" + std::to_string(i);
+    g.pci_bus_id = i == 0 ? "0000:17:00.0" : "0000:b3:00.0";
+    g.numa_node = i;
+    t.gpus.push_back(g);
+  }
+  t.gpu_memory_preference[0] = {0, 2, 1, 3};
+  t.gpu_memory_preference[1] = {1, 3, 0, 2};
+  return t;
+}
+
+// A config with every pool at 100%, no pinning (unit tests run without
+// privilege), and no warm stock unless asked.
+inline DaemonConfig TestConfig(std::vector<WarmClass> warm = {}) {
+  DaemonConfig c;
+  c.pool_defaults.capacity.is_percent = true;
+  c.pool_defaults.capacity.percent = 100;
+  c.pool_defaults.pin = false;
+  c.pool_defaults.thp = false;
+  c.pool_defaults.warm_stock = std::move(warm);
+  return c;
+}
+
+class FakeDaxControl final : public DaxControl {
+ public:
+  struct RegionData {
+    DaxRegionState state;
+    int next_dev = 1;
+  };
+  std::map<std::string, RegionData> regions;
+  std::vector<std::string> destroyed;
+  bool fail_create = false;
+
+  void AddRegion(const std::string& name, int id, uint64_t size, uint64_t align, bool dynamic,
+                 int node) {
+    RegionData r;
+    r.state.name = name;
+    r.state.size_bytes = size;
+    r.state.available_bytes = dynamic ? size : 0;
+    r.state.align_bytes = align;
+    r.state.dynamic = dynamic;
+    r.state.target_node = node;
+    if (!dynamic) r.state.devices.push_back("dax" + std::to_string(id) + ".0");
+    regions[name] = r;
+    ids_[name] = id;
+  }
+  Result<DaxRegionState> Region(const std::string& name) override {
+    auto it = regions.find(name);
+    if (it == regions.end()) return Status(Code::kNotFound, "no DAX region '" + name + "'");
+    return it->second.state;
+  }
+  Result<std::string> CreateDevice(const std::string& name, uint64_t size,
+                                   uint64_t align) override {
+    auto& r = regions.at(name);
+    if (fail_create) return Status(Code::kIo, "injected create failure");
+    if (size % align != 0) return Status(Code::kInvalidArgument, "unaligned");
+    if (r.state.available_bytes < size) return Status(Code::kResourceExhausted, "region full");
+    r.state.available_bytes -= size;
+    std::string dev = "dax" + std::to_string(ids_[name]) + "." + std::to_string(r.next_dev++);
+    r.state.devices.push_back(dev);
+    sizes_[dev] = size;
+    return dev;
+  }
+  Status DestroyDevice(const std::string& name, const std::string& dev) override {
+    auto& r = regions.at(name);
+    auto it = std::find(r.state.devices.begin(), r.state.devices.end(), dev);
+    if (it == r.state.devices.end()) return Status(Code::kNotFound, dev);
+    r.state.devices.erase(it);
+    r.state.available_bytes += sizes_[dev];
+    destroyed.push_back(dev);
+    return Status::Ok();
+  }
+  Result<UniqueFd> Open(const std::string& dev) override {
+    int fd = ::memfd_create(dev.c_str(), MFD_CLOEXEC);
+    if (fd < 0) return Status::FromErrno(errno, "memfd");
+    return UniqueFd(fd);
+  }
+
+ private:
+  std::map<std::string, int> ids_;
+  std::map<std::string, uint64_t> sizes_;
+};
+
+// A LeaseManager on a single io_context (loop == workers).
+struct Harness {
+  explicit Harness(Topology t, DaemonConfig cfg = TestConfig(), DaxControl* dax = nullptr)
+      : topo(std::move(t)) {
+    PoolBuildOptions o;
+    o.bind = false;
+    o.dax = dax;
+    auto pools = BuildPools(topo, cfg, o, nullptr);
+    CXLPOOL_CHECK(pools.ok());
+    mgr = std::make_unique<LeaseManager>(&topo, std::move(*pools), QuotaTable(cfg.quotas),
+                                         io.get_executor(), io.get_executor(), &clock);
+  }
+  void Connect(ConnId c, uid_t uid = 1000, gid_t gid = 1000, bool admin = false) {
+    CallerInfo ci;
+    ci.pid = 100 + static_cast<pid_t>(c);
+    ci.uid = uid;
+    ci.gid = gid;
+    ci.is_admin = admin;
+    ci.comm = "test";
+    mgr->Connect(c, ci);
+  }
+  Result<Granted> Alloc(ConnId c, AllocParams p) {
+    std::optional<Result<Granted>> out;
+    mgr->Allocate(c, std::move(p), [&](Result<Granted> g) { out.emplace(std::move(g)); });
+    io.restart();
+    io.run();
+    CXLPOOL_CHECK(out.has_value());
+    return std::move(*out);
+  }
+  Result<Granted> Alloc(ConnId c, uint64_t size, std::optional<int> node = std::nullopt) {
+    AllocParams p;
+    p.size_bytes = size;
+    p.numa_node = node;
+    return Alloc(c, std::move(p));
+  }
+  void Drain() {
+    io.restart();
+    io.run();
+  }
+  const PoolSnapshot Pool(const std::string& name) {
+    for (auto& p : mgr->Pools())
+      if (p.name == name) return p;
+    CXLPOOL_CHECK(false);
+    return {};
+  }
+
+  Topology topo;
+  boost::asio::io_context io;
+  FakeClock clock;
+  std::unique_ptr<LeaseManager> mgr;
+};
+
+}  // namespace cxlpool::testing
