@@ -2,7 +2,8 @@
 //
 //   cxlpool-example-cpp [SOCKET_PATH] [SIZE_BYTES] [NODE]
 //
-// Leases SIZE bytes (default 64 MiB) near GPU 0, or on NODE, fills and checks
+// Leases SIZE bytes (default 64 MiB) near GPU 0 (else wherever the daemon
+// chooses), or on NODE, fills and checks
 // them, prints the lease, and lets ~Lease release it.
 #include <cinttypes>
 #include <cstdio>
@@ -28,6 +29,12 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto lease = client->Allocate(opts);
+  if (!lease.ok() && lease.status().code() == cxlpool::ErrorCode::kNotFound && argc <= 3) {
+    // No GPU 0 on this machine: let the daemon place it.
+    std::printf("note: %s; letting the daemon choose the node\n", lease.status().message().c_str());
+    opts.near_gpu = -1;
+    lease = client->Allocate(opts);
+  }
   if (!lease.ok()) {
     std::fprintf(stderr, "allocate: %s\n", lease.status().ToString().c_str());
     return 1;

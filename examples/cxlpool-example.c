@@ -3,8 +3,8 @@
  *   cxlpool-example [--socket PATH] [--size BYTES] [--node N | --gpu G] [--cuda]
  *
  * Connects to cxlpoold, leases memory near GPU 0 (or on node N, or near GPU
- * G), writes a pattern over all of it and reads it back, prints the lease's
- * id, node, size and placement, and releases it. Exit status 0 on success.
+ * G; without GPUs the daemon places it), writes a pattern over all of it and reads it back, prints
+ * the lease's id, node, size and placement, and releases it. Exit status 0 on success.
  */
 #include <cxlpool/cxlpool.h>
 #include <inttypes.h>
@@ -20,7 +20,7 @@ static void usage(void) {
 int main(int argc, char** argv) {
   const char* socket_path = NULL;
   uint64_t size = 64ull << 20;
-  int node = -1, gpu = 0, cuda = 0, i, rc;
+  int node = -1, gpu = 0, gpu_given = 0, cuda = 0, i, rc;
   cxlpool_client* client = NULL;
   cxlpool_lease* lease = NULL;
   cxlpool_alloc_opts opts;
@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
       gpu = -1;
     } else if (strcmp(argv[i], "--gpu") == 0 && i + 1 < argc) {
       gpu = atoi(argv[++i]);
+      gpu_given = 1;
     } else if (strcmp(argv[i], "--cuda") == 0) {
       cuda = 1;
     } else {
@@ -59,6 +60,12 @@ int main(int argc, char** argv) {
   opts.flags = cuda ? CXLPOOL_ALLOC_CUDA_REGISTER : 0;
   opts.label = "cxlpool-example";
   rc = cxlpool_alloc(client, &opts, &lease);
+  if (rc == CXLPOOL_ENOT_FOUND && node < 0 && !gpu_given) {
+    /* The default "near GPU 0" on a machine without GPUs: let the daemon place it. */
+    printf("note: %s; letting the daemon choose the node\n", cxlpool_last_error_message());
+    opts.near_gpu = -1;
+    rc = cxlpool_alloc(client, &opts, &lease);
+  }
   if (rc != CXLPOOL_OK) {
     fprintf(stderr, "alloc: %s: %s\n", cxlpool_strerror(rc), cxlpool_last_error_message());
     cxlpool_disconnect(client);
