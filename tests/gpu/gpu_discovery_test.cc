@@ -20,7 +20,7 @@ using testing_gpu::WriteTemp;
 FakeFileSystem TwoGpuTree() {
   FakeFileSystem fs;
   AddPci(&fs, "0000:17:00.0", "0x10de", "0x030200", "0");
-  AddPci(&fs, "0000:b1:00.0", "0x10de", "0x030200", "1");
+  AddPci(&fs, "0000:ca:00.0", "0x10de", "0x030200", "1");
   return fs;
 }
 
@@ -83,7 +83,7 @@ TEST(DiscoverGpus, BridgeBoardLinksPointAtThePeer) {
   ASSERT_EQ(t.gpus.size(), 2u);
   EXPECT_TRUE(t.warnings.empty()) << t.warnings.front();
   EXPECT_EQ(t.gpus[0].pci_bus_id, "0000:17:00.0");
-  EXPECT_EQ(t.gpus[1].pci_bus_id, "0000:b1:00.0");
+  EXPECT_EQ(t.gpus[1].pci_bus_id, "0000:ca:00.0");
   for (int i = 0; i < 2; ++i) {
     ASSERT_EQ(t.gpus[i].nvlinks.size(), 12u);
     for (const auto& l : t.gpus[i].nvlinks) {
@@ -189,7 +189,7 @@ TEST(DiscoverGpus, BoardNotMatchingTheTreeIsReported) {
   Topology t = Discover(fs, TwoSockets(), FAKE_NVML_LIB, Board("2gpu-nvlink-bridge"));
   ASSERT_EQ(t.gpus.size(), 2u);
   ASSERT_EQ(t.warnings.size(), 1u);
-  EXPECT_NE(t.warnings[0].find("0000:b1:00.0 is not in /sys/bus/pci/devices"), std::string::npos);
+  EXPECT_NE(t.warnings[0].find("0000:ca:00.0 is not in /sys/bus/pci/devices"), std::string::npos);
 }
 
 TEST(DiscoverGpus, MissingLibraryFallsBackToPciScan) {

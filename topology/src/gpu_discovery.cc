@@ -184,8 +184,8 @@ std::vector<Gpu> ScanPciGpus(const FileSystem& fs, std::vector<std::string>* war
   std::vector<Gpu> gpus;
   auto names = fs.ListDir(kPciDevices);
   if (!names.ok()) {
-    warnings->push_back(std::string("no PCI device list (") + names.status().ToString() +
-                        "): GPUs not scanned");
+    warnings->push_back(std::string("cannot list ") + kPciDevices + " (" +
+                        CodeName(names.status().code()) + "): no PCI scan for GPUs");
     return gpus;
   }
   for (const auto& name : names.value()) {

@@ -63,7 +63,7 @@ def dgx_h100():
 def two_gpu_bridge():
     # Two H100 NVL cards joined by NVLink bridges (12 links each, all to the
     # peer). One card per socket, matching tests/topology/fixtures/two-socket-cxl.
-    cards = [("00000000:17:00.0", 0, "0-7"), ("00000000:B1:00.0", 1, "8-15")]
+    cards = [("00000000:17:00.0", 0, "0-7,16-23"), ("00000000:CA:00.0", 1, "8-15,24-31")]
     gpus = []
     for i, (bus, node, cpus) in enumerate(cards):
         peer = cards[1 - i][0]
