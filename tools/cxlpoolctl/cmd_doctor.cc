@@ -1,0 +1,96 @@
+// `cxlpoolctl doctor [--json] [--sysfs-root DIR] [--socket PATH]`: lists what
+// on this node makes cxlpool slow, unsafe or unable to work, each finding
+// with a remedy. Exit code: 0 when nothing is worse than info, 1 otherwise.
+#include <sys/resource.h>
+
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "cxlpool/common/fs.h"
+#include "cxlpool/topology/discover.h"
+#include "daemon_client.h"
+#include "doctor.h"
+
+namespace cxlpool::ctl {
+namespace {
+
+struct DoctorOptions {
+  ConnOptions conn;
+  std::string sysfs_root;
+  std::string socket_group = "cxlpool";
+};
+
+int RunDoctor(const DoctorOptions& o) {
+  auto fs = MakeRootedFileSystem(o.sysfs_root.empty() ? FsRootFromEnv("/") : o.sysfs_root);
+  Topology topo;
+  DiscoverMemory(*fs, &topo);
+
+  DoctorInputs in;
+  in.socket_path = ResolveSocketPath(o.conn.socket);
+  in.socket = StatSocket(in.socket_path);
+  in.expected_socket_group = o.socket_group;
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    in.client_memlock_bytes = rl.rlim_cur;
+  }
+  auto conn = DaemonConnection::Open(in.socket_path);
+  if (conn.ok()) {
+    in.daemon_reachable = true;
+    proto::StatsReply stats;
+    if (conn->Call(proto::StatsRequest(), &stats).ok()) {
+      if (auto it = stats.gauges().find("dumpable"); it != stats.gauges().end()) {
+        in.daemon_dumpable = it->second != 0;
+      }
+      if (auto it = stats.gauges().find("memlock_limit_bytes"); it != stats.gauges().end()) {
+        if (it->second != UINT64_MAX) in.daemon_memlock_bytes = it->second;
+      }
+    }
+    proto::PoolsReply pools;
+    if (conn->Call(proto::PoolsRequest(), &pools).ok()) {
+      for (const auto& p : pools.pools()) {
+        if (p.backing() != "devdax") in.pool_capacity_bytes += p.capacity_bytes();
+      }
+    }
+  }
+  std::vector<Finding> findings = cxlpool::RunDoctor(*fs, topo, in);
+  if (o.conn.json) {
+    nlohmann::ordered_json out;
+    out["worst"] = SeverityName(WorstSeverity(findings));
+    out["findings"] = nlohmann::ordered_json::array();
+    for (const auto& f : findings) {
+      out["findings"].push_back({{"check", f.check},
+                                 {"severity", SeverityName(f.severity)},
+                                 {"summary", f.summary},
+                                 {"remedy", f.remedy.empty() ? nlohmann::ordered_json(nullptr)
+                                                             : nlohmann::ordered_json(f.remedy)}});
+    }
+    std::cout << out.dump(2) << "\n";
+  } else {
+    for (const auto& f : findings) {
+      std::cout << "[" << SeverityName(f.severity) << "] " << f.check << ": " << f.summary << "\n";
+      if (!f.remedy.empty() && f.severity != Severity::kOk) {
+        std::cout << "    remedy: " << f.remedy << "\n";
+      }
+    }
+  }
+  return WorstSeverity(findings) >= Severity::kWarning ? kExitFailure : kExitOk;
+}
+
+}  // namespace
+
+Command MakeDoctorCommand() {
+  return {"doctor", "Check this node's settings for cxlpool and say how to fix each problem",
+          [](CLI::App* app) -> std::function<int()> {
+            auto o = std::make_shared<DoctorOptions>();
+            AddConnOptions(app, &o->conn);
+            app->add_option("--sysfs-root", o->sysfs_root,
+                            "Read /sys and /proc under DIR (default: $CXLPOOL_FSROOT, else /)")
+                ->type_name("DIR");
+            app->add_option("--socket-group", o->socket_group,
+                            "Group the socket should belong to (default: cxlpool)");
+            return [o] { return RunDoctor(*o); };
+          }};
+}
+
+}  // namespace cxlpool::ctl

@@ -1,0 +1,71 @@
+// `cxlpoolctl pools [--json]`: each pool's node, kind, tier, capacity, leased,
+// warm stock, free bytes, page size and backing.
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "cxlpool/common/strings.h"
+#include "daemon_client.h"
+#include "table.h"
+
+namespace cxlpool::ctl {
+namespace {
+
+nlohmann::ordered_json PoolJson(const proto::PoolInfo& p) {
+  nlohmann::ordered_json j;
+  j["name"] = p.name();
+  j["numa_node"] = p.numa_node() >= 0 ? nlohmann::ordered_json(p.numa_node()) : nullptr;
+  j["kind"] = p.kind();
+  j["memory_tier"] = p.has_memory_tier() ? nlohmann::ordered_json(p.memory_tier()) : nullptr;
+  j["capacity_bytes"] = p.capacity_bytes();
+  j["leased_bytes"] = p.leased_bytes();
+  j["warm_bytes"] = p.warm_bytes();
+  j["free_bytes"] = p.free_bytes();
+  j["page_size"] = p.page_size();
+  j["backing"] = p.backing();
+  j["dynamic_region"] = p.dynamic_region();
+  j["lease_count"] = p.lease_count();
+  return j;
+}
+
+int RunPools(const ConnOptions& o) {
+  int rc = kExitOk;
+  auto conn = OpenOrReport("pools", o, &rc);
+  if (!conn.ok()) return rc;
+  proto::PoolsReply rep;
+  if (Status s = conn->Call(proto::PoolsRequest(), &rep); !s.ok()) {
+    return ReportError("pools", s, false);
+  }
+  if (o.json) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (const auto& p : rep.pools()) out.push_back(PoolJson(p));
+    std::cout << out.dump(2) << "\n";
+    return kExitOk;
+  }
+  Table t({"POOL", "NODE", "KIND", "TIER", "CAPACITY", "LEASED", "WARM", "FREE", "PAGE", "BACKING",
+           "LEASES"});
+  for (const auto& p : rep.pools()) {
+    std::string backing = p.backing();
+    if (p.backing() == "devdax") backing += p.dynamic_region() ? " (dynamic)" : " (static, whole)";
+    t.Add({p.name(), p.numa_node() >= 0 ? std::to_string(p.numa_node()) : "-", p.kind(),
+           p.has_memory_tier() ? std::to_string(p.memory_tier()) : "-",
+           HumanBytes(p.capacity_bytes()), HumanBytes(p.leased_bytes()), HumanBytes(p.warm_bytes()),
+           HumanBytes(p.free_bytes()), HumanBytes(p.page_size()), backing,
+           std::to_string(p.lease_count())});
+  }
+  std::cout << t.Render();
+  return kExitOk;
+}
+
+}  // namespace
+
+Command MakePoolsCommand() {
+  return {"pools", "Show the daemon's pools: capacity, leased, warm stock, free",
+          [](CLI::App* app) -> std::function<int()> {
+            auto o = std::make_shared<ConnOptions>();
+            AddConnOptions(app, o.get());
+            return [o] { return RunPools(*o); };
+          }};
+}
+
+}  // namespace cxlpool::ctl

@@ -1,0 +1,45 @@
+// `cxlpoolctl revoke ID [--json]` (admin): truncates a lease's memory. The
+// holder's next access to the mapping gets SIGBUS (docs/daemon.md).
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "daemon_client.h"
+
+namespace cxlpool::ctl {
+namespace {
+
+struct RevokeOptions {
+  ConnOptions conn;
+  uint64_t id = 0;
+};
+
+int RunRevoke(const RevokeOptions& o) {
+  int rc = kExitOk;
+  auto conn = OpenOrReport("revoke", o.conn, &rc);
+  if (!conn.ok()) return rc;
+  proto::RevokeRequest req;
+  req.set_lease_id(o.id);
+  proto::RevokeReply rep;
+  if (Status s = conn->Call(req, &rep); !s.ok()) return ReportError("revoke", s, false);
+  if (o.conn.json) {
+    std::cout << nlohmann::ordered_json{{"revoked", o.id}}.dump() << "\n";
+  } else {
+    std::cout << "lease " << o.id << " revoked\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+Command MakeRevokeCommand() {
+  return {"revoke", "Revoke a lease (admin): its memory is taken back at once",
+          [](CLI::App* app) -> std::function<int()> {
+            auto o = std::make_shared<RevokeOptions>();
+            app->add_option("ID", o->id, "Lease id (see `cxlpoolctl leases`)")->required();
+            AddConnOptions(app, &o->conn);
+            return [o] { return RunRevoke(*o); };
+          }};
+}
+
+}  // namespace cxlpool::ctl
