@@ -169,7 +169,9 @@ int Run(const Flags& flags) {
                                 ? cfg->socket_path
                                 : DefaultSocketPath(::geteuid(), ::getenv("XDG_RUNTIME_DIR"));
   int ready_fd = -1;
-  if (!flags.foreground && Daemonize(&ready_fd) != 0) {
+  // Under systemd (Type=notify) the main pid must stay: never fork there.
+  bool under_systemd = ::getenv("NOTIFY_SOCKET") != nullptr || ::getenv("INVOCATION_ID") != nullptr;
+  if (!flags.foreground && !under_systemd && Daemonize(&ready_fd) != 0) {
     std::perror("cxlpoold: fork");
     return 1;
   }
