@@ -254,7 +254,8 @@ bool Daemon::Alive() {
   if (pid_ <= 0) return false;
   int status = 0;
   pid_t r = ::waitpid(pid_, &status, WNOHANG);
-  if (r == pid_) {
+  // ECHILD: someone else's waitpid(-1) reaped it.
+  if (r == pid_ || (r < 0 && errno == ECHILD)) {
     pid_ = -1;
     return false;
   }
