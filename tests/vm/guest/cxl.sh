@@ -51,6 +51,11 @@ cxl_guest_make_devdax() {
   vm_check "kernel: memdev mem0 appears" vm_wait_for 240 test -e /sys/bus/cxl/devices/mem0
   vm_check "kernel: CXL nvdimm bridge appears" \
     vm_wait_for 240 sh -c 'ls /sys/bus/cxl/devices | grep -q nvdimm-bridge'
+  # The memdev's CXL nvdimm must be bound (and its nmem on the nd bus) before
+  # a pmem region is assembled: kernel 6.1's cxl_pmem oopses (NULL deref in
+  # release_mappings) when region probe fails because it is not there yet.
+  vm_check "kernel: pmem0 bound to cxl_nvdimm, nmem0 on the nd bus" vm_wait_for 240 \
+    sh -c 'test -e /sys/bus/cxl/devices/pmem0/driver && test -e /sys/bus/nd/devices/nmem0'
   _root_dec=$(cxl list -D -d root 2>/dev/null | jq -r '[.[] | select(.pmem_capable == true)][0].decoder')
   vm_check_eq "kernel: a pmem-capable root decoder" "${_root_dec:+yes}" yes || return 1
   cxl create-region -t pmem -d "$_root_dec" -m mem0 >/out/create-region.json 2>>"$VM_LOG"

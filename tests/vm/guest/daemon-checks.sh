@@ -12,6 +12,8 @@
 #   VM_CXL_NODE     the system-ram CXL node (cxl-ram only), else empty
 VM_SOCK=/run/cxlpool/cxlpool.sock
 VM_DAEMON_PID=
+# The pools, whether `pools --json` prints an array or {"pools": [...]}.
+VM_POOLS='(if type == "array" then . else .pools end)[]'
 
 vm_help_has() {  # vm_help_has "cxlpoolctl alloc" --hold
   $1 --help 2>&1 | grep -q -- "$2"
@@ -148,9 +150,11 @@ vm_daemon_checks() {
       sh -c "cxlpoolctl pools --json --socket $VM_SOCK >/out/pools.json"
     for _id in $(vm_nodes_in /sys/devices/system/node/has_memory); do
       vm_check "pools: node $_id has a pool" jq -e \
-        "[(if type == \"array\" then . else .pools end)[] | select(.node == $_id)] | length == 1" \
-        /out/pools.json
+        "[$VM_POOLS | select(.numa_node == $_id)] | length == 1" /out/pools.json
     done
+    vm_check_eq "pools: node $TOPO_FAR_NODE capacity (configured 16M)" \
+      "$(jq -c "$VM_POOLS | select(.numa_node == $TOPO_FAR_NODE) | .capacity_bytes" /out/pools.json)" \
+      $((16 << 20))
     if [ -n "${VM_DAX_REGION:-}" ]; then
       vm_check "pools: devdax pool for $VM_DAX_REGION listed" grep -q "$VM_DAX_DEV\|$VM_DAX_REGION" \
         /out/pools.json
