@@ -27,7 +27,101 @@ std::string CapacitySpec::ToString() const {
   return os.str();
 }
 
-const char* QuotaScopeName(QuotaScope s) { return s == QuotaScope::kUid ? "uid" : "gid"; }
+const char* QuotaScopeName(QuotaScope s) {
+  switch (s) {
+    case QuotaScope::kUid:
+      return "uid";
+    case QuotaScope::kGid:
+      return "gid";
+    case QuotaScope::kCgroup:
+      return "cgroup";
+  }
+  return "?";
+}
+
+Result<std::string> NormalizeCgroupPath(std::string_view path) {
+  if (path.empty() || path[0] != '/') {
+    return Status(Code::kInvalidArgument,
+                  "cgroup path '" + std::string(path) + "' must be absolute (\"/system.slice/x\")");
+  }
+  if (path.size() > 4096) return Status(Code::kInvalidArgument, "cgroup path longer than 4096");
+  std::string out;
+  for (const auto& part : Split(path, '/')) {
+    if (part.empty()) continue;
+    if (part == "." || part == "..") {
+      return Status(Code::kInvalidArgument,
+                    "cgroup path '" + std::string(path) + "' has a '.' or '..' component");
+    }
+    for (char c : part) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+        return Status(Code::kInvalidArgument, "cgroup path has a control character");
+      }
+    }
+    out += "/" + part;
+  }
+  return out.empty() ? std::string("/") : out;
+}
+
+bool CgroupCovers(std::string_view rule_path, std::string_view path) {
+  if (path.empty() || rule_path.empty()) return false;
+  if (rule_path == "/") return path[0] == '/';
+  if (!StartsWith(path, rule_path)) return false;
+  return path.size() == rule_path.size() || path[rule_path.size()] == '/';
+}
+
+std::string DefaultStateDir(uid_t euid, const char* xdg_state_home, const char* home) {
+  if (euid == 0) return "/var/lib/cxlpool";
+  if (xdg_state_home != nullptr && xdg_state_home[0] == '/') {
+    return std::string(xdg_state_home) + "/cxlpool";
+  }
+  if (home != nullptr && home[0] == '/') return std::string(home) + "/.local/state/cxlpool";
+  return "/tmp/cxlpool-" + std::to_string(euid) + ".state";
+}
+
+Result<LoopbackEndpoint> ParseLoopbackEndpoint(std::string_view text) {
+  auto bad = [&](const std::string& why) {
+    return Status(Code::kInvalidArgument, "'" + std::string(text) + "': " + why);
+  };
+  std::string_view host, port;
+  if (!text.empty() && text[0] == '[') {
+    auto close = text.find(']');
+    if (close == std::string_view::npos || close + 1 >= text.size() || text[close + 1] != ':') {
+      return bad("want [::1]:PORT");
+    }
+    host = text.substr(1, close - 1);
+    port = text.substr(close + 2);
+  } else {
+    auto colon = text.rfind(':');
+    if (colon == std::string_view::npos) return bad("want HOST:PORT, e.g. 127.0.0.1:9464");
+    host = text.substr(0, colon);
+    port = text.substr(colon + 1);
+  }
+  auto p = ParseU64(port);
+  if (!p || *p == 0 || *p > 65535) return bad("port must be 1..65535");
+  LoopbackEndpoint ep;
+  ep.port = static_cast<uint16_t>(*p);
+  if (host == "localhost") {
+    ep.address = "127.0.0.1";
+    return ep;
+  }
+  if (host == "::1") {
+    ep.address = "::1";
+    return ep;
+  }
+  auto octets = Split(host, '.');
+  bool ipv4 = octets.size() == 4;
+  for (const auto& o : octets) {
+    auto v = ParseU64(o);
+    ipv4 = ipv4 && v && *v <= 255 && !o.empty() && o.size() <= 3;
+  }
+  if (!ipv4) return bad("host must be a loopback address (127.0.0.1, ::1 or localhost)");
+  if (octets[0] != "127") {
+    return bad("metrics are only served on loopback (127.0.0.0/8 or ::1); '" + std::string(host) +
+               "' is not");
+  }
+  ep.address = std::string(host);
+  return ep;
+}
 
 const PoolConfig& DaemonConfig::ForNode(int id) const {
   auto it = node_pools.find(id);
@@ -226,6 +320,15 @@ bool IsKnownTier(const std::string& t) {
 Status ReadQuota(const toml::table& t, const std::string& key, QuotaRule* q) {
   TableReader r(t, key);
   int set = 0;
+  if (const toml::node* n = r.Get("cgroup")) {
+    ++set;
+    if (!n->is_string()) return Bad(r.Key("cgroup"), "expected a path like \"/system.slice/x\"");
+    auto path = NormalizeCgroupPath(*n->value<std::string>());
+    if (!path.ok()) return Bad(r.Key("cgroup"), path.status().message());
+    q->scope = QuotaScope::kCgroup;
+    q->id = 0;
+    q->subject = *path;
+  }
   for (const char* k : {"uid", "user", "gid", "group"}) {
     const toml::node* n = r.Get(k);
     if (n == nullptr) continue;
@@ -254,7 +357,7 @@ Status ReadQuota(const toml::table& t, const std::string& key, QuotaRule* q) {
       return Bad(r.Key(k), "expected a number or a name");
     }
   }
-  if (set != 1) return Bad(key, "needs exactly one of uid, user, gid, group");
+  if (set != 1) return Bad(key, "needs exactly one of uid, user, gid, group, cgroup");
   CXLPOOL_RETURN_IF_ERROR(r.ReadString("tier", &q->tier));
   if (!IsKnownTier(q->tier)) {
     return Bad(r.Key("tier"), "unknown tier '" + q->tier + "' (dram, cxl, hbm, nvm, devdax)");
@@ -263,6 +366,9 @@ Status ReadQuota(const toml::table& t, const std::string& key, QuotaRule* q) {
   CXLPOOL_RETURN_IF_ERROR(r.ReadBytes("max_bytes", &mb));
   q->max_bytes = mb.value_or(0);
   CXLPOOL_RETURN_IF_ERROR(r.ReadUint("max_leases", UINT32_MAX, &q->max_leases));
+  uint64_t prio = 0;
+  CXLPOOL_RETURN_IF_ERROR(r.ReadUint("priority", kMaxPriority, &prio));
+  q->priority = static_cast<int32_t>(prio);
   return r.CheckUnknown();
 }
 
@@ -275,6 +381,10 @@ Status Build(const toml::table& root, DaemonConfig* cfg) {
     CXLPOOL_RETURN_IF_ERROR(r.ReadString("socket", &cfg->socket_path));
     if (!cfg->socket_path.empty() && cfg->socket_path[0] != '/') {
       return Bad("daemon.socket", "must be an absolute path");
+    }
+    CXLPOOL_RETURN_IF_ERROR(r.ReadString("state_dir", &cfg->state_dir));
+    if (!cfg->state_dir.empty() && cfg->state_dir[0] != '/') {
+      return Bad("daemon.state_dir", "must be an absolute path");
     }
     CXLPOOL_RETURN_IF_ERROR(r.ReadString("socket_group", &cfg->socket_group));
     if (!cfg->socket_group.empty() && !LookupGroup(cfg->socket_group) &&
@@ -365,13 +475,46 @@ Status Build(const toml::table& root, DaemonConfig* cfg) {
       QuotaRule q;
       CXLPOOL_RETURN_IF_ERROR(ReadQuota(*t, key, &q));
       for (const auto& o : cfg->quotas) {
-        if (o.scope == q.scope && o.id == q.id && o.tier == q.tier) {
+        bool same_subject = q.scope == QuotaScope::kCgroup ? o.subject == q.subject : o.id == q.id;
+        if (o.scope == q.scope && same_subject && o.tier == q.tier) {
           return Bad(key, "duplicate quota for " + std::string(QuotaScopeName(q.scope)) + " " +
                               q.subject + " tier '" + q.tier + "'");
         }
       }
       cfg->quotas.push_back(std::move(q));
     }
+  }
+  if (const toml::node* n = top.Get("priorities")) {
+    const toml::table* t = n->as_table();
+    if (t == nullptr) return Bad("priorities", "expected a table");
+    TableReader r(*t, "priorities");
+    if (const toml::node* rn = r.Get("reserve")) {
+      const toml::table* rt = rn->as_table();
+      if (rt == nullptr) return Bad("priorities.reserve", "expected { 0 = \"20%\", 1 = \"8G\" }");
+      TableReader rr(*rt, "priorities.reserve");
+      for (const auto& [k, v] : *rt) {
+        std::string key = "priorities.reserve." + std::string(k.str());
+        auto cls = ParseU64(k.str());
+        if (!cls || *cls > static_cast<uint64_t>(kMaxPriority)) {
+          return Bad(key, "not a priority class (0.." + std::to_string(kMaxPriority) + ")");
+        }
+        CapacitySpec spec;
+        CXLPOOL_RETURN_IF_ERROR(rr.ReadCapacity(k.str(), &spec));
+        cfg->priority_reserves[static_cast<int32_t>(*cls)] = spec;
+      }
+    }
+    CXLPOOL_RETURN_IF_ERROR(r.CheckUnknown());
+  }
+  if (const toml::node* n = top.Get("metrics")) {
+    const toml::table* t = n->as_table();
+    if (t == nullptr) return Bad("metrics", "expected a table");
+    TableReader r(*t, "metrics");
+    CXLPOOL_RETURN_IF_ERROR(r.ReadString("http_listen", &cfg->metrics_http_listen));
+    if (!cfg->metrics_http_listen.empty()) {
+      auto ep = ParseLoopbackEndpoint(cfg->metrics_http_listen);
+      if (!ep.ok()) return Bad("metrics.http_listen", ep.status().message());
+    }
+    CXLPOOL_RETURN_IF_ERROR(r.CheckUnknown());
   }
   return top.CheckUnknown();
 }
@@ -394,6 +537,47 @@ Result<DaemonConfig> ParseConfig(std::string_view text, const std::string& origi
     return Status(Code::kInvalidArgument, origin + ": " + e.what());
   }
   return cfg;
+}
+
+Result<std::vector<QuotaRule>> ParseQuotaRules(std::string_view text, const std::string& origin) {
+  try {
+    toml::table root = toml::parse(text, origin);
+    for (const auto& [k, v] : root) {
+      if (k.str() != "quota")
+        return Status(Code::kInvalidArgument, origin + ": " + std::string(k.str()) +
+                                                  ": unknown key (only [[quota]] tables)");
+    }
+    DaemonConfig cfg;
+    Status st = Build(root, &cfg);
+    if (!st.ok()) return Status(st.code(), origin + ": " + st.message());
+    return cfg.quotas;
+  } catch (const toml::parse_error& e) {
+    std::ostringstream os;
+    os << origin << ":" << e.source().begin.line << ":" << e.source().begin.column << ": "
+       << e.description();
+    return Status(Code::kInvalidArgument, os.str());
+  } catch (const std::exception& e) {
+    return Status(Code::kInvalidArgument, origin + ": " + e.what());
+  }
+}
+
+std::string QuotaRulesToToml(const std::vector<QuotaRule>& rules) {
+  toml::array arr;
+  for (const auto& r : rules) {
+    toml::table t;
+    // Names are kept as written (re-resolved at load); ids and paths as is.
+    t.insert(QuotaScopeName(r.scope), r.subject);
+    if (!r.tier.empty()) t.insert("tier", r.tier);
+    t.insert("max_bytes", std::to_string(r.max_bytes));
+    t.insert("max_leases", static_cast<int64_t>(r.max_leases));
+    t.insert("priority", static_cast<int64_t>(r.priority));
+    arr.push_back(std::move(t));
+  }
+  toml::table root;
+  root.insert("quota", std::move(arr));
+  std::ostringstream os;
+  os << root << "\n";
+  return os.str();
 }
 
 Result<DaemonConfig> LoadConfigFile(const std::string& path) {

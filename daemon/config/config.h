@@ -57,18 +57,30 @@ struct DevdaxPoolConfig {
   std::optional<uint64_t> align;  // sub-device alignment; default: the region's
 };
 
-enum class QuotaScope { kUid, kGid };
-const char* QuotaScopeName(QuotaScope s);  // "uid" / "gid"
+enum class QuotaScope { kUid, kGid, kCgroup };
+const char* QuotaScopeName(QuotaScope s);  // "uid" / "gid" / "cgroup"
 
-// A per-uid or per-gid limit, for one tier (node kind) or all ("").
+// Priority classes run 0 (the default, refused first) .. kMaxPriority.
+inline constexpr int32_t kMaxPriority = 1000;
+
+// A per-uid, per-gid or per-cgroup limit, for one tier (node kind) or all
+// (""). A cgroup rule covers that cgroup and every cgroup below it.
 struct QuotaRule {
   QuotaScope scope = QuotaScope::kUid;
-  uint32_t id = 0;
-  std::string subject;      // as written: "1000" or "alice"
+  uint32_t id = 0;          // uid or gid; 0 for a cgroup rule
+  std::string subject;      // as written: "1000" or "alice"; a cgroup's normalized path
   std::string tier;         // "", "dram", "cxl", ... or "devdax"
   uint64_t max_bytes = 0;   // 0: unlimited
   uint64_t max_leases = 0;  // 0: unlimited
+  int32_t priority = 0;     // the tenant's priority class (0..kMaxPriority)
 };
+
+// "/system.slice//x.service/" -> "/system.slice/x.service". INVALID_ARGUMENT
+// for a relative path, "." or ".." components, or control characters.
+Result<std::string> NormalizeCgroupPath(std::string_view path);
+
+// True when the cgroup `path` is `rule_path` or below it (both normalized).
+bool CgroupCovers(std::string_view rule_path, std::string_view path);
 
 struct DaemonConfig {
   std::string socket_path;  // empty: DefaultSocketPath()
@@ -82,6 +94,14 @@ struct DaemonConfig {
   std::map<int, PoolConfig> node_pools;  // node id -> effective settings
   std::vector<DevdaxPoolConfig> devdax;
   std::vector<QuotaRule> quotas;
+  // Where cxlpoold keeps state that survives a restart (live quota changes,
+  // lease journal). Empty: DefaultStateDir().
+  std::string state_dir;
+  // [priorities] reserve: class -> room each pool keeps free for higher
+  // classes (bytes or percent of the pool's capacity).
+  std::map<int32_t, CapacitySpec> priority_reserves;
+  // [metrics] http_listen: "127.0.0.1:9464"; empty: no HTTP endpoint.
+  std::string metrics_http_listen;
 
   // The effective settings of node `id`'s pool.
   const PoolConfig& ForNode(int id) const;
@@ -95,9 +115,27 @@ Result<DaemonConfig> ParseConfig(std::string_view text, const std::string& origi
 // Reads and parses a file. NOT_FOUND / PERMISSION_DENIED / INVALID_ARGUMENT.
 Result<DaemonConfig> LoadConfigFile(const std::string& path);
 
+// The [[quota]] tables of a file that holds nothing else (the state
+// directory's quotas.toml), and its inverse. Same checks as the config file;
+// a rule with no limits is kept (it deletes a config rule).
+Result<std::vector<QuotaRule>> ParseQuotaRules(std::string_view text, const std::string& origin);
+std::string QuotaRulesToToml(const std::vector<QuotaRule>& rules);
+
 // /run/cxlpool/cxlpool.sock for root, else $XDG_RUNTIME_DIR/cxlpool.sock,
 // else /tmp/cxlpool-<uid>.sock. `xdg_runtime_dir` may be null.
 std::string DefaultSocketPath(uid_t euid, const char* xdg_runtime_dir);
+
+// /var/lib/cxlpool for root, else $XDG_STATE_HOME/cxlpool, else
+// $HOME/.local/state/cxlpool, else /tmp/cxlpool-<uid>.state. Either may be null.
+std::string DefaultStateDir(uid_t euid, const char* xdg_state_home, const char* home);
+
+// A loopback TCP endpoint "127.0.0.1:9464", "[::1]:9464" or "localhost:9464".
+struct LoopbackEndpoint {
+  std::string address;  // "127.0.0.1" or "::1"
+  uint16_t port = 0;
+};
+// INVALID_ARGUMENT for anything but a loopback address with a port 1..65535.
+Result<LoopbackEndpoint> ParseLoopbackEndpoint(std::string_view text);
 
 // Parses "90%", "64G", "1073741824". INVALID_ARGUMENT names `key`.
 Result<CapacitySpec> ParseCapacity(std::string_view text, const std::string& key);
