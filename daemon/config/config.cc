@@ -386,6 +386,9 @@ Status Build(const toml::table& root, DaemonConfig* cfg) {
     if (!cfg->state_dir.empty() && cfg->state_dir[0] != '/') {
       return Bad("daemon.state_dir", "must be an absolute path");
     }
+    uint64_t grace = cfg->grace_period_s;
+    CXLPOOL_RETURN_IF_ERROR(r.ReadUint("grace_period", 3600, &grace));
+    cfg->grace_period_s = static_cast<uint32_t>(grace);
     CXLPOOL_RETURN_IF_ERROR(r.ReadString("socket_group", &cfg->socket_group));
     if (!cfg->socket_group.empty() && !LookupGroup(cfg->socket_group) &&
         !ParseU64(cfg->socket_group)) {

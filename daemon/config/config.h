@@ -97,6 +97,9 @@ struct DaemonConfig {
   // Where cxlpoold keeps state that survives a restart (live quota changes,
   // lease journal). Empty: DefaultStateDir().
   std::string state_dir;
+  // After a restart, how long grants wait for clients to reclaim their
+  // journalled leases (ends early once all are back). 0: no grace period.
+  uint32_t grace_period_s = 30;
   // [priorities] reserve: class -> room each pool keeps free for higher
   // classes (bytes or percent of the pool's capacity).
   std::map<int32_t, CapacitySpec> priority_reserves;
