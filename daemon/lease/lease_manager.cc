@@ -18,6 +18,26 @@ std::string TierOfPool(const Pool* p) {
   return std::string(p->backing()) == "devdax" ? "devdax" : p->kind();
 }
 
+// The refusal counter's reason for an error code (refusals_<reason>).
+const char* RefusalReason(Code code) {
+  switch (code) {
+    case Code::kInvalidArgument:
+      return "invalid";
+    case Code::kNotFound:
+      return "not_found";
+    case Code::kAlreadyExists:
+      return "exists";
+    case Code::kUnavailable:
+      return "unavailable";
+    case Code::kResourceExhausted:
+      return "capacity";
+    case Code::kPermissionDenied:
+      return "permission";
+    default:
+      return "internal";
+  }
+}
+
 std::string PoolRoom(const Pool* p) {
   return p->name() + ": " + HumanBytes(p->free_bytes()) + " free of " + HumanBytes(p->capacity());
 }
@@ -40,7 +60,9 @@ LeaseManager::~LeaseManager() {
 }
 
 void LeaseManager::Connect(ConnId conn, CallerInfo caller) {
+  pid_t pid = caller.pid;
   conns_[conn].caller = std::move(caller);
+  CheckHolderOf(pid);  // restart: leases this process no longer holds
 }
 
 const CallerInfo* LeaseManager::Caller(ConnId conn) const {
@@ -63,7 +85,11 @@ void LeaseManager::Disconnect(ConnId conn) {
     auto h = l->second.holders.find(conn);
     if (h == l->second.holders.end()) continue;
     DropRef(l->second, conn, h->second);
-    if (l->second.refs == 0) Free(id, "disconnect_reclaims");
+    if (Unheld(l->second)) {
+      Free(id, "disconnect_reclaims");
+    } else {
+      (void)Persist(l->second, -1);  // a shared lease lost a holder
+    }
   }
   conns_.erase(conn);
 }
@@ -84,13 +110,14 @@ void LeaseManager::Free(uint64_t id, const char* counter) {
   auto it = leases_.find(id);
   CXLPOOL_CHECK(it != leases_.end());
   Lease& l = it->second;
+  Unpersist(id);
   for (const auto& [conn, n] : l.holders) {
     auto c = conns_.find(conn);
     if (c != conns_.end()) c->second.held.erase(id);
   }
   l.backing->Reclaim();
   l.pool->ReleaseLeased(l.size);
-  quotas_.Uncharge(l.owner.uid, l.owner.gid, l.tier, l.size);
+  quotas_.Uncharge(TenantOf(l.owner), l.tier, l.size);
   if (!l.name.empty()) names_.erase(l.name);
   auto u = by_uid_.find(l.owner.uid);
   if (u != by_uid_.end()) {
@@ -106,7 +133,7 @@ void LeaseManager::Free(uint64_t id, const char* counter) {
 uint64_t LeaseManager::Insert(ConnId conn, const AllocParams& p, Pool* pool, uint64_t size,
                               std::unique_ptr<Backing> backing, bool from_warm,
                               std::string reason) {
-  uint64_t id = next_id_++;
+  uint64_t id = NextId();
   Lease& l = leases_[id];
   l.id = id;
   l.size = size;
@@ -132,8 +159,9 @@ uint64_t LeaseManager::Insert(ConnId conn, const AllocParams& p, Pool* pool, uin
 }
 
 void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
-  auto refuse = [&](Status st) {
+  auto refuse = [&](Status st, const char* reason = nullptr) {
     Count("refusals");
+    Count(std::string("refusals_") + (reason != nullptr ? reason : RefusalReason(st.code())));
     done(std::move(st));
   };
   auto c = conns_.find(conn);
@@ -167,6 +195,11 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
   if (!plan.ok()) return refuse(plan.status());
 
   const CallerInfo& caller = c->second.caller;
+  const Tenant tenant = TenantOf(caller);
+  const char* first_reason = nullptr;  // why the preferred pool refused
+  auto note = [&](const char* reason) {
+    if (first_reason == nullptr) first_reason = reason;
+  };
   std::string why_not;
   Code why_code = Code::kResourceExhausted;
   for (size_t i = 0; i < plan->size(); ++i) {
@@ -178,44 +211,54 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
     if (!size.ok()) {
       why_not += (why_not.empty() ? "" : "; ") + size.status().message();
       if (size.status().code() == Code::kInvalidArgument) why_code = Code::kInvalidArgument;
+      note(size.status().code() == Code::kInvalidArgument ? "invalid" : "capacity");
       continue;
     }
     std::string tier = TierOfPool(pool);
-    Status q = quotas_.Check(caller.uid, caller.gid, tier, *size);
+    Status q = quotas_.Check(tenant, tier, *size);
     if (!q.ok()) {
       why_not += (why_not.empty() ? "" : "; ") + pool->name() + ": " + q.message();
+      note("quota");
+      continue;
+    }
+    Status room = quotas_.CheckReserve(tenant, pool->name(), pool->capacity(),
+                                       pool->leased_bytes() + pool->reserved_bytes(), *size);
+    if (!room.ok()) {
+      why_not += (why_not.empty() ? "" : "; ") + room.message();
+      note("priority");
       continue;
     }
     if (auto b = pool->TakeWarm(*size, p.hugetlb)) {
-      quotas_.Charge(caller.uid, caller.gid, tier, *size);
+      quotas_.Charge(tenant, tier, *size);
       Count("warm_hits");
       uint64_t id = Insert(conn, p, pool, *size, std::move(b), true, reason);
       Refill(pool);
+      if (!PersistGrant(id, done)) return;
       Granted g{Snapshot(leases_.at(id)), leases_.at(id).backing->fd()};
       done(std::move(g));
       return;
     }
     if (!pool->TryReserve(*size)) {
       why_not += (why_not.empty() ? "" : "; ") + PoolRoom(pool);
+      note("capacity");
       continue;
     }
     // Build on a worker; quota and capacity are held meanwhile.
-    quotas_.Charge(caller.uid, caller.gid, tier, *size);
+    quotas_.Charge(tenant, tier, *size);
     if (!p.name.empty()) names_[p.name] = 0;
     Count("warm_misses");
     ++pending_builds_;
     uint64_t sz = *size;
     bool hugetlb = p.hugetlb;
-    uid_t ouid = caller.uid;
-    gid_t ogid = caller.gid;
+    Tenant owner = tenant;
     std::weak_ptr<bool> alive = alive_;
     boost::asio::post(
         workers_, [this, alive, pool, sz, hugetlb, conn, p = std::move(p),
-                   reason = std::move(reason), done = std::move(done), tier, ouid, ogid]() mutable {
+                   reason = std::move(reason), done = std::move(done), tier, owner]() mutable {
           auto built = pool->Build(sz, hugetlb);
           boost::asio::post(loop_, [this, alive, pool, sz, conn, p = std::move(p),
-                                    reason = std::move(reason), done = std::move(done), tier, ouid,
-                                    ogid, built = std::move(built)]() mutable {
+                                    reason = std::move(reason), done = std::move(done), tier, owner,
+                                    built = std::move(built)]() mutable {
             auto a = alive.lock();
             if (!a || !*a) return;  // manager gone; `built` reclaims itself
             --pending_builds_;
@@ -223,10 +266,11 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
             if (!built.ok() || conn_it == conns_.end() || stopping_) {
               pool->CancelReserve(sz);
               // The charge was made against the caller at request time.
-              quotas_.Uncharge(ouid, ogid, tier, sz);
+              quotas_.Uncharge(owner, tier, sz);
               if (!p.name.empty()) names_.erase(p.name);
               Count(built.ok() ? "abandoned_builds" : "build_failures");
               Count("refusals");
+              Count(built.ok() ? "refusals_unavailable" : "refusals_build_failed");
               if (!built.ok()) {
                 done(built.status());
               } else {
@@ -237,13 +281,15 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
             }
             pool->CommitReserve(sz);
             uint64_t id = Insert(conn, p, pool, sz, std::move(*built), false, std::move(reason));
+            if (!PersistGrant(id, done)) return;
             const Lease& l = leases_.at(id);
             done(Granted{Snapshot(l), l.backing->fd()});
           });
         });
     return;
   }
-  refuse(Status(why_code, "cannot place " + HumanBytes(p.size_bytes) + ": " + why_not));
+  refuse(Status(why_code, "cannot place " + HumanBytes(p.size_bytes) + ": " + why_not),
+         first_reason);
 }
 
 Status LeaseManager::Release(ConnId conn, uint64_t id) {
@@ -260,7 +306,11 @@ Status LeaseManager::Release(ConnId conn, uint64_t id) {
   }
   DropRef(it->second, conn, 1);
   Count("releases");
-  if (it->second.refs == 0) Free(id, "frees");
+  if (Unheld(it->second)) {
+    Free(id, "frees");
+  } else if (!it->second.holders.count(conn)) {
+    (void)Persist(it->second, -1);  // a shared lease lost a holder
+  }
   return Status::Ok();
 }
 
@@ -273,6 +323,10 @@ Result<Granted> LeaseManager::Attach(ConnId conn, const std::string& name) {
     return Status(Code::kUnavailable, "shared lease '" + name + "' is still being built");
   }
   Lease& l = leases_.at(n->second);
+  if (l.awaited_memory) {
+    return Status(Code::kUnavailable,
+                  "shared lease '" + name + "' awaits its holders' reclaim after a daemon restart");
+  }
   const CallerInfo& who = c->second.caller;
   bool ok = who.uid == 0 || who.uid == l.owner.uid ||
             std::find(l.acl_uids.begin(), l.acl_uids.end(), who.uid) != l.acl_uids.end() ||
@@ -286,10 +340,11 @@ Result<Granted> LeaseManager::Attach(ConnId conn, const std::string& name) {
     return Status(Code::kPermissionDenied, "uid " + std::to_string(who.uid) +
                                                " is not in the ACL of shared lease '" + name + "'");
   }
-  l.holders[conn] += 1;
+  bool new_holder = l.holders[conn]++ == 0;
   l.refs += 1;
   c->second.held.insert(l.id);
   Count("attaches");
+  if (new_holder) (void)Persist(l, -1);
   return Granted{Snapshot(l), l.backing->fd()};
 }
 
@@ -352,8 +407,7 @@ Result<std::vector<ConnId>> LeaseManager::Revoke(ConnId conn, uint64_t id) {
 
 Status LeaseManager::SetQuota(ConnId conn, const QuotaRule& rule) {
   if (!IsAdmin(conn)) return Status(Code::kPermissionDenied, "setting quotas needs admin");
-  quotas_.SetRule(rule);
-  return Status::Ok();
+  return quotas_.SetLiveRule(rule);
 }
 
 LeaseSnapshot LeaseManager::Snapshot(const Lease& l) const {
@@ -435,8 +489,10 @@ void LeaseManager::Refill(Pool* pool) {
           CXLPOOL_LOG(kWarning) << pool->name() << ": warm stock build of " << HumanBytes(size)
                                 << " failed: " << built.status().ToString();
           pool->WarmBuildFailed(size);
+          Count("warm_build_failures");
           return;
         }
+        Count("warm_builds");
         pool->AddWarm(std::move(*built));
         if (stopping_) pool->DropAllWarm();
       });
@@ -445,7 +501,7 @@ void LeaseManager::Refill(Pool* pool) {
 }
 
 void LeaseManager::Shutdown() {
-  if (stopping_) return;
+  if (stopping_ || handed_over_) return;
   stopping_ = true;
   std::vector<uint64_t> ids;
   for (const auto& [id, l] : leases_) ids.push_back(id);

@@ -17,6 +17,7 @@
 #include <sys/types.h>
 
 #include <boost/asio/any_io_executor.hpp>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -32,6 +33,7 @@
 #include "cxlpool/topology/topology.h"
 #include "lease/placement.h"
 #include "lease/quota.h"
+#include "lease/restart.h"
 #include "pool/pool.h"
 
 namespace cxlpool {
@@ -46,7 +48,14 @@ struct CallerInfo {
   std::string comm;
   std::string cgroup;
   bool is_admin = false;
+  uint64_t start_time = 0;  // /proc/<pid>/stat field 22 (restart: pid reuse); 0 unknown
 };
+
+// The tenant a caller's leases are charged to (quotas, priority class).
+inline Tenant TenantOf(const CallerInfo& c) {
+  auto cg = NormalizeCgroupPath(c.cgroup);
+  return Tenant{c.uid, c.gid, cg.ok() ? *cg : std::string()};
+}
 
 struct AllocParams {
   uint64_t size_bytes = 0;
@@ -140,6 +149,9 @@ class LeaseManager {
 
   std::vector<PoolSnapshot> Pools() const;
   std::vector<QuotaUsage> Quotas() const { return quotas_.Rules(); }
+  // Tenant policy and pools, for a config reload (quota/quota.h, reload/).
+  QuotaTable* mutable_quotas() { return &quotas_; }
+  const std::vector<Pool*>& pools() const { return pool_ptrs_; }
   std::map<std::string, uint64_t> Counters() const { return counters_; }
   std::map<std::string, uint64_t> Gauges() const;
   bool IsAdmin(ConnId conn) const;
@@ -153,6 +165,49 @@ class LeaseManager {
 
   // For tests: builds in flight (leases and stock).
   uint32_t pending_builds() const { return pending_builds_; }
+
+  // ---- restart support (lease/lease_restart.cc, docs/daemon.md) ----
+  // Journals every grant, holder change and free through `store` (before
+  // the grant's reply leaves; a failed Put refuses the grant), grants ids
+  // from `next_id` on (reserved in batches), and uses `probe` to look at
+  // holders after a restart. Call once, before Recover and any request.
+  void EnableRestart(LeaseStore* store, const ProcessProbe* probe, uint64_t next_id);
+  struct RecoveryReport {
+    uint64_t journalled = 0;
+    uint64_t adopted = 0;   // memory taken from the fd store
+    uint64_t awaiting = 0;  // waiting for their holders' RECLAIM
+    uint64_t dropped = 0;   // every holder gone, or unplaceable
+  };
+  // At start, before StartWarmStock: takes the journalled leases back. They
+  // are accounted at once (pool, quota, name). `stored` fds (by lease id,
+  // from the fd store) are checked and adopted now; the rest await RECLAIM.
+  // Holders that died meanwhile are struck off; a lease with none left is
+  // dropped. Starts a grace period of `grace` (ends early once every lease
+  // has its memory back or is dropped).
+  RecoveryReport Recover(std::vector<DurableLease> journalled, std::map<uint64_t, UniqueFd> stored,
+                         std::chrono::milliseconds grace);
+  bool in_grace() const { return grace_; }
+  // During the grace period: UNAVAILABLE "daemon restarting: reclaim in
+  // progress, retry in N s"; else OK.
+  Status GraceRefusal() const;
+  struct ReclaimItem {
+    uint64_t id = 0;
+    uint64_t size_bytes = 0;
+    UniqueFd fd;
+  };
+  struct ReclaimOutcome {
+    std::vector<uint64_t> accepted;
+    std::vector<std::pair<uint64_t, std::string>> rejected;  // id, why
+  };
+  // A client hands its leases back after a restart. Each is accepted when
+  // the lease is journalled (awaiting or live), the caller may hold it
+  // (owner uid, ACL, root), and the fd is that lease's memfd; it is then
+  // held by `conn` (one reference). Accepted at any time, not only in grace.
+  ReclaimOutcome Reclaim(ConnId conn, std::vector<ReclaimItem> items);
+  // SIGTERM with restart support: forget every lease WITHOUT freeing its
+  // memory or journalling its end, so the clients keep their mappings and
+  // reclaim from the next daemon. Stops refills; Shutdown is then a no-op.
+  void HandOver();
 
  private:
   struct Lease {
@@ -172,6 +227,12 @@ class LeaseManager {
     std::string placement_reason;
     std::unordered_map<ConnId, uint32_t> holders;  // connection -> references
     uint32_t refs = 0;
+    // Restart: journalled holders that have not reclaimed yet. The lease
+    // lives while refs > 0 or anyone awaits; awaited_memory: no fd yet.
+    std::vector<HolderId> awaiting;
+    bool awaited_memory = false;
+    uint64_t inode = 0;
+    uint64_t inode_dev = 0;
   };
   struct Conn {
     CallerInfo caller;
@@ -186,6 +247,25 @@ class LeaseManager {
   LeaseSnapshot Snapshot(const Lease& l) const;
   bool Visible(const Lease& l, ConnId conn) const;
   void Count(const std::string& name, uint64_t by = 1) { counters_[name] += by; }
+  // Restart support (lease_restart.cc).
+  bool Unheld(const Lease& l) const { return l.refs == 0 && l.awaiting.empty(); }
+  DurableLease ToDurable(const Lease& l) const;
+  // Journals a new grant (fd >= 0) or a holder change. OK when disabled.
+  Status Persist(const Lease& l, int fd);
+  // Journals the end of a lease (errors logged).
+  void Unpersist(uint64_t id);
+  // Takes the next lease id, reserving a batch in the store when needed
+  // (a failed reservation is logged; the grant's own Put then decides).
+  uint64_t NextId();
+  // A new grant just inserted: journal it or take it back. False: refused.
+  bool PersistGrant(uint64_t id, const AllocDone& done);
+  // Strikes holders of `pid` off leases they provably no longer hold.
+  void CheckHolderOf(pid_t pid);
+  // Strikes dead holders off every awaiting lease; frees the unheld.
+  void SweepAwaiting(bool check_files);
+  void WatchHolder(const HolderId& h);
+  void MaybeEndGrace();
+  void EndGrace(const char* why);
 
   const Topology* topo_;
   std::vector<std::unique_ptr<Pool>> pools_;
@@ -206,6 +286,17 @@ class LeaseManager {
   std::unordered_map<uid_t, std::unordered_set<uint64_t>> by_uid_;
   std::unordered_set<uint64_t> revoked_;
   std::map<std::string, uint64_t> counters_;
+
+  // Restart support.
+  LeaseStore* store_ = nullptr;
+  const ProcessProbe* probe_ = nullptr;
+  uint64_t ids_reserved_ = 0;  // ids below this are reserved in the store
+  bool handed_over_ = false;
+  bool awaiting_any_ = false;  // some lease still awaits a holder's reclaim
+  bool grace_ = false;
+  std::chrono::steady_clock::time_point grace_end_;
+  std::shared_ptr<void> grace_timer_;  // boost::asio::steady_timer
+  std::map<std::pair<pid_t, uint64_t>, std::shared_ptr<void>> watches_;  // pidfd waits
 };
 
 }  // namespace cxlpool
