@@ -1,5 +1,7 @@
 #include "handler/daemon_handler.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "cxlpool/common/log.h"
@@ -37,6 +39,9 @@ void DaemonHandler::OnConnect(ConnectionId conn, const PeerInfo& peer) {
   if (peer.pid > 0) {
     auto status = proc_->ReadFile("/proc/" + std::to_string(peer.pid) + "/status");
     if (status.ok()) c.groups = ParseStatusGroups(*status);
+    // Restart support: the journal tells a holder from a reused pid by this.
+    auto stat = proc_->ReadFile("/proc/" + std::to_string(peer.pid) + "/stat");
+    if (stat.ok()) c.start_time = ParseStatStartTime(*stat).value_or(0);
   }
   c.is_admin = peer.uid == 0;
   if (!c.is_admin && options_.admin_gid) {
@@ -98,7 +103,7 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
       out.set_version(*v);
       out.set_server_version(options_.server_version);
       out.set_instance_id(options_.instance_id);
-      out.set_in_grace_period(false);
+      out.set_in_grace_period(leases_->in_grace());
       out.set_max_frame_bytes(options_.max_frame_bytes);
       out.set_is_admin(leases_->IsAdmin(conn));
       return Encoded(out);
@@ -106,6 +111,7 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
     case proto::MSG_ALLOC_REQUEST: {
       proto::AllocRequest in;
       if (Status st = DecodeAs(req, &in); !st.ok()) return MakeErrorReply(st);
+      if (Status st = leases_->GraceRefusal(); !st.ok()) return MakeErrorReply(st);
       auto params = FromProto(in);
       if (!params.ok()) return MakeErrorReply(params.status());
       const CallerInfo* caller = leases_->Caller(conn);
@@ -115,8 +121,11 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
         }
       }
       *deferred = true;
-      leases_->Allocate(conn, std::move(*params), [reply](Result<Granted> g) {
+      const Clock* clock = options_.clock != nullptr ? options_.clock : &SystemClock::Get();
+      int64_t started = clock->MonotonicNs();
+      leases_->Allocate(conn, std::move(*params), [this, clock, started, reply](Result<Granted> g) {
         if (!g.ok()) return reply(MakeErrorReply(g.status()));
+        metrics_.OnGranted(g->lease, clock->MonotonicNs() - started);
         proto::AllocReply out;
         ToProto(g->lease, out.mutable_lease());
         reply(Encoded(out, {g->fd}));
@@ -150,6 +159,7 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
     case proto::MSG_ATTACH_REQUEST: {
       proto::AttachRequest in;
       if (Status st = DecodeAs(req, &in); !st.ok()) return MakeErrorReply(st);
+      if (Status st = leases_->GraceRefusal(); !st.ok()) return MakeErrorReply(st);
       auto g = leases_->Attach(conn, in.name());
       if (!g.ok()) return MakeErrorReply(g.status());
       proto::AttachReply out;
@@ -176,6 +186,10 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
       proto::StatsReply out;
       for (const auto& [k, v] : leases_->Counters()) (*out.mutable_counters())[k] = v;
       for (const auto& [k, v] : leases_->Gauges()) (*out.mutable_gauges())[k] = v;
+      // Read by `cxlpoolctl doctor`.
+      ProcessFacts facts = ReadProcessFacts();
+      (*out.mutable_gauges())["dumpable"] = facts.dumpable ? 1 : 0;
+      (*out.mutable_gauges())["memlock_limit_bytes"] = facts.memlock_limit_bytes;
       return Encoded(out);
     }
     case proto::MSG_REVOKE_REQUEST: {
@@ -221,13 +235,11 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
       proto::MetricsRequest in;
       if (Status st = DecodeAs(req, &in); !st.ok()) return MakeErrorReply(st);
       proto::MetricsReply out;
-      out.set_text(Metrics());
+      out.set_text(MetricsText());
       return Encoded(out);
     }
     case proto::MSG_RECLAIM_REQUEST:
-      return MakeErrorReply(Status(Code::kUnsupported,
-                                   "reclaim after restart is not supported by this daemon; "
-                                   "leases do not survive a restart, allocate again"));
+      return Reclaim(conn, req);
     default:
       return MakeErrorReply(
           Status(Code::kInvalidArgument, "unexpected message " + wire::MsgTypeName(req.type) +
@@ -235,30 +247,41 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
   }
 }
 
-std::string DaemonHandler::Metrics() const {
-  MetricsRegistry m;
-  for (const auto& [k, v] : leases_->Counters()) {
-    std::string name = "cxlpool_" + k + "_total";
-    m.AddCounter(name, "cxlpoold counter " + k);
-    m.Increment(name, {}, static_cast<double>(v));
+// RECLAIM: the leases a client kept across a daemon restart, with their fds
+// in the same order. A count mismatch refuses the whole frame (the pairing
+// of fds to leases would be guesswork); each lease is then judged alone.
+Reply DaemonHandler::Reclaim(ConnectionId conn, const Request& req) {
+  proto::ReclaimRequest in;
+  if (Status st = DecodeAs(req, &in); !st.ok()) return MakeErrorReply(st);
+  if (static_cast<size_t>(in.leases_size()) != req.fds.size()) {
+    return MakeErrorReply(
+        Status(Code::kInvalidArgument, "RECLAIM_REQUEST lists " + std::to_string(in.leases_size()) +
+                                           " leases but carries " + std::to_string(req.fds.size()) +
+                                           " fds; send one fd per lease, in order"));
   }
-  for (const auto& [k, v] : leases_->Gauges()) {
-    std::string name = "cxlpool_" + k;
-    m.AddGauge(name, "cxlpoold gauge " + k);
-    m.Set(name, static_cast<double>(v));
+  std::vector<LeaseManager::ReclaimItem> items;
+  for (int i = 0; i < in.leases_size(); ++i) {
+    LeaseManager::ReclaimItem item;
+    item.id = in.leases(i).id();
+    item.size_bytes = in.leases(i).size_bytes();
+    item.fd.Reset(::dup(req.fds[static_cast<size_t>(i)].get()));
+    items.push_back(std::move(item));
   }
-  m.AddGauge("cxlpool_pool_capacity_bytes", "Pool capacity");
-  m.AddGauge("cxlpool_pool_leased_bytes", "Bytes leased (and being built) per pool");
-  m.AddGauge("cxlpool_pool_warm_bytes", "Warm stock bytes per pool");
-  m.AddGauge("cxlpool_pool_leases", "Live leases per pool");
-  for (const auto& p : leases_->Pools()) {
-    Labels l{{"pool", p.name}, {"kind", p.kind}};
-    m.Set("cxlpool_pool_capacity_bytes", l, static_cast<double>(p.capacity_bytes));
-    m.Set("cxlpool_pool_leased_bytes", l, static_cast<double>(p.leased_bytes));
-    m.Set("cxlpool_pool_warm_bytes", l, static_cast<double>(p.warm_bytes));
-    m.Set("cxlpool_pool_leases", l, static_cast<double>(p.lease_count));
+  auto outcome = leases_->Reclaim(conn, std::move(items));
+  proto::ReclaimReply out;
+  for (uint64_t id : outcome.accepted) out.add_accepted(id);
+  for (const auto& [id, why] : outcome.rejected) {
+    out.add_rejected(id);
+    out.add_rejected_reasons(why);
+    CXLPOOL_LOG(kInfo) << "reclaim of lease " << id << " rejected: " << why;
   }
-  return m.Render();
+  if (!outcome.accepted.empty() || !outcome.rejected.empty()) {
+    CXLPOOL_LOG(kInfo) << "reclaim: " << outcome.accepted.size() << " accepted, "
+                       << outcome.rejected.size() << " rejected";
+  }
+  return Encoded(out);
 }
+
+std::string DaemonHandler::MetricsText() { return metrics_.Render(*leases_, ReadProcessFacts()); }
 
 }  // namespace cxlpool

@@ -17,7 +17,9 @@
 #include <string>
 #include <unordered_set>
 
+#include "cxlpool/common/clock.h"
 #include "cxlpool/common/fs.h"
+#include "handler/daemon_metrics.h"
 #include "lease/lease_manager.h"
 #include "server/handler.h"
 
@@ -31,6 +33,8 @@ struct HandlerOptions {
   // The topology describes this machine: the caller's CPU picks its home
   // node for placement. False for --sysfs-root trees.
   bool topology_is_local = true;
+  // Times grants for the latency histograms; null: the system clock.
+  const Clock* clock = nullptr;
 };
 
 class DaemonHandler final : public RequestHandler {
@@ -45,14 +49,19 @@ class DaemonHandler final : public RequestHandler {
   void OnRequest(ConnectionId conn, Request request, ReplyFn reply) override;
   void OnDisconnect(ConnectionId conn) override;
 
+  // The Prometheus exposition (MSG_METRICS_REQUEST, the HTTP endpoint).
+  std::string MetricsText();
+  const DaemonMetrics& metrics() const { return metrics_; }
+
  private:
   Reply Handle(ConnectionId conn, const Request& req, const ReplyFn& reply, bool* deferred);
-  std::string Metrics() const;
+  Reply Reclaim(ConnectionId conn, const Request& req);
 
   LeaseManager* leases_;
   const FileSystem* proc_;
   HandlerOptions options_;
   PushFn push_;
+  DaemonMetrics metrics_;  // lives as long as the handler
 };
 
 // "Groups:\t10 27 1000" from /proc/<pid>/status -> {10, 27, 1000}.

@@ -51,6 +51,7 @@ void ToProto(const QuotaUsage& q, proto::Quota* out) {
   out->set_tier(q.rule.tier);
   out->set_max_bytes(q.rule.max_bytes);
   out->set_max_leases(q.rule.max_leases);
+  out->set_priority(q.rule.priority);
   out->set_used_bytes(q.used_bytes);
   out->set_used_leases(q.used_leases);
 }
@@ -82,12 +83,19 @@ Result<QuotaRule> FromProto(const proto::Quota& q) {
     r.scope = QuotaScope::kUid;
   } else if (q.scope() == "gid") {
     r.scope = QuotaScope::kGid;
+  } else if (q.scope() == "cgroup") {
+    r.scope = QuotaScope::kCgroup;
   } else {
-    return Status(Code::kInvalidArgument, "quota scope '" + q.scope() + "' (want uid or gid)");
+    return Status(Code::kInvalidArgument,
+                  "quota scope '" + q.scope() + "' (want uid, gid or cgroup)");
   }
   r.subject = q.subject();
   auto num = ParseU64(q.subject());
-  if (num && *num < 0xffffffffull) {
+  if (r.scope == QuotaScope::kCgroup) {
+    auto path = NormalizeCgroupPath(q.subject());
+    if (!path.ok()) return path.status();
+    r.subject = *path;
+  } else if (num && *num < 0xffffffffull) {
     r.id = static_cast<uint32_t>(*num);
   } else {
     char buf[4096];
@@ -112,6 +120,12 @@ Result<QuotaRule> FromProto(const proto::Quota& q) {
   r.tier = q.tier();
   r.max_bytes = q.max_bytes();
   r.max_leases = q.max_leases();
+  if (q.priority() < 0 || q.priority() > kMaxPriority) {
+    return Status(Code::kInvalidArgument, "priority " + std::to_string(q.priority()) +
+                                              " out of range (0.." + std::to_string(kMaxPriority) +
+                                              ")");
+  }
+  r.priority = q.priority();
   return r;
 }
 

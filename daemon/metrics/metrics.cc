@@ -117,6 +117,13 @@ void MetricsRegistry::Increment(const std::string& name, const Labels& labels, d
   Get(name, Type::kCounter).children[labels].value += by;
 }
 
+void MetricsRegistry::SetCounter(const std::string& name, const Labels& labels, double value) {
+  for (const auto& [k, v] : labels) CXLPOOL_CHECK(ValidName(k, true));
+  Child& c = Get(name, Type::kCounter).children[labels];
+  CXLPOOL_CHECK(value >= c.value);
+  c.value = value;
+}
+
 void MetricsRegistry::Set(const std::string& name, const Labels& labels, double value) {
   for (const auto& [k, v] : labels) CXLPOOL_CHECK(ValidName(k, true));
   Get(name, Type::kGauge).children[labels].value = value;

@@ -30,6 +30,9 @@ class MetricsRegistry {
   void AddHistogram(const std::string& name, const std::string& help, std::vector<double> bounds);
 
   void Increment(const std::string& name, const Labels& labels = {}, double by = 1.0);
+  // A counter kept elsewhere (a cumulative total): sets its value, which
+  // must not go down (checked).
+  void SetCounter(const std::string& name, const Labels& labels, double value);
   void Set(const std::string& name, const Labels& labels, double value);
   void Set(const std::string& name, double value) { Set(name, {}, value); }
   void Observe(const std::string& name, const Labels& labels, double value);

@@ -1,0 +1,173 @@
+#include "handler/daemon_metrics.h"
+
+#include <sys/prctl.h>
+#include <sys/resource.h>
+
+#include <cstring>
+#include <limits>
+
+#include "cxlpool/common/strings.h"
+
+namespace cxlpool {
+
+namespace {
+
+constexpr const char* kGrants = "cxlpool_grants_total";
+constexpr const char* kLatency = "cxlpool_grant_latency_seconds";
+constexpr const char* kRefusals = "cxlpool_refusals_total";
+constexpr const char* kReclaims = "cxlpool_reclaims_total";
+constexpr const char* kEvents = "cxlpool_lease_events_total";
+
+// Lease-manager counters that end a lease, by cause.
+struct CounterMap {
+  const char* counter;
+  const char* family;
+  const char* label;  // label value ("" for an unlabelled family)
+};
+constexpr CounterMap kCounterMap[] = {
+    {"disconnect_reclaims", kReclaims, "disconnect"},
+    {"revokes", kReclaims, "revoke"},
+    {"restart_drops", kReclaims, "owner_death"},
+    {"frees", kReclaims, "release"},
+    {"shutdown_frees", kReclaims, "shutdown"},
+    {"journal_failures", kReclaims, "journal_failure"},
+    {"acl_refusals", kRefusals, "acl"},
+    {"releases", "cxlpool_releases_total", ""},
+    {"attaches", "cxlpool_attaches_total", ""},
+    {"warm_builds", "cxlpool_warm_builds_total", ""},
+    {"warm_build_failures", "cxlpool_warm_build_failures_total", ""},
+    {"warm_hits", "cxlpool_warm_hits_total", ""},
+    {"warm_misses", "cxlpool_warm_misses_total", ""},
+};
+
+std::string TierLabel(const std::optional<int>& t) {
+  return t ? std::to_string(*t) : std::string("unknown");
+}
+
+}  // namespace
+
+ProcessFacts ReadProcessFacts() {
+  ProcessFacts f;
+  f.dumpable = ::prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) > 0;
+  struct rlimit rl;
+  if (::getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
+    f.memlock_limit_bytes = rl.rlim_cur == RLIM_INFINITY ? std::numeric_limits<uint64_t>::max()
+                                                         : static_cast<uint64_t>(rl.rlim_cur);
+  }
+  return f;
+}
+
+DaemonMetrics::DaemonMetrics() {
+  reg_.AddGauge("cxlpool_pool_capacity_bytes", "Capacity of each pool.");
+  reg_.AddGauge("cxlpool_pool_leased_bytes", "Bytes leased (and being built) per pool.");
+  reg_.AddGauge("cxlpool_pool_warm_bytes", "Warm stock bytes per pool (ready and being built).");
+  reg_.AddGauge("cxlpool_pool_free_bytes", "Bytes neither leased nor in warm stock per pool.");
+  reg_.AddGauge("cxlpool_pool_leases", "Live leases per pool.");
+  reg_.AddGauge("cxlpool_leases", "Live leases.");
+  reg_.AddGauge("cxlpool_shared_leases", "Live shared (named) leases.");
+  reg_.AddGauge("cxlpool_connections", "Connected clients.");
+  reg_.AddGauge("cxlpool_pending_builds", "Backings being built (leases and warm stock).");
+  reg_.AddCounter(kGrants, "Leases granted, by pool and source (warm stock or cold build).");
+  reg_.AddHistogram(kLatency, "Time from an ALLOC request to its grant, by pool and source.",
+                    MetricsRegistry::LatencyBuckets());
+  reg_.AddCounter(kRefusals,
+                  "Requests refused, by reason (capacity, quota, priority, invalid, not_found, "
+                  "exists, unavailable, permission, build_failed, acl, internal).");
+  reg_.AddCounter(kReclaims,
+                  "Leases ended by the daemon or their holders, by cause (release, disconnect, "
+                  "revoke, owner_death, shutdown, journal_failure).");
+  reg_.AddCounter(kEvents, "Other lease-manager events, by name.");
+  for (const auto& m : kCounterMap) {
+    if (m.label[0] == '\0')
+      reg_.AddCounter(m.family, std::string("Lease-manager counter ") + m.counter + ".");
+  }
+  reg_.AddGauge("cxlpool_quota_used_bytes", "Bytes charged against each quota rule.");
+  reg_.AddGauge("cxlpool_quota_max_bytes", "Byte limit of each quota rule (0: unlimited).");
+  reg_.AddGauge("cxlpool_quota_used_leases", "Leases charged against each quota rule.");
+  reg_.AddGauge("cxlpool_quota_max_leases", "Lease limit of each quota rule (0: unlimited).");
+  reg_.AddGauge("cxlpool_dumpable", "1 if the daemon is dumpable (lease fds reachable via /proc).");
+  reg_.AddGauge("cxlpool_memlock_limit_bytes",
+                "The daemon's RLIMIT_MEMLOCK soft limit (18446744073709551615: unlimited).");
+}
+
+void DaemonMetrics::OnGranted(const LeaseSnapshot& lease, int64_t latency_ns) {
+  const char* source = lease.from_warm_stock ? "warm" : "cold";
+  reg_.Increment(kGrants, {{"pool", lease.pool}, {"kind", lease.kind}, {"source", source}});
+  double seconds = latency_ns > 0 ? static_cast<double>(latency_ns) / 1e9 : 0.0;
+  reg_.Observe(kLatency, {{"pool", lease.pool}, {"source", source}}, seconds);
+}
+
+std::string DaemonMetrics::Render(const LeaseManager& leases, const ProcessFacts& facts) {
+  for (const char* g :
+       {"cxlpool_pool_capacity_bytes", "cxlpool_pool_leased_bytes", "cxlpool_pool_warm_bytes",
+        "cxlpool_pool_free_bytes", "cxlpool_pool_leases"}) {
+    reg_.ClearGauge(g);
+  }
+  for (const auto& p : leases.Pools()) {
+    Labels l{{"pool", p.name}, {"kind", p.kind}, {"tier", TierLabel(p.memory_tier)}};
+    reg_.Set("cxlpool_pool_capacity_bytes", l, static_cast<double>(p.capacity_bytes));
+    reg_.Set("cxlpool_pool_leased_bytes", l, static_cast<double>(p.leased_bytes));
+    reg_.Set("cxlpool_pool_warm_bytes", l, static_cast<double>(p.warm_bytes));
+    reg_.Set("cxlpool_pool_free_bytes", l, static_cast<double>(p.free_bytes));
+    reg_.Set("cxlpool_pool_leases", l, static_cast<double>(p.lease_count));
+  }
+  auto gauges = leases.Gauges();
+  auto gauge = [&](const char* key) {
+    auto it = gauges.find(key);
+    return it == gauges.end() ? 0.0 : static_cast<double>(it->second);
+  };
+  reg_.Set("cxlpool_leases", gauge("live_leases"));
+  reg_.Set("cxlpool_shared_leases", gauge("shared_leases"));
+  reg_.Set("cxlpool_connections", gauge("connections"));
+  reg_.Set("cxlpool_pending_builds", gauge("pending_builds"));
+
+  // Every refusal reason and reclaim cause appears, at 0 until it happens.
+  for (const char* r : {"capacity", "quota", "priority", "invalid", "not_found"}) {
+    reg_.SetCounter(kRefusals, {{"reason", r}}, reg_.Value(kRefusals, {{"reason", r}}));
+  }
+  for (const auto& m : kCounterMap) {
+    if (m.family == kReclaims) {
+      reg_.SetCounter(kReclaims, {{"cause", m.label}}, reg_.Value(kReclaims, {{"cause", m.label}}));
+    }
+  }
+  for (const auto& [name, value] : leases.Counters()) {
+    double v = static_cast<double>(value);
+    if (StartsWith(name, "refusals_")) {
+      reg_.SetCounter(kRefusals, {{"reason", name.substr(9)}}, v);
+      continue;
+    }
+    const CounterMap* hit = nullptr;
+    for (const auto& m : kCounterMap) {
+      if (name == m.counter) hit = &m;
+    }
+    if (hit == nullptr) {
+      // grants and refusals have their own labelled families.
+      if (name != "grants" && name != "refusals") reg_.SetCounter(kEvents, {{"event", name}}, v);
+    } else if (hit->label[0] == '\0') {
+      reg_.SetCounter(hit->family, {}, v);
+    } else {
+      reg_.SetCounter(hit->family, {{hit->family == kReclaims ? "cause" : "reason", hit->label}},
+                      v);
+    }
+  }
+
+  for (const char* g : {"cxlpool_quota_used_bytes", "cxlpool_quota_max_bytes",
+                        "cxlpool_quota_used_leases", "cxlpool_quota_max_leases"}) {
+    reg_.ClearGauge(g);
+  }
+  for (const auto& q : leases.Quotas()) {
+    Labels l{{"scope", QuotaScopeName(q.rule.scope)},
+             {"subject", q.rule.subject},
+             {"tier", q.rule.tier.empty() ? "all" : q.rule.tier}};
+    reg_.Set("cxlpool_quota_used_bytes", l, static_cast<double>(q.used_bytes));
+    reg_.Set("cxlpool_quota_max_bytes", l, static_cast<double>(q.rule.max_bytes));
+    reg_.Set("cxlpool_quota_used_leases", l, static_cast<double>(q.used_leases));
+    reg_.Set("cxlpool_quota_max_leases", l, static_cast<double>(q.rule.max_leases));
+  }
+
+  reg_.Set("cxlpool_dumpable", facts.dumpable ? 1 : 0);
+  reg_.Set("cxlpool_memlock_limit_bytes", static_cast<double>(facts.memlock_limit_bytes));
+  return reg_.Render();
+}
+
+}  // namespace cxlpool

@@ -1,0 +1,54 @@
+// DaemonMetrics: cxlpoold's long-lived Prometheus registry. The handler feeds
+// it events as they happen (grants with their latency, warm or cold, by
+// pool); everything the lease manager already counts or can be read at any
+// time (pool gauges, refusals by reason, reclaims by cause, warm stock,
+// quota usage, process facts) is copied in when the text is rendered, so a
+// scrape always shows the current state and nothing is counted twice.
+//
+// Families (all prefixed cxlpool_): pool_{capacity,leased,warm,free}_bytes
+// and pool_leases {pool,kind,tier}; leases, shared_leases, connections,
+// pending_builds; grants_total {pool,kind,source}; grant_latency_seconds
+// {pool,source} (histogram); refusals_total {reason}; reclaims_total
+// {cause}; releases_total, attaches_total; warm_{builds,build_failures,hits,
+// misses}_total; quota_{used,max}_{bytes,leases} {scope,subject,tier};
+// dumpable; memlock_limit_bytes; lease_events_total {event} for any other
+// lease-manager counter. docs/daemon.md lists them with their meaning.
+//
+// Thread safety: none; the event-loop thread owns it (as it owns the lease
+// manager it reads).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "cxlpool/common/clock.h"
+#include "lease/lease_manager.h"
+#include "metrics.h"
+
+namespace cxlpool {
+
+// Facts about this process that `cxlpoolctl doctor` checks.
+struct ProcessFacts {
+  bool dumpable = false;             // prctl(PR_GET_DUMPABLE)
+  uint64_t memlock_limit_bytes = 0;  // RLIMIT_MEMLOCK soft; UINT64_MAX unlimited
+};
+ProcessFacts ReadProcessFacts();
+
+class DaemonMetrics {
+ public:
+  DaemonMetrics();
+
+  // A lease was granted `latency_ns` after its request arrived.
+  void OnGranted(const LeaseSnapshot& lease, int64_t latency_ns);
+
+  // The exposition text: refreshes the read-at-scrape families from
+  // `leases` and `facts`, then renders every family.
+  std::string Render(const LeaseManager& leases, const ProcessFacts& facts);
+
+  const MetricsRegistry& registry() const { return reg_; }
+
+ private:
+  MetricsRegistry reg_;
+};
+
+}  // namespace cxlpool
