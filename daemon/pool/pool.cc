@@ -56,7 +56,32 @@ void Pool::ReleaseLeased(uint64_t bytes) {
 
 void Pool::SetWarmClasses(std::vector<WarmClass> classes) {
   warm_classes_ = std::move(classes);
-  for (const auto& c : warm_classes_) slots_[c.size_bytes].target = c.count;
+  for (auto& [size, slot] : slots_) slot.target = 0;
+  for (const auto& c : warm_classes_) {
+    auto& slot = slots_[c.size_bytes];
+    slot.target = c.count;
+    slot.failures = 0;  // a new setting re-arms a disabled class
+  }
+  // Ready stock beyond the new targets is freed now (builds in flight land
+  // and are trimmed at the next change or used up by grants).
+  for (auto& [size, slot] : slots_) {
+    while (slot.ready.size() > slot.target) {
+      slot.ready.back()->Reclaim();
+      slot.ready.pop_back();
+      warm_ -= size;
+    }
+  }
+}
+
+bool Pool::SetCapacity(uint64_t capacity) {
+  if (capacity < leased_ + reserved_) return false;
+  uint64_t old = capacity_;
+  capacity_ = capacity;
+  if (used_bytes() > capacity_ && !MakeRoom(0)) {
+    capacity_ = old;
+    return false;
+  }
+  return true;
 }
 
 std::unique_ptr<Backing> Pool::TakeWarm(uint64_t size, bool hugetlb) {

@@ -66,8 +66,13 @@ class Pool {
   void CancelReserve(uint64_t bytes);
   void CommitReserve(uint64_t bytes);  // the build succeeded: reserved -> leased
   void ReleaseLeased(uint64_t bytes);  // a lease ended
+  // A new capacity (config reload). False, nothing changed, when leases and
+  // builds in flight already use more; ready warm stock is dropped to fit.
+  bool SetCapacity(uint64_t capacity);
 
   // ---- warm stock (event-loop thread) ----
+  // Replaces the size classes: classes not listed get a target of 0 and
+  // ready stock beyond a target is freed. PlanRefill builds what is missing.
   void SetWarmClasses(std::vector<WarmClass> classes);
   const std::vector<WarmClass>& warm_classes() const { return warm_classes_; }
   // A ready backing of exactly `size` (moved from warm to leased), or null.
