@@ -4,9 +4,14 @@
  * what the daemon said.
  *
  *   cxlpool-vm-client place  --size B [--node N] [--tier LIST] [--strict]
- *                            [--expect-node N]
+ *                            [--expect-node N] [--expect-backing B] [--expect-size B]
+ *                            [--touch-mib M]
  *       Lease, write a pattern, read it back, check every page is on the
  *       node the daemon reported (and on --expect-node when given). Release.
+ *       --touch-mib limits the pattern to the first M MiB (CXL under TCG is
+ *       slow). A devdax lease's pages are device memory, which move_pages
+ *       cannot place; its node is the DAX device's target_node, which the
+ *       guest script checks in sysfs.
  *   cxlpool-vm-client refuse --size B --node N
  *       A strict lease that must be refused with ERESOURCE_EXHAUSTED.
  *   cxlpool-vm-client share-write NAME --size B [--node N]
@@ -36,12 +41,16 @@ typedef struct {
   int node;
   int expect_node;
   int strict;
+  uint64_t touch;             /* bytes to write and verify; 0: all */
+  const char* expect_backing; /* e.g. "devdax" */
+  uint64_t expect_size;       /* lease size must be this; 0: any */
 } Args;
 
 static int Usage(void) {
   fprintf(stderr,
           "usage: cxlpool-vm-client place|refuse|share-write|share-read [NAME] [--socket P]\n"
-          "       [--size B] [--node N] [--tier LIST] [--strict] [--expect-node N]\n");
+          "       [--size B] [--node N] [--tier LIST] [--strict] [--expect-node N]\n"
+          "       [--expect-backing B] [--expect-size B] [--touch-mib M]\n");
   return 2;
 }
 
@@ -78,11 +87,14 @@ static int PagesOn(void* p, uint64_t len, int node) {
   return wrong == 0 && pages > 0;
 }
 
-static void Describe(const cxlpool_lease* l) {
+/* Prints the daemon's view of the lease; copies its backing into `backing`. */
+static void Describe(const cxlpool_lease* l, char* backing, size_t len) {
   cxlpool_lease_info info;
   memset(&info, 0, sizeof info);
   info.struct_size = sizeof info;
+  if (backing != NULL) backing[0] = '\0';
   if (cxlpool_lease_get_info(l, &info) == CXLPOOL_OK) {
+    if (backing != NULL && info.backing != NULL) snprintf(backing, len, "%s", info.backing);
     printf("LEASE id=%" PRIu64 " size=%" PRIu64 " node=%d kind=%s pool=%s backing=%s reason=%s\n",
            info.id, info.size_bytes, info.numa_node, info.kind ? info.kind : "?",
            info.pool ? info.pool : "?", info.backing ? info.backing : "?",
@@ -102,14 +114,30 @@ static int Place(cxlpool_client* c, const Args* a) {
   cxlpool_lease* l = NULL;
   int rc = cxlpool_alloc(c, &o, &l);
   if (rc != CXLPOOL_OK) return Fail("alloc", rc);
-  Describe(l);
+  char backing[32];
+  Describe(l, backing, sizeof backing);
   unsigned char* p = cxlpool_lease_ptr(l);
   uint64_t n = cxlpool_lease_size(l);
+  if (a->touch != 0 && a->touch < n) n = a->touch;
   int node = cxlpool_lease_numa_node(l);
   for (uint64_t i = 0; i < n; ++i) p[i] = Pattern(i, 7);
   uint64_t bad = 0;
   for (uint64_t i = 0; i < n; ++i) bad += p[i] != Pattern(i, 7);
-  int ok = bad == 0 && PagesOn(p, n, node);
+  int ok = bad == 0;
+  if (strcmp(backing, "devdax") == 0) {
+    printf("PAGES devdax: device memory, node from the DAX device's target_node\n");
+  } else {
+    ok = ok && PagesOn(p, n, node);
+  }
+  if (a->expect_size != 0 && cxlpool_lease_size(l) != a->expect_size) {
+    fprintf(stderr, "lease size %" PRIu64 ", expected %" PRIu64 "\n", cxlpool_lease_size(l),
+            a->expect_size);
+    ok = 0;
+  }
+  if (a->expect_backing != NULL && strcmp(backing, a->expect_backing) != 0) {
+    fprintf(stderr, "lease backing '%s', expected '%s'\n", backing, a->expect_backing);
+    ok = 0;
+  }
   if (bad != 0) fprintf(stderr, "%" PRIu64 " bytes read back wrong\n", bad);
   if (a->expect_node >= 0 && node != a->expect_node) {
     fprintf(stderr, "daemon placed the lease on node %d, expected %d\n", node, a->expect_node);
@@ -130,7 +158,7 @@ static int Refuse(cxlpool_client* c, const Args* a) {
   cxlpool_lease* l = NULL;
   int rc = cxlpool_alloc(c, &o, &l);
   if (rc == CXLPOOL_OK) {
-    Describe(l);
+    Describe(l, NULL, 0);
     cxlpool_release(l);
     fprintf(stderr, "strict lease of %" PRIu64 " bytes on node %d was granted\n", a->size, a->node);
     return 1;
@@ -149,7 +177,7 @@ static int ShareWrite(cxlpool_client* c, const Args* a) {
   cxlpool_lease* l = NULL;
   int rc = cxlpool_alloc_shared(c, &o, a->name, NULL, 0, NULL, 0, &l);
   if (rc != CXLPOOL_OK) return Fail("alloc_shared", rc);
-  Describe(l);
+  Describe(l, NULL, 0);
   unsigned char* p = cxlpool_lease_ptr(l);
   uint64_t n = cxlpool_lease_size(l);
   for (uint64_t i = 0; i < n; ++i) p[i] = Pattern(i, 0x5a);
@@ -165,7 +193,7 @@ static int ShareRead(cxlpool_client* c, const Args* a) {
   cxlpool_lease* l = NULL;
   int rc = cxlpool_attach(c, a->name, &l);
   if (rc != CXLPOOL_OK) return Fail("attach", rc);
-  Describe(l);
+  Describe(l, NULL, 0);
   const unsigned char* p = cxlpool_lease_ptr(l);
   uint64_t n = cxlpool_lease_size(l);
   uint64_t bad = 0;
@@ -204,6 +232,12 @@ int main(int argc, char** argv) {
       a.size = strtoull(val, NULL, 0);
     } else if (strcmp(opt, "--node") == 0) {
       a.node = atoi(val);
+    } else if (strcmp(opt, "--touch-mib") == 0) {
+      a.touch = strtoull(val, NULL, 0) << 20;
+    } else if (strcmp(opt, "--expect-size") == 0) {
+      a.expect_size = strtoull(val, NULL, 0);
+    } else if (strcmp(opt, "--expect-backing") == 0) {
+      a.expect_backing = val;
     } else if (strcmp(opt, "--expect-node") == 0) {
       a.expect_node = atoi(val);
     } else {

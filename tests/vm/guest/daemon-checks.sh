@@ -3,9 +3,9 @@
 # move_pages on the holder's and the daemon's mappings), never of cxlpool.
 #
 # Each step needs a piece of the project; a missing piece (binary or CLI
-# option) is a visible "skip" with the reason, never a silent pass. The hooks
-# for pieces that do not exist yet are marked HOOK. Leases are checked with
-# our own client (tests/vm/clients, C ABI) and with the operator's CLI.
+# option) is a visible "skip" with the reason, never a silent pass. Leases are
+# checked with our own client (tests/vm/clients, C ABI) and with the
+# operator's CLI. A topology may add lease checks in topo_daemon_checks.
 #
 # Topology files set, before these run:
 #   TOPO_FAR_NODE   a memory-only node (leases asked for there)
@@ -175,6 +175,8 @@ vm_daemon_checks() {
     vm_check "strict lease beyond node $TOPO_FAR_NODE's full pool is refused" \
       cxlpool-vm-client refuse --socket "$VM_SOCK" --size $((32 << 20)) --node "$TOPO_FAR_NODE"
     vm_shared_lease "${VM_CXL_NODE:-$TOPO_FAR_NODE}"
+    # Topology-specific lease checks (cxl-devdax: the devdax pool).
+    if command -v topo_daemon_checks >/dev/null 2>&1; then topo_daemon_checks; fi
   else
     vm_skip "leases placed, refused and shared (cxlpool-vm-client)" \
       "libcxlpool not built yet, so no tests/vm/clients"

@@ -37,12 +37,13 @@ vm_check() {
   _name=$1
   shift
   echo "\$ $*" >>"$VM_LOG"
-  if "$@" >/tmp/.vm_check.out 2>&1; then
+  "$@" >/tmp/.vm_check.out 2>&1
+  _rc=$?
+  if [ "$_rc" -eq 0 ]; then
     cat /tmp/.vm_check.out >>"$VM_LOG"
     vm_pass "$_name"
     return 0
   fi
-  _rc=$?
   cat /tmp/.vm_check.out >>"$VM_LOG"
   vm_fail "$_name (exit $_rc: $(tail -n 3 /tmp/.vm_check.out | tr '\n' ' '))"
   return 1

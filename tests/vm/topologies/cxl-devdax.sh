@@ -32,14 +32,17 @@ topo_guest_checks() {
     vm_check_eq "json: $VM_DAX_DEV region type" \
       "$(vm_j ".cxl.regions[] | select(.name == \"$VM_CXL_REGION\") | .type")" '"pmem"'
   fi
-  # HOOK: devdax leases (the daemon's devdax pools): the whole device is
-  # leased, mapped by a client, written and read back. Needs cxlpoold with a
-  # devdax pool configured for this region; not built yet.
-  if vm_have cxlpoold && vm_have cxlpool-devdax-check; then
-    vm_check "devdax lease of $VM_DAX_DEV served whole" \
-      cxlpool-devdax-check --device "$VM_DAX_DEV"
-  else
-    vm_skip "devdax lease of $VM_DAX_DEV served whole" \
-      "no devdax pool client built yet (HOOK in topologies/cxl-devdax.sh)"
-  fi
+  # The devdax lease itself is checked once the daemon is up: topo_daemon_checks.
+}
+
+# Called by daemon-checks.sh with the daemon running and a devdax pool
+# configured for this region (VM_DAX_REGION). The region is static, so the
+# lease is the whole device; only its first 2 MiB are written (CXL under TCG
+# is slow). The node comes from the device's target_node in sysfs.
+topo_daemon_checks() {
+  _node=$(cat /sys/bus/dax/devices/$VM_DAX_DEV/target_node)
+  _size=$(cat /sys/bus/dax/devices/$VM_DAX_DEV/size)
+  vm_check "devdax lease: 2 MiB asked, whole $VM_DAX_DEV ($_size bytes) leased, data intact" \
+    cxlpool-vm-client place --socket "$VM_SOCK" --size $((2 << 20)) --tier devdax \
+    --expect-backing devdax --expect-node "$_node" --expect-size "$_size" --touch-mib 2
 }
