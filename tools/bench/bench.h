@@ -1,0 +1,221 @@
+// bench.h: the shared pieces of cxlpool-bench, the benchmark harness of
+// issue 5 (P1..P6). Every figure is measured next to its baseline in the same
+// run and reported as a ratio against a goal (docs/benchmarks.md).
+//
+//   * Options / Report / Row: what to run and what came out (table or JSON).
+//   * Stats: percentiles over latency samples.
+//   * DaemonProc: a cxlpoold the bench spawns on a temp socket with a temp
+//     config (pid tracked, SIGTERM then SIGKILL at exit, PR_SET_PDEATHSIG).
+//   * WireClient: a blocking protocol client over cxlpool_ipc (the grant path
+//     without the client library's mapping).
+//   * BareServer / BareClient: the baseline, a trivial AF_UNIX stream server
+//     in its own process that answers each request with one memfd fd.
+//
+// Errors are values (Status / Result); nothing here throws.
+//
+// Thread safety: none of these types is shared between threads. The bench is
+// single-threaded; it forks client processes only while no other thread runs.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cxlpool.pb.h"
+#include "cxlpool/common/status.h"
+#include "cxlpool/common/unique_fd.h"
+
+namespace cxlpool::bench {
+
+constexpr uint64_t kKiB = 1ull << 10;
+constexpr uint64_t kMiB = 1ull << 20;
+constexpr uint64_t kGiB = 1ull << 30;
+
+struct Options {
+  std::vector<std::string> only;  // empty: all of P1..P6
+  bool quick = false;
+  bool json = false;
+  int node = 0;
+  std::string daemon_path;  // cxlpoold to spawn
+  std::string socket;       // use a running daemon instead
+  std::string command_line;
+  // Spawned daemons pin (mlock) leases; off when we may not lock memory
+  // (not root and RLIMIT_MEMLOCK below 2 GiB), noted in the report.
+  bool pin = true;
+
+  bool Wants(const std::string& p) const;
+  bool spawn() const { return socket.empty(); }
+};
+
+// One measured figure next to its baseline.
+struct Row {
+  std::string figure;   // "P1"
+  std::string metric;   // "grant 2 MiB warm p50"
+  double value = 0;     // cxlpool
+  double baseline = 0;  // the baseline measured in the same run
+  std::string unit;     // "us", "ms", "GB/s", "ops/s", "x", "KiB"
+  // "le": ratio <= goal is good, "ge": ratio >= goal, "": informational.
+  std::string goal_op;
+  double goal = 0;
+  std::string note;
+  bool skipped = false;  // value/baseline meaningless; note says why
+
+  double Ratio() const { return baseline > 0 ? value / baseline : 0; }
+  // "met", "NOT met", "info" or "skipped".
+  std::string Verdict() const;
+};
+
+struct Report {
+  std::vector<Row> rows;
+  std::vector<std::string> notes;  // machine facts, limits met on the way
+  void Add(Row r) { rows.push_back(std::move(r)); }
+  void Skip(const std::string& figure, const std::string& metric, const std::string& why);
+  std::string Table() const;
+  std::string Json(const Options& o) const;  // one JSON document
+};
+
+// Latency samples in nanoseconds.
+class Stats {
+ public:
+  void Add(uint64_t ns) { v_.push_back(ns); }
+  size_t size() const { return v_.size(); }
+  // Nearest-rank percentile (q in [0,1]) in microseconds; 0 when empty.
+  double PercentileUs(double q) const;
+  double MedianUs() const { return PercentileUs(0.5); }
+
+ private:
+  mutable std::vector<uint64_t> v_;
+  mutable bool sorted_ = false;
+};
+
+uint64_t NowNs();  // CLOCK_MONOTONIC, comparable across processes
+
+// ---- the daemon under test ----
+
+struct DaemonConfig {
+  bool thp = true;
+  bool hugetlb = false;
+  bool pin = true;
+  std::string capacity = "90%";
+  // size bytes -> count
+  std::vector<std::pair<uint64_t, int>> warm_stock;
+  int workers = 2;
+};
+
+class DaemonProc {
+ public:
+  DaemonProc() = default;
+  ~DaemonProc();  // Stop()
+  DaemonProc(const DaemonProc&) = delete;
+  DaemonProc& operator=(const DaemonProc&) = delete;
+
+  // Writes the config into a fresh temp dir, starts `binary --config F
+  // --socket S --foreground`, waits until it accepts and its warm stock is
+  // built. UNAVAILABLE (did not come up; its log tail is in the message), IO.
+  Status Start(const std::string& binary, const DaemonConfig& cfg);
+  // SIGTERM, wait up to 10 s, then SIGKILL; removes the temp dir.
+  void Stop();
+  pid_t pid() const { return pid_; }
+  const std::string& socket() const { return socket_; }
+  std::string LogTail() const;
+
+ private:
+  pid_t pid_ = -1;
+  std::string dir_;
+  std::string socket_;
+};
+
+// Kills every daemon/bare server still running (atexit and signal path).
+void KillAllChildren();
+
+// ---- a blocking protocol client ----
+
+class WireClient {
+ public:
+  static Result<WireClient> Connect(const std::string& socket_path);
+
+  // ALLOC; the lease fd is closed unless `fd` is given (the daemon keeps the
+  // lease alive for this connection either way).
+  Result<proto::LeaseInfo> Alloc(uint64_t size, int node, bool hugetlb = false,
+                                 UniqueFd* fd = nullptr);
+  Status Release(uint64_t id);
+  Result<proto::StatsReply> GetStats();
+  Result<proto::PoolsReply> GetPools();
+  // Waits (polling STATS) until no backing is being built: warm stock ready.
+  Status WaitIdle(int timeout_ms = 120000);
+  int fd() const { return sock_.get(); }
+
+ private:
+  template <typename Req, typename Rep>
+  Status Call(const Req& req, Rep* out, std::vector<UniqueFd>* fds);
+  UniqueFd sock_;
+  uint64_t next_id_ = 1;
+};
+
+// ---- the baseline: a bare fd-passing AF_UNIX server ----
+
+// Requests are 16 bytes {u32 op, u32 0, u64 id}; op 1 is answered with 16
+// bytes and one fd (a 4 KiB memfd, the same one every time: the kernel
+// installs a new descriptor in the receiver), op 2 with 16 bytes and no fd.
+// One epoll thread in its own process, like the daemon's single event loop.
+class BareServer {
+ public:
+  BareServer() = default;
+  ~BareServer();
+  BareServer(const BareServer&) = delete;
+  BareServer& operator=(const BareServer&) = delete;
+  Status Start();  // forks; returns once the socket accepts
+  void Stop();
+  const std::string& socket() const { return socket_; }
+
+ private:
+  pid_t pid_ = -1;
+  std::string dir_;
+  std::string socket_;
+};
+
+class BareClient {
+ public:
+  static Result<BareClient> Connect(const std::string& socket_path);
+  // One round trip that brings back an fd (closed at once), the shape of a
+  // grant. IO/PROTOCOL on failure.
+  Status GrantRoundTrip();
+  // One round trip without fd, the shape of a release.
+  Status ReleaseRoundTrip();
+
+ private:
+  Status RoundTrip(uint32_t op, bool expect_fd);
+  UniqueFd sock_;
+  uint64_t next_id_ = 1;
+};
+
+// ---- node facts ----
+
+// /sys/devices/system/node/node<N>/meminfo, in bytes ("Shmem", "MemUsed").
+Result<std::map<std::string, uint64_t>> NodeMeminfo(int node);
+// /proc/<pid>/status fields in bytes ("VmRSS", "RssAnon", "RssShmem", ...).
+Result<std::map<std::string, uint64_t>> ProcStatus(pid_t pid);
+// Sum of a smaps field (kB -> bytes) over the mappings overlapping [addr,
+// addr+len) of this process.
+Result<uint64_t> SmapsField(const void* addr, uint64_t len, const std::string& field);
+std::string ReadFirstLine(const std::string& path);  // "" if unreadable
+std::string HumanSize(uint64_t bytes);               // "2 MiB", "1 GiB", "4100 KiB"
+
+// ---- the figures ----
+
+void RunP1(const Options& o, Report* r);
+void RunP2(const Options& o, Report* r);
+void RunP3(const Options& o, Report* r);
+void RunP4(const Options& o, Report* r);
+void RunP5(const Options& o, Report* r);
+void RunP6(const Options& o, Report* r);
+
+// The socket to talk to for a phase: the running daemon's, or a daemon the
+// phase spawns with `cfg` (kept in *owned). Errors are reported by the caller.
+Result<std::string> PhaseSocket(const Options& o, const DaemonConfig& cfg, DaemonProc* owned);
+
+}  // namespace cxlpool::bench

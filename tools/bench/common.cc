@@ -1,0 +1,671 @@
+// The shared pieces of cxlpool-bench: report, stats, daemon process, wire
+// client, bare baseline server, node facts. See bench.h.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "bench.h"
+#include "cxlpool/proto/codec.h"
+#include "cxlpool/proto/ipc.h"
+#include "cxlpool/proto/socket.h"
+
+namespace cxlpool::bench {
+
+// ---------------------------------------------------------------- report
+
+bool Options::Wants(const std::string& p) const {
+  return only.empty() || std::find(only.begin(), only.end(), p) != only.end();
+}
+
+std::string Row::Verdict() const {
+  if (skipped) return "skipped";
+  if (goal_op.empty() || baseline <= 0) return "info";
+  double r = Ratio();
+  bool met = goal_op == "le" ? r <= goal : r >= goal;
+  return met ? "met" : "NOT met";
+}
+
+void Report::Skip(const std::string& figure, const std::string& metric, const std::string& why) {
+  Row r;
+  r.figure = figure;
+  r.metric = metric;
+  r.skipped = true;
+  r.note = why;
+  Add(std::move(r));
+}
+
+namespace {
+
+std::string Num(double v) {
+  char buf[64];
+  if (v == 0) return "0";
+  double a = std::fabs(v);
+  if (a >= 1e6) {
+    std::snprintf(buf, sizeof buf, "%.3g", v);
+  } else if (a >= 100) {
+    std::snprintf(buf, sizeof buf, "%.0f", v);
+  } else if (a >= 1) {
+    std::snprintf(buf, sizeof buf, "%.2f", v);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.3g", v);
+  }
+  return buf;
+}
+
+std::string GoalText(const Row& r) {
+  if (r.goal_op.empty()) return "-";
+  return std::string(r.goal_op == "le" ? "<= " : ">= ") + Num(r.goal) + "x";
+}
+
+}  // namespace
+
+std::string Report::Table() const {
+  std::vector<std::vector<std::string>> cells;
+  cells.push_back({"fig", "metric", "cxlpool", "baseline", "unit", "ratio", "goal", "verdict"});
+  for (const Row& r : rows) {
+    if (r.skipped) {
+      cells.push_back({r.figure, r.metric, "-", "-", "-", "-", "-", "skipped"});
+    } else {
+      cells.push_back({r.figure, r.metric, Num(r.value), r.baseline > 0 ? Num(r.baseline) : "-",
+                       r.unit, r.baseline > 0 ? Num(r.Ratio()) + "x" : "-", GoalText(r),
+                       r.Verdict()});
+    }
+  }
+  std::vector<size_t> w(cells[0].size(), 0);
+  for (const auto& row : cells)
+    for (size_t i = 0; i < row.size(); ++i) w[i] = std::max(w[i], row[i].size());
+  std::ostringstream out;
+  for (size_t k = 0; k < cells.size(); ++k) {
+    const auto& row = cells[k];
+    out << "|";
+    for (size_t i = 0; i < row.size(); ++i) {
+      out << " " << row[i] << std::string(w[i] - row[i].size(), ' ') << " |";
+    }
+    out << "\n";
+    if (k == 0) {
+      out << "|";
+      for (size_t i = 0; i < row.size(); ++i) out << std::string(w[i] + 2, '-') << "|";
+      out << "\n";
+    }
+  }
+  bool any_note = false;
+  for (const Row& r : rows) {
+    if (r.note.empty()) continue;
+    if (!any_note) out << "\nNotes:\n";
+    any_note = true;
+    out << "- " << r.figure << " " << r.metric << ": " << r.note << "\n";
+  }
+  for (const std::string& n : notes) out << "- " << n << "\n";
+  return out.str();
+}
+
+std::string Report::Json(const Options& o) const {
+  nlohmann::json j;
+  j["command"] = o.command_line;
+  j["quick"] = o.quick;
+  j["node"] = o.node;
+  j["mode"] = o.spawn() ? "spawned daemon" : "running daemon at " + o.socket;
+  auto& arr = j["results"] = nlohmann::json::array();
+  for (const Row& r : rows) {
+    nlohmann::json e;
+    e["figure"] = r.figure;
+    e["metric"] = r.metric;
+    e["verdict"] = r.Verdict();
+    e["note"] = r.note;
+    if (!r.skipped) {
+      e["value"] = r.value;
+      e["unit"] = r.unit;
+      if (r.baseline > 0) {
+        e["baseline"] = r.baseline;
+        e["ratio"] = r.Ratio();
+      } else {
+        e["baseline"] = nullptr;
+        e["ratio"] = nullptr;
+      }
+      if (!r.goal_op.empty()) {
+        e["goal"] = {{"op", r.goal_op}, {"ratio", r.goal}};
+      } else {
+        e["goal"] = nullptr;
+      }
+    }
+    arr.push_back(std::move(e));
+  }
+  j["notes"] = notes;
+  return j.dump(2);
+}
+
+double Stats::PercentileUs(double q) const {
+  if (v_.empty()) return 0;
+  if (!sorted_) {
+    std::sort(v_.begin(), v_.end());
+    sorted_ = true;
+  }
+  size_t rank = static_cast<size_t>(std::ceil(q * static_cast<double>(v_.size())));
+  if (rank == 0) rank = 1;
+  if (rank > v_.size()) rank = v_.size();
+  return static_cast<double>(v_[rank - 1]) / 1000.0;
+}
+
+uint64_t NowNs() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+std::string HumanSize(uint64_t b) {
+  if (b >= kGiB && b % kGiB == 0) return std::to_string(b / kGiB) + " GiB";
+  if (b >= kMiB && b % kMiB == 0) return std::to_string(b / kMiB) + " MiB";
+  if (b >= kKiB && b % kKiB == 0) return std::to_string(b / kKiB) + " KiB";
+  return std::to_string(b) + " B";
+}
+
+std::string ReadFirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) return "";
+  return line;
+}
+
+// ---------------------------------------------------------------- children
+
+namespace {
+
+constexpr int kMaxChildren = 64;
+std::atomic<pid_t> g_children[kMaxChildren];
+
+void Track(pid_t pid) {
+  for (auto& c : g_children) {
+    pid_t expected = 0;
+    if (c.compare_exchange_strong(expected, pid)) return;
+  }
+}
+
+void Untrack(pid_t pid) {
+  for (auto& c : g_children) {
+    pid_t expected = pid;
+    if (c.compare_exchange_strong(expected, 0)) return;
+  }
+}
+
+// SIGTERM, then SIGKILL after `grace_ms`; reaps.
+void TermAndReap(pid_t pid, int grace_ms) {
+  if (pid <= 0) return;
+  ::kill(pid, SIGTERM);
+  for (int waited = 0; waited < grace_ms; waited += 10) {
+    pid_t r = ::waitpid(pid, nullptr, WNOHANG);
+    if (r == pid || (r < 0 && errno == ECHILD)) {
+      Untrack(pid);
+      return;
+    }
+    ::usleep(10000);
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  Untrack(pid);
+}
+
+std::string MakeTempDir(const char* prefix) {
+  std::string tmpl = std::string("/tmp/") + prefix + "-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  if (::mkdtemp(buf.data()) == nullptr) return "";
+  return buf.data();
+}
+
+std::string ConfigText(const DaemonConfig& c) {
+  std::ostringstream t;
+  t << "[daemon]\nsocket_mode = \"0600\"\nlog_level = \"warning\"\nworkers = " << c.workers
+    << "\n\n[pools]\ncapacity = \"" << c.capacity << "\"\npin = " << (c.pin ? "true" : "false")
+    << "\nthp = " << (c.thp ? "true" : "false") << "\nhugetlb = " << (c.hugetlb ? "true" : "false")
+    << "\nwarm_stock = [";
+  for (size_t i = 0; i < c.warm_stock.size(); ++i) {
+    t << (i ? ", " : "") << "{ size = \"" << c.warm_stock[i].first / kKiB
+      << "K\", count = " << c.warm_stock[i].second << " }";
+  }
+  t << "]\n";
+  return t.str();
+}
+
+}  // namespace
+
+void KillAllChildren() {
+  for (auto& c : g_children) {
+    pid_t p = c.exchange(0);
+    if (p > 0) {
+      ::kill(p, SIGKILL);
+      ::waitpid(p, nullptr, 0);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- daemon
+
+DaemonProc::~DaemonProc() { Stop(); }
+
+Status DaemonProc::Start(const std::string& binary, const DaemonConfig& cfg) {
+  if (::access(binary.c_str(), X_OK) != 0) {
+    return Status(Code::kNotFound, "no cxlpoold at " + binary + " (build it, or pass --daemon)");
+  }
+  dir_ = MakeTempDir("cxlpool-bench");
+  if (dir_.empty()) return Status::FromErrno(errno, "mkdtemp");
+  socket_ = dir_ + "/cxlpool.sock";
+  std::string config = dir_ + "/cxlpoold.toml";
+  {
+    std::ofstream out(config);
+    out << ConfigText(cfg);
+    if (!out) return Status(Code::kIo, "cannot write " + config);
+  }
+  std::string log = dir_ + "/cxlpoold.log";
+  pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) return Status::FromErrno(errno, "fork");
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    ::execl(binary.c_str(), binary.c_str(), "--config", config.c_str(), "--socket", socket_.c_str(),
+            "--foreground", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  pid_ = pid;
+  Track(pid);
+  for (int i = 0; i < 600; ++i) {  // 30 s
+    int st = 0;
+    if (::waitpid(pid_, &st, WNOHANG) == pid_) {
+      Untrack(pid_);
+      pid_ = -1;
+      return Status(Code::kUnavailable, "cxlpoold exited during start: " + LogTail());
+    }
+    if (::access(socket_.c_str(), F_OK) == 0) {
+      auto c = WireClient::Connect(socket_);
+      if (c.ok()) return c->WaitIdle();
+    }
+    ::usleep(50000);
+  }
+  return Status(Code::kUnavailable, "cxlpoold did not accept within 30 s: " + LogTail());
+}
+
+std::string DaemonProc::LogTail() const {
+  std::ifstream in(dir_ + "/cxlpoold.log");
+  std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (all.size() > 600) all = all.substr(all.size() - 600);
+  while (!all.empty() && all.back() == '\n') all.pop_back();
+  return all.empty() ? "(empty log)" : all;
+}
+
+void DaemonProc::Stop() {
+  if (pid_ > 0) TermAndReap(pid_, 10000);
+  pid_ = -1;
+  if (!dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+    dir_.clear();
+  }
+}
+
+Result<std::string> PhaseSocket(const Options& o, const DaemonConfig& cfg, DaemonProc* owned) {
+  if (!o.spawn()) return o.socket;
+  DaemonConfig c = cfg;
+  c.pin = c.pin && o.pin;
+  Status st = owned->Start(o.daemon_path, c);
+  if (!st.ok()) return st;
+  return owned->socket();
+}
+
+// ---------------------------------------------------------------- wire client
+
+Result<WireClient> WireClient::Connect(const std::string& socket_path) {
+  auto fd = wire::ConnectUnix(socket_path);
+  if (!fd.ok()) return fd.status();
+  WireClient c;
+  c.sock_ = std::move(*fd);
+  proto::HelloRequest h;
+  h.set_min_version(wire::kMinWireVersion);
+  h.set_max_version(wire::kMaxWireVersion);
+  h.set_client_name("cxlpool-bench");
+  proto::HelloReply r;
+  Status st = c.Call(h, &r, nullptr);
+  if (!st.ok()) return st;
+  return c;
+}
+
+template <typename Req, typename Rep>
+Status WireClient::Call(const Req& req, Rep* out, std::vector<UniqueFd>* fds) {
+  uint64_t id = next_id_++;
+  CXLPOOL_RETURN_IF_ERROR(wire::SendMessage(sock_.get(), req, id, {}, 60000));
+  for (;;) {
+    auto f = wire::RecvFrame(sock_.get(), {}, 300000);
+    if (!f.ok()) return f.status();
+    if (f->type() == proto::MSG_LEASE_EVENT) continue;  // pushes are not ours to handle
+    if (f->request_id() != id) {
+      return Status(Code::kProtocol, "reply for request " + std::to_string(f->request_id()) +
+                                         ", expected " + std::to_string(id));
+    }
+    Status st = wire::DecodeReply(*f, out);
+    if (st.ok() && fds != nullptr) *fds = std::move(f->fds);
+    return st;
+  }
+}
+
+Result<proto::LeaseInfo> WireClient::Alloc(uint64_t size, int node, bool hugetlb, UniqueFd* fd) {
+  proto::AllocRequest a;
+  a.set_size_bytes(size);
+  if (node >= 0) a.set_numa_node(node);
+  a.set_hugetlb(hugetlb);
+  a.set_strict(true);
+  a.set_label("cxlpool-bench");
+  proto::AllocReply r;
+  std::vector<UniqueFd> fds;
+  Status st = Call(a, &r, &fds);
+  if (!st.ok()) return st;
+  if (fds.size() != 1) return Status(Code::kProtocol, "alloc reply without exactly one fd");
+  if (fd != nullptr) *fd = std::move(fds[0]);
+  return r.lease();
+}
+
+Status WireClient::Release(uint64_t id) {
+  proto::ReleaseRequest q;
+  q.set_lease_id(id);
+  proto::ReleaseReply r;
+  return Call(q, &r, nullptr);
+}
+
+Result<proto::StatsReply> WireClient::GetStats() {
+  proto::StatsRequest q;
+  proto::StatsReply r;
+  Status st = Call(q, &r, nullptr);
+  if (!st.ok()) return st;
+  return r;
+}
+
+Result<proto::PoolsReply> WireClient::GetPools() {
+  proto::PoolsRequest q;
+  proto::PoolsReply r;
+  Status st = Call(q, &r, nullptr);
+  if (!st.ok()) return st;
+  return r;
+}
+
+Status WireClient::WaitIdle(int timeout_ms) {
+  uint64_t deadline = NowNs() + static_cast<uint64_t>(timeout_ms) * 1000000ull;
+  for (;;) {
+    auto s = GetStats();
+    if (!s.ok()) return s.status();
+    auto it = s->gauges().find("pending_builds");
+    if (it == s->gauges().end()) {
+      return Status(Code::kUnsupported, "daemon STATS has no pending_builds gauge");
+    }
+    if (it->second == 0) return Status();
+    if (NowNs() > deadline) {
+      return Status(Code::kUnavailable,
+                    "warm stock still building after " + std::to_string(timeout_ms / 1000) + " s");
+    }
+    ::usleep(2000);
+  }
+}
+
+// ---------------------------------------------------------------- bare server
+
+namespace {
+
+struct BareMsg {
+  uint32_t op;
+  uint32_t pad;
+  uint64_t id;
+};
+static_assert(sizeof(BareMsg) == 16);
+
+[[noreturn]] void BareServe(int lfd) {
+  int memfd = ::memfd_create("cxlpool-bench-bare", MFD_CLOEXEC);
+  if (memfd < 0 || ::ftruncate(memfd, 4096) != 0) ::_exit(2);
+  int ep = ::epoll_create1(EPOLL_CLOEXEC);
+  if (ep < 0) ::_exit(2);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = lfd;
+  ::epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
+  std::map<int, std::string> pending;  // partial requests per connection
+  epoll_event evs[64];
+  for (;;) {
+    int n = ::epoll_wait(ep, evs, 64, -1);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      ::_exit(2);
+    }
+    for (int i = 0; i < n; ++i) {
+      int fd = evs[i].data.fd;
+      if (fd == lfd) {
+        for (;;) {
+          int c = ::accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+          if (c < 0) break;
+          epoll_event cev{};
+          cev.events = EPOLLIN;
+          cev.data.fd = c;
+          ::epoll_ctl(ep, EPOLL_CTL_ADD, c, &cev);
+        }
+        continue;
+      }
+      char buf[4096];
+      ssize_t got = ::recv(fd, buf, sizeof buf, 0);
+      if (got <= 0) {
+        if (got < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+        ::epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
+        ::close(fd);
+        pending.erase(fd);
+        continue;
+      }
+      std::string& p = pending[fd];
+      p.append(buf, static_cast<size_t>(got));
+      while (p.size() >= sizeof(BareMsg)) {
+        BareMsg m;
+        std::memcpy(&m, p.data(), sizeof m);
+        p.erase(0, sizeof m);
+        iovec iov{&m, sizeof m};
+        msghdr mh{};
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))];
+        if (m.op == 1) {
+          mh.msg_control = ctl;
+          mh.msg_controllen = sizeof ctl;
+          cmsghdr* cm = CMSG_FIRSTHDR(&mh);
+          cm->cmsg_level = SOL_SOCKET;
+          cm->cmsg_type = SCM_RIGHTS;
+          cm->cmsg_len = CMSG_LEN(sizeof(int));
+          std::memcpy(CMSG_DATA(cm), &memfd, sizeof(int));
+        }
+        // One request in flight per client: a 16-byte reply always fits.
+        ::sendmsg(fd, &mh, MSG_NOSIGNAL);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+BareServer::~BareServer() { Stop(); }
+
+Status BareServer::Start() {
+  dir_ = MakeTempDir("cxlpool-bench-bare");
+  if (dir_.empty()) return Status::FromErrno(errno, "mkdtemp");
+  socket_ = dir_ + "/bare.sock";
+  int lfd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (lfd < 0) return Status::FromErrno(errno, "socket");
+  UniqueFd l(lfd);
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  if (socket_.size() >= sizeof sa.sun_path) return Status(Code::kInvalidArgument, "path too long");
+  std::memcpy(sa.sun_path, socket_.c_str(), socket_.size() + 1);
+  if (::bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    return Status::FromErrno(errno, "bind " + socket_);
+  }
+  if (::listen(lfd, 1024) != 0) return Status::FromErrno(errno, "listen");
+  pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) return Status::FromErrno(errno, "fork");
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+    BareServe(lfd);
+  }
+  pid_ = pid;
+  Track(pid);
+  return Status();
+}
+
+void BareServer::Stop() {
+  if (pid_ > 0) TermAndReap(pid_, 2000);
+  pid_ = -1;
+  if (!dir_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+    dir_.clear();
+  }
+}
+
+Result<BareClient> BareClient::Connect(const std::string& socket_path) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Status::FromErrno(errno, "socket");
+  BareClient c;
+  c.sock_.Reset(fd);
+  sockaddr_un sa{};
+  sa.sun_family = AF_UNIX;
+  std::memcpy(sa.sun_path, socket_path.c_str(),
+              std::min(socket_path.size() + 1, sizeof sa.sun_path - 1));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    return Status::FromErrno(errno, "connect " + socket_path);
+  }
+  return c;
+}
+
+Status BareClient::GrantRoundTrip() { return RoundTrip(1, true); }
+Status BareClient::ReleaseRoundTrip() { return RoundTrip(2, false); }
+
+Status BareClient::RoundTrip(uint32_t op, bool expect_fd) {
+  BareMsg m{op, 0, next_id_++};
+  if (::send(sock_.get(), &m, sizeof m, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof m)) {
+    return Status::FromErrno(errno, "bare send");
+  }
+  BareMsg r{};
+  size_t got = 0;
+  int fds_seen = 0;
+  while (got < sizeof r) {
+    iovec iov{reinterpret_cast<char*>(&r) + got, sizeof r - got};
+    alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * 2)];
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = ctl;
+    mh.msg_controllen = sizeof ctl;
+    ssize_t n = ::recvmsg(sock_.get(), &mh, MSG_CMSG_CLOEXEC);
+    if (n <= 0) {
+      if (n < 0 && errno == EINTR) continue;
+      return Status(Code::kUnavailable, "bare server closed the connection");
+    }
+    for (cmsghdr* cm = CMSG_FIRSTHDR(&mh); cm != nullptr; cm = CMSG_NXTHDR(&mh, cm)) {
+      if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; ++i) {
+          int fd;
+          std::memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+          ::close(fd);
+          ++fds_seen;
+        }
+      }
+    }
+    got += static_cast<size_t>(n);
+  }
+  if (r.id != m.id) return Status(Code::kProtocol, "bare reply id mismatch");
+  if ((fds_seen == 1) != expect_fd) return Status(Code::kProtocol, "bare reply fd count wrong");
+  return Status();
+}
+
+// ---------------------------------------------------------------- node facts
+
+namespace {
+
+// "Key:   123 kB" lines -> bytes; `prefix` is stripped first ("Node 0 ").
+std::map<std::string, uint64_t> ParseKb(std::istream& in, const std::string& prefix) {
+  std::map<std::string, uint64_t> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!prefix.empty() && line.rfind(prefix, 0) == 0) line = line.substr(prefix.size());
+    auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, colon);
+    std::istringstream rest(line.substr(colon + 1));
+    uint64_t v = 0;
+    std::string unit;
+    if (!(rest >> v)) continue;
+    rest >> unit;
+    out[key] = unit == "kB" ? v * 1024 : v;
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<std::map<std::string, uint64_t>> NodeMeminfo(int node) {
+  std::string path = "/sys/devices/system/node/node" + std::to_string(node) + "/meminfo";
+  std::ifstream in(path);
+  if (!in) return Status(Code::kNotFound, "cannot read " + path);
+  return ParseKb(in, "Node " + std::to_string(node) + " ");
+}
+
+Result<std::map<std::string, uint64_t>> ProcStatus(pid_t pid) {
+  std::string path = "/proc/" + std::to_string(pid) + "/status";
+  std::ifstream in(path);
+  if (!in) return Status(Code::kNotFound, "cannot read " + path);
+  return ParseKb(in, "");
+}
+
+Result<uint64_t> SmapsField(const void* addr, uint64_t len, const std::string& field) {
+  std::ifstream in("/proc/self/smaps");
+  if (!in) return Status(Code::kNotFound, "cannot read /proc/self/smaps");
+  uintptr_t lo = reinterpret_cast<uintptr_t>(addr), hi = lo + len;
+  uint64_t total = 0;
+  bool inside = false, found = false;
+  std::string line;
+  while (std::getline(in, line)) {
+    uintptr_t a = 0, b = 0;
+    if (std::sscanf(line.c_str(), "%" SCNxPTR "-%" SCNxPTR, &a, &b) == 2 &&
+        line.find(':') > line.find(' ')) {
+      inside = a < hi && b > lo;
+      continue;
+    }
+    if (inside && line.rfind(field + ":", 0) == 0) {
+      uint64_t kb = 0;
+      std::sscanf(line.c_str() + field.size() + 1, "%" SCNu64, &kb);
+      total += kb * 1024;
+      found = true;
+    }
+  }
+  if (!found) return Status(Code::kNotFound, "no " + field + " for that mapping in smaps");
+  return total;
+}
+
+}  // namespace cxlpool::bench

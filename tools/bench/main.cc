@@ -1,0 +1,141 @@
+// cxlpool-bench: measures cxlpool against its baselines in the same run and
+// prints each figure as a ratio with its goal (issue 5, docs/benchmarks.md).
+//
+//   cxlpool-bench [--only P1,P3] [--quick] [--json] [--node N]
+//                 [--daemon PATH | --socket PATH]
+//
+// By default every figure spawns its own cxlpoold (the one next to this
+// binary in the build tree) on a temp socket with a temp config; --socket
+// uses a running daemon instead (figures that need a particular daemon
+// configuration say so and are skipped or measured as configured).
+//
+// Exit: 0 when the run completed (goals met or not; see the verdicts),
+// 1 on a usage error.
+#include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+
+#include "bench.h"
+
+namespace {
+
+using cxlpool::bench::Options;
+using cxlpool::bench::Report;
+
+void OnSignal(int sig) {
+  cxlpool::bench::KillAllChildren();
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+std::string DefaultDaemon() {
+  std::error_code ec;
+  std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "cxlpoold";
+  std::filesystem::path dir = self.parent_path();
+  for (const auto& cand : {dir / "cxlpoold", dir / ".." / ".." / "daemon" / "cxlpoold"}) {
+    if (::access(cand.c_str(), X_OK) == 0) return std::filesystem::weakly_canonical(cand, ec);
+  }
+  return (dir / ".." / ".." / "daemon" / "cxlpoold").lexically_normal();
+}
+
+std::string MachineLine(int node) {
+  auto mi = cxlpool::bench::NodeMeminfo(node);
+  std::string total = mi.ok() && mi->count("MemTotal")
+                          ? cxlpool::bench::HumanSize(mi->at("MemTotal") / (1 << 20) << 20)
+                          : "?";
+  return "machine: " + std::to_string(::sysconf(_SC_NPROCESSORS_ONLN)) + " CPUs, node " +
+         std::to_string(node) + " MemTotal " + total + ", shmem THP " +
+         cxlpool::bench::ReadFirstLine("/sys/kernel/mm/transparent_hugepage/shmem_enabled") +
+         ", free 2 MiB hugepages " +
+         cxlpool::bench::ReadFirstLine("/sys/devices/system/node/node" + std::to_string(node) +
+                                       "/hugepages/hugepages-2048kB/free_hugepages") +
+         ", vm.max_map_count " + cxlpool::bench::ReadFirstLine("/proc/sys/vm/max_map_count");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  for (int i = 0; i < argc; ++i) o.command_line += (i ? " " : "") + std::string(argv[i]);
+  std::string only;
+  CLI::App app{"cxlpool-bench: cxlpool against its baselines, as ratios with goals"};
+  app.add_option("--only", only, "comma-separated figures to run (P1..P6); default all");
+  app.add_flag("--quick", o.quick, "small sizes and few samples (smoke test)");
+  app.add_flag("--json", o.json, "print one JSON document instead of the table");
+  app.add_option("--node", o.node, "NUMA node to lease from and bind baselines to")
+      ->check(CLI::NonNegativeNumber);
+  auto* d = app.add_option("--daemon", o.daemon_path, "cxlpoold binary to spawn");
+  app.add_option("--socket", o.socket, "use the daemon running on this socket")->excludes(d);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 1;
+  }
+  if (!only.empty()) {
+    size_t start = 0;
+    while (start <= only.size()) {
+      size_t comma = only.find(',', start);
+      std::string p =
+          only.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      for (char& c : p) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      if (p != "P1" && p != "P2" && p != "P3" && p != "P4" && p != "P5" && p != "P6") {
+        std::fprintf(stderr, "cxlpool-bench: --only: unknown figure '%s' (P1..P6)\n", p.c_str());
+        return 1;
+      }
+      o.only.push_back(p);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  if (o.spawn() && o.daemon_path.empty()) o.daemon_path = DefaultDaemon();
+  rlimit ml{};
+  if (::geteuid() != 0 && ::getrlimit(RLIMIT_MEMLOCK, &ml) == 0 && ml.rlim_max != RLIM_INFINITY &&
+      ml.rlim_max < (2ull << 30)) {
+    o.pin = false;
+  }
+  if (::access(("/sys/devices/system/node/node" + std::to_string(o.node)).c_str(), F_OK) != 0) {
+    std::fprintf(stderr, "cxlpool-bench: no NUMA node %d on this machine\n", o.node);
+    return 1;
+  }
+  std::atexit(cxlpool::bench::KillAllChildren);
+  ::signal(SIGINT, OnSignal);
+  ::signal(SIGTERM, OnSignal);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  Report report;
+  report.notes.push_back(MachineLine(o.node));
+  if (o.spawn()) report.notes.push_back("daemon: " + o.daemon_path);
+  if (o.spawn() && !o.pin) {
+    report.notes.push_back(
+        "spawned daemons run with pools.pin = false: not root and "
+        "RLIMIT_MEMLOCK is too small to pin leases");
+  }
+  struct Fig {
+    const char* id;
+    void (*run)(const Options&, Report*);
+  };
+  const Fig figs[] = {{"P1", cxlpool::bench::RunP1}, {"P2", cxlpool::bench::RunP2},
+                      {"P3", cxlpool::bench::RunP3}, {"P4", cxlpool::bench::RunP4},
+                      {"P5", cxlpool::bench::RunP5}, {"P6", cxlpool::bench::RunP6}};
+  for (const Fig& f : figs) {
+    if (!o.Wants(f.id)) continue;
+    std::fprintf(stderr, "cxlpool-bench: running %s ...\n", f.id);
+    uint64_t t0 = cxlpool::bench::NowNs();
+    f.run(o, &report);
+    std::fprintf(stderr, "cxlpool-bench: %s took %.1f s\n", f.id,
+                 static_cast<double>(cxlpool::bench::NowNs() - t0) / 1e9);
+  }
+  if (o.json) {
+    std::cout << report.Json(o) << std::endl;
+  } else {
+    std::cout << report.Table();
+  }
+  return 0;
+}
