@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "bench.h"
@@ -167,13 +169,18 @@ void RunP6(const Options& o, Report* r) {
   if (rl.rlim_cur < want) {
     rlimit nr{want, std::max(want, rl.rlim_max)};
     if (::setrlimit(RLIMIT_NOFILE, &nr) != 0) {
+      int err = errno;
       nr.rlim_cur = rl.rlim_max;
       nr.rlim_max = rl.rlim_max;
       (void)::setrlimit(RLIMIT_NOFILE, &nr);
-      r->notes.push_back("P6: RLIMIT_NOFILE could only be raised to " +
-                         std::to_string(rl.rlim_max) + " (not root?)");
+      r->notes.push_back("P6: RLIMIT_NOFILE could not be raised to " + std::to_string(want) + " (" +
+                         std::strerror(err) +
+                         "; no CAP_SYS_RESOURCE here), so the "
+                         "spawned daemon runs with " +
+                         std::to_string(rl.rlim_max) + " fds");
     }
   }
+  ::getrlimit(RLIMIT_NOFILE, &rl);
   std::string max_map = ReadFirstLine("/proc/sys/vm/max_map_count");
   DaemonConfig cfg;
   cfg.warm_stock = {};
