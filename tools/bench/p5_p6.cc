@@ -227,8 +227,9 @@ void RunP6(const Options& o, Report* r) {
       auto l = fill->Alloc(kLease, o.node);
       if (!l.ok()) {
         stop_reason = "lease " + std::to_string(ids.size() + 1) +
-                      " refused: " + l.status().ToString() + " (vm.max_map_count " + max_map +
-                      ", the daemon maps every lease)";
+                      " refused: " + l.status().ToString() + " (daemon RLIMIT_NOFILE " +
+                      std::to_string(rl.rlim_cur) + ", vm.max_map_count " + max_map +
+                      "; the daemon holds one fd and one mapping per lease)";
         break;
       }
       ids.push_back(l->id());
