@@ -108,16 +108,25 @@ Result<uint64_t> ParseByteSize(std::string_view s) {
   std::string num(t.substr(0, i));
   std::string unit(Trim(t.substr(i)));
   for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (EndsWith(unit, "IB")) unit.resize(unit.size() - 2);
-  else if (unit.size() == 2 && unit[1] == 'B') unit.resize(1);
-  else if (unit == "B") unit.clear();
+  if (EndsWith(unit, "IB"))
+    unit.resize(unit.size() - 2);
+  else if (unit.size() == 2 && unit[1] == 'B')
+    unit.resize(1);
+  else if (unit == "B")
+    unit.clear();
   uint64_t mult = 1;
-  if (unit.empty()) mult = 1;
-  else if (unit == "K") mult = 1ull << 10;
-  else if (unit == "M") mult = 1ull << 20;
-  else if (unit == "G") mult = 1ull << 30;
-  else if (unit == "T") mult = 1ull << 40;
-  else return Status(Code::kInvalidArgument, "bad size unit in '" + std::string(s) + "'");
+  if (unit.empty())
+    mult = 1;
+  else if (unit == "K")
+    mult = 1ull << 10;
+  else if (unit == "M")
+    mult = 1ull << 20;
+  else if (unit == "G")
+    mult = 1ull << 30;
+  else if (unit == "T")
+    mult = 1ull << 40;
+  else
+    return Status(Code::kInvalidArgument, "bad size unit in '" + std::string(s) + "'");
   if (num.empty() || std::count(num.begin(), num.end(), '.') > 1) {
     return Status(Code::kInvalidArgument, "bad size '" + std::string(s) + "'");
   }
@@ -145,9 +154,45 @@ std::string HumanBytes(uint64_t bytes) {
     ++u;
   }
   char buf[32];
-  if (u == 0) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
-  else std::snprintf(buf, sizeof buf, "%.1f %s", v, kUnits[u]);
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
+  else
+    std::snprintf(buf, sizeof buf, "%.1f %s", v, kUnits[u]);
   return buf;
+}
+
+std::string SanitizeUtf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  size_t i = 0;
+  while (i < s.size()) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t len = c < 0x80           ? 1
+                 : (c >> 5) == 0x6  ? 2
+                 : (c >> 4) == 0xe  ? 3
+                 : (c >> 3) == 0x1e ? 4
+                                    : 0;
+    bool ok = len > 0 && i + len <= s.size();
+    for (size_t k = 1; ok && k < len; ++k) {
+      ok = (static_cast<unsigned char>(s[i + k]) & 0xc0) == 0x80;
+    }
+    if (ok && len > 1) {
+      // Reject overlong forms, surrogates and code points past U+10FFFF.
+      uint32_t cp = c & (0xff >> (len + 1));
+      for (size_t k = 1; k < len; ++k)
+        cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
+      static const uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+      ok = cp >= kMin[len] && cp <= 0x10ffff && !(cp >= 0xd800 && cp <= 0xdfff);
+    }
+    if (ok) {
+      out.append(s.substr(i, len));
+      i += len;
+    } else {
+      out.push_back('?');
+      ++i;
+    }
+  }
+  return out;
 }
 
 std::map<std::string, uint64_t> ParseMeminfo(std::string_view text) {

@@ -363,8 +363,10 @@ Result<ConnectionId> Server::Impl::Admit(UniqueFd fd) {
   }
   if (cred->pid > 0) {
     std::string proc = "/proc/" + std::to_string(cred->pid);
-    if (auto comm = fs_->ReadFile(proc + "/comm"); comm.ok()) c->peer.comm = FirstLine(*comm);
-    if (auto cg = fs_->ReadFile(proc + "/cgroup"); cg.ok()) c->peer.cgroup = UnifiedCgroup(*cg);
+    if (auto comm = fs_->ReadFile(proc + "/comm"); comm.ok())
+      c->peer.comm = SanitizeUtf8(FirstLine(*comm));
+    if (auto cg = fs_->ReadFile(proc + "/cgroup"); cg.ok())
+      c->peer.cgroup = SanitizeUtf8(UnifiedCgroup(*cg));
   }
   error_code ec;
   c->socket.assign(stream_protocol(), fd.get(), ec);

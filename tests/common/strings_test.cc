@@ -36,6 +36,18 @@ TEST(StringsTest, Integers) {
   EXPECT_EQ(*ParseI64("-1"), -1);
 }
 
+TEST(StringsTest, SanitizeUtf8) {
+  EXPECT_EQ(SanitizeUtf8("python3"), "python3");
+  EXPECT_EQ(SanitizeUtf8("caf\xc3\xa9"), "caf\xc3\xa9");  // valid 2-byte
+  EXPECT_EQ(SanitizeUtf8("a\xa3"
+                         "b"),
+            "a?b");                                                 // stray continuation
+  EXPECT_EQ(SanitizeUtf8("\xe2\x82"), "??");                        // truncated 3-byte
+  EXPECT_EQ(SanitizeUtf8("\xc0\xaf"), "??");                        // overlong '/'
+  EXPECT_EQ(SanitizeUtf8("\xed\xa0\x80"), "???");                   // surrogate
+  EXPECT_EQ(SanitizeUtf8("\xf0\x9f\x98\x80"), "\xf0\x9f\x98\x80");  // emoji
+}
+
 TEST(StringsTest, Meminfo) {
   auto m = ParseMeminfo("Node 1 MemTotal:       1024 kB\nNode 1 HugePages_Total:     4\ngarbage\n");
   EXPECT_EQ(m["MemTotal"], 1024u * 1024);

@@ -84,7 +84,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   cxlpool::DiscoverOptions opts;
   opts.use_nvml = false;
   cxlpool::Topology topo = cxlpool::DiscoverTopology(fs, opts);
-  std::string json = cxlpool::TopologyToJson(topo).dump();
+  std::string json = cxlpool::TopologyToJsonString(topo);
   if (json.empty()) __builtin_trap();
   return 0;
 }

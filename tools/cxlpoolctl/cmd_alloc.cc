@@ -16,6 +16,7 @@
 #include "cxlpool/client.hpp"
 #include "cxlpool/common/strings.h"
 #include "daemon_client.h"
+#include "table.h"
 
 namespace cxlpool::ctl {
 namespace {
@@ -89,17 +90,17 @@ int RunAlloc(const AllocCliOptions& o) {
   if (o.conn.json) {
     nlohmann::ordered_json pages;
     for (auto [node, count] : where) pages[std::to_string(node)] = count;
-    std::cout << nlohmann::ordered_json{{"id", info.id},
-                                        {"size_bytes", info.size_bytes},
-                                        {"requested_bytes", info.requested_bytes},
-                                        {"numa_node", info.numa_node},
-                                        {"kind", info.kind},
-                                        {"pool", info.pool},
-                                        {"backing", info.backing},
-                                        {"page_size", info.page_size},
-                                        {"placement_reason", info.placement_reason},
-                                        {"pages_by_node", pages}}
-                     .dump()
+    std::cout << JsonText(nlohmann::ordered_json{{"id", info.id},
+                                                 {"size_bytes", info.size_bytes},
+                                                 {"requested_bytes", info.requested_bytes},
+                                                 {"numa_node", info.numa_node},
+                                                 {"kind", info.kind},
+                                                 {"pool", info.pool},
+                                                 {"backing", info.backing},
+                                                 {"page_size", info.page_size},
+                                                 {"placement_reason", info.placement_reason},
+                                                 {"pages_by_node", pages}},
+                          -1)
               << std::endl;
   } else {
     std::cout << "lease " << info.id << ": " << HumanBytes(info.size_bytes) << " on node "

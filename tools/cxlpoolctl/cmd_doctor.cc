@@ -11,6 +11,7 @@
 #include "cxlpool/topology/discover.h"
 #include "daemon_client.h"
 #include "doctor.h"
+#include "table.h"
 
 namespace cxlpool::ctl {
 namespace {
@@ -65,7 +66,7 @@ int RunDoctor(const DoctorOptions& o) {
                                  {"remedy", f.remedy.empty() ? nlohmann::ordered_json(nullptr)
                                                              : nlohmann::ordered_json(f.remedy)}});
     }
-    std::cout << out.dump(2) << "\n";
+    std::cout << JsonText(out) << "\n";
   } else {
     for (const auto& f : findings) {
       std::cout << "[" << SeverityName(f.severity) << "] " << f.check << ": " << f.summary << "\n";

@@ -65,7 +65,7 @@ int RunLeases(const LeasesOptions& o) {
   if (o.conn.json) {
     nlohmann::ordered_json out = nlohmann::ordered_json::array();
     for (const auto& l : rep.leases()) out.push_back(LeaseJson(l));
-    std::cout << out.dump(2) << "\n";
+    std::cout << JsonText(out) << "\n";
     return kExitOk;
   }
   Table t(

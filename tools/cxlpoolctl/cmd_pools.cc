@@ -39,7 +39,7 @@ int RunPools(const ConnOptions& o) {
   if (o.json) {
     nlohmann::ordered_json out = nlohmann::ordered_json::array();
     for (const auto& p : rep.pools()) out.push_back(PoolJson(p));
-    std::cout << out.dump(2) << "\n";
+    std::cout << JsonText(out) << "\n";
     return kExitOk;
   }
   Table t({"POOL", "NODE", "KIND", "TIER", "CAPACITY", "LEASED", "WARM", "FREE", "PAGE", "BACKING",

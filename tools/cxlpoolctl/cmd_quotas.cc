@@ -39,7 +39,7 @@ int RunQuotas(const ConnOptions& o) {
                      {"used_bytes", q.used_bytes()},
                      {"used_leases", q.used_leases()}});
     }
-    std::cout << out.dump(2) << "\n";
+    std::cout << JsonText(out) << "\n";
     return kExitOk;
   }
   Table t({"SCOPE", "SUBJECT", "TIER", "MAX BYTES", "USED BYTES", "MAX LEASES", "USED LEASES",
@@ -83,13 +83,13 @@ int RunQuotaSet(const QuotaSetOptions& o) {
   proto::QuotaSetReply rep;
   if (Status s = conn->Call(req, &rep); !s.ok()) return ReportError("quota set", s, false);
   if (o.conn.json) {
-    std::cout << nlohmann::ordered_json{{"scope", q->scope()},
-                                        {"subject", q->subject()},
-                                        {"tier", q->tier()},
-                                        {"max_bytes", q->max_bytes()},
-                                        {"max_leases", q->max_leases()},
-                                        {"priority", q->priority()}}
-                     .dump()
+    std::cout << JsonText(nlohmann::ordered_json{{"scope", q->scope()},
+                                                 {"subject", q->subject()},
+                                                 {"tier", q->tier()},
+                                                 {"max_bytes", q->max_bytes()},
+                                                 {"max_leases", q->max_leases()},
+                                                 {"priority", q->priority()}},
+                          -1)
               << "\n";
   } else {
     std::cout << "quota " << q->scope() << " " << q->subject() << " "

@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "daemon_client.h"
+#include "table.h"
 
 namespace cxlpool::ctl {
 namespace {
@@ -23,7 +24,7 @@ int RunRevoke(const RevokeOptions& o) {
   proto::RevokeReply rep;
   if (Status s = conn->Call(req, &rep); !s.ok()) return ReportError("revoke", s, false);
   if (o.conn.json) {
-    std::cout << nlohmann::ordered_json{{"revoked", o.id}}.dump() << "\n";
+    std::cout << JsonText(nlohmann::ordered_json{{"revoked", o.id}}, -1) << "\n";
   } else {
     std::cout << "lease " << o.id << " revoked\n";
   }

@@ -27,7 +27,7 @@ int RunStats(const ConnOptions& o) {
     j["instance_id"] = conn->hello().instance_id();
     j["counters"] = counters;
     j["gauges"] = gauges;
-    std::cout << j.dump(2) << "\n";
+    std::cout << JsonText(j) << "\n";
     return kExitOk;
   }
   std::cout << conn->hello().server_version() << " (instance " << conn->hello().instance_id()

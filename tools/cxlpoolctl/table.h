@@ -3,6 +3,7 @@
 // Thread safety: a value; no shared state.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,12 @@ class Table {
  private:
   std::vector<std::vector<std::string>> rows_;
 };
+
+// JSON text of `j` (indent < 0: one line). Invalid UTF-8 coming from the
+// machine (sysfs values, process names) is replaced, never thrown.
+inline std::string JsonText(const nlohmann::ordered_json& j, int indent = 2) {
+  return j.dump(indent, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
 
 // "-" for an empty string; used for absent facts in tables.
 inline std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }

@@ -35,6 +35,11 @@ Result<uint64_t> ParseByteSize(std::string_view s);
 // 1073741824 -> "1.0 GiB".
 std::string HumanBytes(uint64_t bytes);
 
+// Replaces every byte that is not part of valid UTF-8 with '?'. Text from the
+// kernel (process names, cgroup paths, sysfs values) may be any bytes, but
+// protobuf strings and JSON must be UTF-8.
+std::string SanitizeUtf8(std::string_view s);
+
 // "/proc/meminfo"-style text ("Node 0 MemTotal:  123 kB") -> key -> bytes.
 // The optional "Node N " prefix is stripped; values without "kB" are counts.
 std::map<std::string, uint64_t> ParseMeminfo(std::string_view text);
