@@ -1,300 +1,14 @@
-// cxlpoold: the node daemon. This file only wires the components together:
-// flags -> config -> topology (discovered on a worker) -> pools -> lease
-// manager -> handler -> server, plus signals, systemd notification and the
-// memlock limit. See docs/daemon.md.
-#include <fcntl.h>
-#include <grp.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
+// cxlpoold: the node daemon. This file only parses the command line; the
+// daemon itself (wiring of every component) is daemon/app. See
+// docs/daemon.md.
 #include <CLI/CLI.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/asio/signal_set.hpp>
-#include <boost/asio/steady_timer.hpp>
-#include <boost/asio/thread_pool.hpp>
-#include <csignal>
 #include <cstdio>
-#include <future>
-#include <random>
 
+#include "app.h"
 #include "config/config.h"
-#include "cxlpool/common/clock.h"
-#include "cxlpool/common/fs.h"
-#include "cxlpool/common/log.h"
-#include "cxlpool/common/strings.h"
-#include "cxlpool/proto/frame.h"
-#include "cxlpool/topology/discover.h"
-#include "handler/daemon_handler.h"
-#include "lease/lease_manager.h"
-#include "pool/pool.h"
-#include "sd.h"
-#include "server/server.h"
-
-namespace cxlpool {
-namespace {
-
-struct Flags {
-  std::string config;
-  std::string socket;
-  std::string sysfs_root;
-  std::string log_level;
-  bool foreground = false;
-  bool print_default_config = false;
-  bool check_config = false;
-};
-
-std::string RandomHex(int bytes) {
-  std::random_device rd;
-  std::string s;
-  static const char* kHex = "0123456789abcdef";
-  for (int i = 0; i < bytes; ++i) {
-    unsigned v = rd() & 0xff;
-    s += kHex[v >> 4];
-    s += kHex[v & 15];
-  }
-  return s;
-}
-
-// CAP_IPC_LOCK in the effective set: mlock ignores RLIMIT_MEMLOCK.
-bool HasIpcLock() {
-  FILE* f = std::fopen("/proc/self/status", "re");
-  if (f == nullptr) return false;
-  char line[256];
-  unsigned long long caps = 0;
-  while (std::fgets(line, sizeof line, f) != nullptr) {
-    if (std::sscanf(line, "CapEff: %llx", &caps) == 1) break;
-  }
-  std::fclose(f);
-  return (caps >> 14) & 1;  // CAP_IPC_LOCK
-}
-
-// Raises RLIMIT_MEMLOCK as far as allowed: pinned leases count against it.
-void RaiseMemlock(uint64_t want) {
-  if (HasIpcLock()) return;
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0) return;
-  struct rlimit inf = {RLIM_INFINITY, RLIM_INFINITY};
-  if (setrlimit(RLIMIT_MEMLOCK, &inf) == 0) return;  // privileged
-  if (rl.rlim_cur != rl.rlim_max) {
-    rl.rlim_cur = rl.rlim_max;
-    if (setrlimit(RLIMIT_MEMLOCK, &rl) != 0) return;
-  }
-  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
-    CXLPOOL_LOG(kWarning)
-        << "RLIMIT_MEMLOCK is " << HumanBytes(rl.rlim_cur) << " but pinned pools may hold "
-        << HumanBytes(want)
-        << "; leases beyond it are refused (raise LimitMEMLOCK or set pin = false)";
-  }
-}
-
-Status EnsureParentDir(const std::string& path) {
-  auto slash = path.rfind('/');
-  if (slash == std::string::npos || slash == 0) return Status::Ok();
-  std::string dir = path.substr(0, slash);
-  struct stat st;
-  if (::stat(dir.c_str(), &st) == 0) return Status::Ok();
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return Status::FromErrno(errno, "create socket directory " + dir);
-  }
-  return Status::Ok();
-}
-
-std::optional<gid_t> ResolveGroup(const std::string& name) {
-  if (name.empty()) return std::nullopt;
-  if (auto n = ParseU64(name)) return static_cast<gid_t>(*n);
-  struct group gr, *res = nullptr;
-  char buf[4096];
-  if (getgrnam_r(name.c_str(), &gr, buf, sizeof buf, &res) != 0 || res == nullptr) {
-    return std::nullopt;
-  }
-  return res->gr_gid;
-}
-
-// Without --foreground: fork, the child carries on in a new session, the
-// parent exits 0 once the child is serving (1 if it failed to start).
-int Daemonize(int* ready_fd) {
-  int p[2];
-  if (::pipe2(p, O_CLOEXEC) != 0) return -1;
-  pid_t pid = ::fork();
-  if (pid < 0) return -1;
-  if (pid > 0) {
-    ::close(p[1]);
-    char c = 0;
-    ssize_t n = ::read(p[0], &c, 1);
-    std::_Exit(n == 1 && c == 'R' ? 0 : 1);
-  }
-  ::close(p[0]);
-  ::setsid();
-  int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (devnull >= 0) {
-    ::dup2(devnull, 0);
-    ::dup2(devnull, 1);
-    ::close(devnull);
-  }
-  *ready_fd = p[1];
-  return 0;
-}
-
-int Run(const Flags& flags) {
-  ::prctl(PR_SET_DUMPABLE, 0);  // no /proc/<pid>/fd access to lease memfds
-  std::signal(SIGPIPE, SIG_IGN);
-
-  auto cfg = flags.config.empty() ? ParseConfig(DefaultConfigText(), "<default>")
-                                  : LoadConfigFile(flags.config);
-  if (!cfg.ok()) {
-    std::fprintf(stderr, "cxlpoold: %s\n", cfg.status().ToString().c_str());
-    return 2;
-  }
-  LogLevel level = cfg->log_level;
-  if (!flags.log_level.empty() && !ParseLogLevel(flags.log_level, &level)) {
-    std::fprintf(stderr, "cxlpoold: --log-level: unknown level '%s'\n", flags.log_level.c_str());
-    return 2;
-  }
-  SetLogLevel(level);
-  if (flags.check_config) {
-    std::printf("config OK\n");
-    return 0;
-  }
-  std::optional<gid_t> socket_group = ResolveGroup(cfg->socket_group);
-  if (!cfg->socket_group.empty() && !socket_group) {
-    std::fprintf(stderr, "cxlpoold: daemon.socket_group: no such group '%s'\n",
-                 cfg->socket_group.c_str());
-    return 2;
-  }
-  std::string socket_path = !flags.socket.empty() ? flags.socket
-                            : !cfg->socket_path.empty()
-                                ? cfg->socket_path
-                                : DefaultSocketPath(::geteuid(), ::getenv("XDG_RUNTIME_DIR"));
-  int ready_fd = -1;
-  // Under systemd (Type=notify) the main pid must stay: never fork there.
-  bool under_systemd = ::getenv("NOTIFY_SOCKET") != nullptr || ::getenv("INVOCATION_ID") != nullptr;
-  if (!flags.foreground && !under_systemd && Daemonize(&ready_fd) != 0) {
-    std::perror("cxlpoold: fork");
-    return 1;
-  }
-
-  std::string root = flags.sysfs_root.empty() ? FsRootFromEnv("/") : flags.sysfs_root;
-  std::unique_ptr<FileSystem> fs = MakeRootedFileSystem(root);
-  std::unique_ptr<FileSystem> proc = MakeRootedFileSystem("/");
-  boost::asio::thread_pool workers(cfg->workers);
-
-  // Topology discovery scans sysfs (and may load NVML): a worker does it.
-  std::promise<Topology> topo_promise;
-  auto topo_future = topo_promise.get_future();
-  boost::asio::post(workers, [&] { topo_promise.set_value(DiscoverTopology(*fs)); });
-  Topology topo = topo_future.get();
-  for (const auto& w : topo.warnings) CXLPOOL_LOG(kWarning) << "topology: " << w;
-
-  std::unique_ptr<DaxControl> dax;
-  if (!cfg->devdax.empty()) {
-    auto d = MakeLibDaxctlControl();
-    if (!d.ok()) {
-      CXLPOOL_LOG(kError) << "devdax pools configured but " << d.status().ToString();
-      return 1;
-    }
-    dax = std::move(*d);
-  }
-  std::vector<std::string> warnings;
-  PoolBuildOptions popts;
-  popts.bind = fs->IsThisSystem();
-  popts.fs = fs.get();
-  popts.dax = dax.get();
-  auto pools = BuildPools(topo, *cfg, popts, &warnings);
-  for (const auto& w : warnings) CXLPOOL_LOG(kWarning) << w;
-  if (!pools.ok()) {
-    CXLPOOL_LOG(kError) << "pools: " << pools.status().ToString();
-    return 1;
-  }
-  uint64_t pinned = 0;
-  for (const auto& p : *pools) {
-    CXLPOOL_LOG(kInfo) << "pool " << p->name() << ": " << p->kind() << ", "
-                       << HumanBytes(p->capacity()) << ", " << p->backing();
-    pinned += p->capacity();
-  }
-  if (pools->empty()) {
-    CXLPOOL_LOG(kWarning) << "no pools: every allocation will be refused";
-  }
-  RaiseMemlock(pinned);
-
-  boost::asio::io_context io;
-  LeaseManager leases(&topo, std::move(*pools), QuotaTable(cfg->quotas), io.get_executor(),
-                      workers.get_executor(), &SystemClock::Get());
-  HandlerOptions hopts;
-  hopts.admin_gid = cfg->admin_gid;
-  hopts.instance_id = RandomHex(16);
-  hopts.max_frame_bytes = wire::kDefaultMaxFrameBytes;
-  hopts.topology_is_local = fs->IsThisSystem();
-  DaemonHandler handler(&leases, proc.get(), hopts);
-
-  ServerOptions sopts;
-  sopts.socket_mode = cfg->socket_mode;
-  sopts.socket_group = socket_group;
-  sopts.fs = proc.get();
-  for (auto& inherited : TakeListenFds()) {
-    if (sopts.listen_fd < 0 && IsListeningUnixSocket(inherited.fd.get())) {
-      sopts.listen_fd = inherited.fd.Release();
-    }
-  }
-  if (sopts.listen_fd < 0) {
-    sopts.socket_path = socket_path;
-    if (Status st = EnsureParentDir(socket_path); !st.ok()) {
-      CXLPOOL_LOG(kError) << st.ToString();
-      return 1;
-    }
-  }
-  auto server = Server::Create(io, sopts, &handler);
-  if (!server.ok()) {
-    CXLPOOL_LOG(kError) << "socket " << socket_path << ": " << server.status().ToString();
-    return 1;
-  }
-  Server* srv = server->get();
-  handler.SetPush([srv](ConnectionId c, Reply r) { return srv->Push(c, std::move(r)); });
-
-  Notifier notifier;
-  boost::asio::steady_timer watchdog(io);
-  std::function<void()> arm_watchdog = [&] {
-    if (notifier.watchdog_interval_usec() == 0) return;
-    watchdog.expires_after(std::chrono::microseconds(notifier.watchdog_interval_usec()));
-    watchdog.async_wait([&](const boost::system::error_code& ec) {
-      if (ec) return;
-      (void)notifier.Watchdog();
-      arm_watchdog();
-    });
-  };
-  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
-  signals.async_wait([&](const boost::system::error_code& ec, int sig) {
-    if (ec) return;
-    CXLPOOL_LOG(kInfo) << "signal " << sig << ": shutting down";
-    (void)notifier.Stopping("shutting down");
-    srv->Stop();  // every connection's leases are released
-    leases.Shutdown();
-    watchdog.cancel();
-    io.stop();
-  });
-
-  leases.StartWarmStock();
-  arm_watchdog();
-  std::string where = sopts.socket_path.empty() ? "inherited socket" : sopts.socket_path;
-  CXLPOOL_LOG(kInfo) << "cxlpoold listening on " << where;
-  (void)notifier.Ready("serving on " + where);
-  if (ready_fd >= 0) {
-    (void)!::write(ready_fd, "R", 1);
-    ::close(ready_fd);
-  }
-  io.run();
-  server->reset();
-  workers.join();  // builds in flight finish; their results are dropped
-  return 0;
-}
-
-}  // namespace
-}  // namespace cxlpool
 
 int main(int argc, char** argv) {
-  cxlpool::Flags f;
+  cxlpool::DaemonFlags f;
   CLI::App app{"cxlpoold: pools host DRAM and CXL memory and leases it to GPU processes"};
   app.add_option("--config", f.config, "TOML configuration file (default: the embedded one)");
   app.add_option("--socket", f.socket, "Listening socket path (overrides the config)");
@@ -302,6 +16,12 @@ int main(int argc, char** argv) {
                  "Read sysfs from this captured tree (no binding to real nodes)");
   app.add_flag("--foreground", f.foreground, "Do not fork into the background");
   app.add_option("--log-level", f.log_level, "debug, info, warning or error");
+  app.add_option("--state-dir", f.state_dir,
+                 "Directory of the lease journal (overrides daemon.state_dir); leases survive "
+                 "a restart of the daemon");
+  app.add_option("--grace-period", f.grace_period,
+                 "After a restart, how long grants wait for clients' reclaim: 30, 30s, 500ms "
+                 "(overrides daemon.grace_period)");
   app.add_flag("--print-default-config", f.print_default_config,
                "Print the embedded default configuration and exit");
   app.add_flag("--check-config", f.check_config, "Parse the configuration and exit");
@@ -315,5 +35,5 @@ int main(int argc, char** argv) {
                 stdout);
     return 0;
   }
-  return cxlpool::Run(f);
+  return cxlpool::RunDaemon(f);
 }

@@ -1,0 +1,399 @@
+#include "app.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <csignal>
+#include <cstdio>
+#include <future>
+#include <map>
+#include <optional>
+#include <random>
+#include <set>
+
+#include "config/config.h"
+#include "cxlpool/common/clock.h"
+#include "cxlpool/common/fs.h"
+#include "cxlpool/common/log.h"
+#include "cxlpool/common/strings.h"
+#include "cxlpool/proto/frame.h"
+#include "cxlpool/topology/discover.h"
+#include "handler/daemon_handler.h"
+#include "http/http_server.h"
+#include "lease/lease_manager.h"
+#include "lease/restart.h"
+#include "pool/pool.h"
+#include "recovery.h"
+#include "reload/reload.h"
+#include "sd.h"
+#include "server/server.h"
+
+namespace cxlpool {
+namespace {
+
+std::string RandomHex(int bytes) {
+  std::random_device rd;
+  std::string s;
+  static const char* kHex = "0123456789abcdef";
+  for (int i = 0; i < bytes; ++i) {
+    unsigned v = rd() & 0xff;
+    s += kHex[v >> 4];
+    s += kHex[v & 15];
+  }
+  return s;
+}
+
+// CAP_IPC_LOCK in the effective set: mlock ignores RLIMIT_MEMLOCK.
+bool HasIpcLock() {
+  FILE* f = std::fopen("/proc/self/status", "re");
+  if (f == nullptr) return false;
+  char line[256];
+  unsigned long long caps = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "CapEff: %llx", &caps) == 1) break;
+  }
+  std::fclose(f);
+  return (caps >> 14) & 1;  // CAP_IPC_LOCK
+}
+
+// Raises RLIMIT_MEMLOCK as far as allowed: pinned leases count against it.
+void RaiseMemlock(uint64_t want) {
+  if (HasIpcLock()) return;
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0) return;
+  struct rlimit inf = {RLIM_INFINITY, RLIM_INFINITY};
+  if (setrlimit(RLIMIT_MEMLOCK, &inf) == 0) return;  // privileged
+  if (rl.rlim_cur != rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_MEMLOCK, &rl) != 0) return;
+  }
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+    CXLPOOL_LOG(kWarning)
+        << "RLIMIT_MEMLOCK is " << HumanBytes(rl.rlim_cur) << " but pinned pools may hold "
+        << HumanBytes(want)
+        << "; leases beyond it are refused (raise LimitMEMLOCK or set pin = false)";
+  }
+}
+
+Status EnsureParentDir(const std::string& path) {
+  auto slash = path.rfind('/');
+  if (slash == std::string::npos || slash == 0) return Status::Ok();
+  std::string dir = path.substr(0, slash);
+  struct stat st;
+  if (::stat(dir.c_str(), &st) == 0) return Status::Ok();
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return Status::FromErrno(errno, "create socket directory " + dir);
+  }
+  return Status::Ok();
+}
+
+std::optional<gid_t> ResolveGroup(const std::string& name) {
+  if (name.empty()) return std::nullopt;
+  if (auto n = ParseU64(name)) return static_cast<gid_t>(*n);
+  struct group gr, *res = nullptr;
+  char buf[4096];
+  if (getgrnam_r(name.c_str(), &gr, buf, sizeof buf, &res) != 0 || res == nullptr) {
+    return std::nullopt;
+  }
+  return res->gr_gid;
+}
+
+// Without --foreground: fork, the child carries on in a new session, the
+// parent exits 0 once the child is serving (1 if it failed to start).
+int Daemonize(int* ready_fd) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return -1;
+  pid_t pid = ::fork();
+  if (pid < 0) return -1;
+  if (pid > 0) {
+    ::close(p[1]);
+    char c = 0;
+    ssize_t n = ::read(p[0], &c, 1);
+    std::_Exit(n == 1 && c == 'R' ? 0 : 1);
+  }
+  ::close(p[0]);
+  ::setsid();
+  int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (devnull >= 0) {
+    ::dup2(devnull, 0);
+    ::dup2(devnull, 1);
+    ::close(devnull);
+  }
+  *ready_fd = p[1];
+  return 0;
+}
+
+}  // namespace
+
+std::optional<std::chrono::milliseconds> ParseGracePeriod(const std::string& text) {
+  std::string_view t = text;
+  uint64_t scale = 1000;
+  if (EndsWith(t, "ms")) {
+    scale = 1;
+    t.remove_suffix(2);
+  } else if (EndsWith(t, "s")) {
+    t.remove_suffix(1);
+  }
+  auto v = ParseU64(t);
+  if (!v || *v > 3600ull * 1000) return std::nullopt;
+  return std::chrono::milliseconds(*v * scale);
+}
+
+int RunDaemon(const DaemonFlags& flags) {
+  ::prctl(PR_SET_DUMPABLE, 0);  // no /proc/<pid>/fd access to lease memfds
+  std::signal(SIGPIPE, SIG_IGN);
+
+  auto cfg = flags.config.empty() ? ParseConfig(DefaultConfigText(), "<default>")
+                                  : LoadConfigFile(flags.config);
+  if (!cfg.ok()) {
+    std::fprintf(stderr, "cxlpoold: %s\n", cfg.status().ToString().c_str());
+    return 2;
+  }
+  LogLevel level = cfg->log_level;
+  if (!flags.log_level.empty() && !ParseLogLevel(flags.log_level, &level)) {
+    std::fprintf(stderr, "cxlpoold: --log-level: unknown level '%s'\n", flags.log_level.c_str());
+    return 2;
+  }
+  SetLogLevel(level);
+  if (flags.check_config) {
+    std::printf("config OK\n");
+    return 0;
+  }
+  std::optional<gid_t> socket_group = ResolveGroup(cfg->socket_group);
+  if (!cfg->socket_group.empty() && !socket_group) {
+    std::fprintf(stderr, "cxlpoold: daemon.socket_group: no such group '%s'\n",
+                 cfg->socket_group.c_str());
+    return 2;
+  }
+  std::string socket_path = !flags.socket.empty() ? flags.socket
+                            : !cfg->socket_path.empty()
+                                ? cfg->socket_path
+                                : DefaultSocketPath(::geteuid(), ::getenv("XDG_RUNTIME_DIR"));
+  int ready_fd = -1;
+  // Under systemd (Type=notify) the main pid must stay: never fork there.
+  bool under_systemd = ::getenv("NOTIFY_SOCKET") != nullptr || ::getenv("INVOCATION_ID") != nullptr;
+  if (!flags.foreground && !under_systemd && Daemonize(&ready_fd) != 0) {
+    std::perror("cxlpoold: fork");
+    return 1;
+  }
+
+  std::string root = flags.sysfs_root.empty() ? FsRootFromEnv("/") : flags.sysfs_root;
+  std::unique_ptr<FileSystem> fs = MakeRootedFileSystem(root);
+  std::unique_ptr<FileSystem> proc = MakeRootedFileSystem("/");
+  boost::asio::thread_pool workers(cfg->workers);
+
+  // Topology discovery scans sysfs (and may load NVML): a worker does it.
+  std::promise<Topology> topo_promise;
+  auto topo_future = topo_promise.get_future();
+  boost::asio::post(workers, [&] { topo_promise.set_value(DiscoverTopology(*fs)); });
+  Topology topo = topo_future.get();
+  for (const auto& w : topo.warnings) CXLPOOL_LOG(kWarning) << "topology: " << w;
+
+  std::unique_ptr<DaxControl> dax;
+  if (!cfg->devdax.empty()) {
+    auto d = MakeLibDaxctlControl();
+    if (!d.ok()) {
+      CXLPOOL_LOG(kError) << "devdax pools configured but " << d.status().ToString();
+      return 1;
+    }
+    dax = std::move(*d);
+  }
+  std::vector<std::string> warnings;
+  PoolBuildOptions popts;
+  popts.bind = fs->IsThisSystem();
+  popts.fs = fs.get();
+  popts.dax = dax.get();
+  auto pools = BuildPools(topo, *cfg, popts, &warnings);
+  for (const auto& w : warnings) CXLPOOL_LOG(kWarning) << w;
+  if (!pools.ok()) {
+    CXLPOOL_LOG(kError) << "pools: " << pools.status().ToString();
+    return 1;
+  }
+  uint64_t pinned = 0;
+  for (const auto& p : *pools) {
+    CXLPOOL_LOG(kInfo) << "pool " << p->name() << ": " << p->kind() << ", "
+                       << HumanBytes(p->capacity()) << ", " << p->backing();
+    pinned += p->capacity();
+  }
+  if (pools->empty()) {
+    CXLPOOL_LOG(kWarning) << "no pools: every allocation will be refused";
+  }
+  RaiseMemlock(pinned);
+
+  boost::asio::io_context io;
+  LeaseManager leases(&topo, std::move(*pools), QuotaTable(cfg->quotas), io.get_executor(),
+                      workers.get_executor(), &SystemClock::Get());
+  // Restart support: the journal in the state directory, the fd store.
+  Notifier notifier;
+  std::vector<InheritedFd> inherited = TakeListenFds();
+  std::map<uint64_t, UniqueFd> stored = TakeLeaseFds(&inherited);
+  StateDirChoice sdc;
+  sdc.flag = flags.state_dir;
+  sdc.config = cfg->state_dir;
+  sdc.state_directory_env = ::getenv("STATE_DIRECTORY");
+  sdc.fallback = DefaultStateDir(::geteuid(), ::getenv("XDG_STATE_HOME"), ::getenv("HOME"));
+  sdc.socket_from_flag = !flags.socket.empty();
+  std::string state_dir = ChooseStateDir(sdc);
+  std::chrono::milliseconds grace(uint64_t{cfg->grace_period_s} * 1000);
+  if (!flags.grace_period.empty()) {
+    auto g = ParseGracePeriod(flags.grace_period);
+    if (!g) {
+      CXLPOOL_LOG(kError) << "--grace-period: '" << flags.grace_period
+                          << "' is not a duration (30, 30s, 500ms)";
+      return 2;
+    }
+    grace = *g;
+  }
+  std::unique_ptr<ProcessProbe> probe = MakeProcProbe();
+  std::unique_ptr<JournalStore> store;
+  if (!state_dir.empty()) {
+    auto s = JournalStore::Open(state_dir, &notifier);
+    if (!s.ok()) {
+      CXLPOOL_LOG(kError) << "state directory: " << s.status().ToString();
+      return 1;
+    }
+    store = std::move(*s);
+    std::set<uint64_t> journalled;
+    for (const auto& [id, rec] : store->state().leases) journalled.insert(id);
+    for (const auto& [id, fd] : stored) {
+      if (!journalled.count(id)) store->ForgetStoredFd(id);
+    }
+    leases.EnableRestart(store.get(), probe.get(), store->next_id());
+    leases.Recover(store->JournalledLeases(), std::move(stored), grace);
+    CXLPOOL_LOG(kInfo) << "lease journal: " << store->state().records_replayed
+                       << " records replayed from " << state_dir << "/leases.journal";
+  } else {
+    CXLPOOL_LOG(kWarning) << "no state directory (--socket without --state-dir): leases will "
+                             "not survive a restart of this daemon";
+  }
+
+  // Tenants: priority reserves, and the live quota changes (cxlpoolctl quota
+  // set) kept in the state directory over the config file's rules.
+  leases.mutable_quotas()->SetReserves(cfg->priority_reserves);
+  if (!state_dir.empty()) {
+    if (Status st = leases.mutable_quotas()->OpenStore(state_dir + "/quotas.toml"); !st.ok()) {
+      CXLPOOL_LOG(kError) << "quota store: " << st.ToString() << " (fix or remove the file)";
+      return 1;
+    }
+  } else {
+    CXLPOOL_LOG(kWarning) << "no state directory: quota changes will not survive a restart";
+  }
+
+  HandlerOptions hopts;
+  hopts.admin_gid = cfg->admin_gid;
+  hopts.instance_id = RandomHex(16);
+  hopts.max_frame_bytes = wire::kDefaultMaxFrameBytes;
+  hopts.topology_is_local = fs->IsThisSystem();
+  DaemonHandler handler(&leases, proc.get(), hopts);
+
+  ServerOptions sopts;
+  sopts.socket_mode = cfg->socket_mode;
+  sopts.socket_group = socket_group;
+  sopts.fs = proc.get();
+  for (auto& inh : inherited) {
+    if (sopts.listen_fd < 0 && IsListeningUnixSocket(inh.fd.get())) {
+      sopts.listen_fd = inh.fd.Release();
+    }
+  }
+  if (sopts.listen_fd < 0) {
+    sopts.socket_path = socket_path;
+    if (Status st = EnsureParentDir(socket_path); !st.ok()) {
+      CXLPOOL_LOG(kError) << st.ToString();
+      return 1;
+    }
+  }
+  auto server = Server::Create(io, sopts, &handler);
+  if (!server.ok()) {
+    CXLPOOL_LOG(kError) << "socket " << socket_path << ": " << server.status().ToString();
+    return 1;
+  }
+  Server* srv = server->get();
+  handler.SetPush([srv](ConnectionId c, Reply r) { return srv->Push(c, std::move(r)); });
+
+  // Optional loopback HTTP endpoint for Prometheus (metrics.http_listen).
+  std::unique_ptr<MetricsHttpServer> http;
+  if (!cfg->metrics_http_listen.empty()) {
+    auto h = MetricsHttpServer::Create(io, cfg->metrics_http_listen,
+                                       [&handler] { return handler.MetricsText(); });
+    if (!h.ok()) {
+      CXLPOOL_LOG(kError) << h.status().ToString();
+      return 1;
+    }
+    http = std::move(*h);
+    CXLPOOL_LOG(kInfo) << "metrics on http://" << cfg->metrics_http_listen << "/metrics";
+  }
+
+  // SIGHUP: re-read the config file; a bad one is logged and the old kept.
+  DaemonConfig running = *cfg;
+  boost::asio::signal_set hup(io, SIGHUP);
+  std::function<void()> arm_hup = [&] {
+    hup.async_wait([&](const boost::system::error_code& ec, int) {
+      if (ec) return;
+      ReloadOptions ro;
+      ro.log_level_from_flag = !flags.log_level.empty();
+      auto r = ReloadConfigFile(flags.config, topo, &leases, &running, ro);
+      if (!r.ok()) {
+        CXLPOOL_LOG(kError) << "SIGHUP: config not reloaded, the running one is kept: "
+                            << r.status().ToString();
+      } else {
+        for (const auto& a : r->applied) CXLPOOL_LOG(kInfo) << "SIGHUP: " << a;
+        for (const auto& k : r->kept) CXLPOOL_LOG(kWarning) << "SIGHUP: " << k;
+      }
+      arm_hup();
+    });
+  };
+  arm_hup();
+
+  boost::asio::steady_timer watchdog(io);
+  std::function<void()> arm_watchdog = [&] {
+    if (notifier.watchdog_interval_usec() == 0) return;
+    watchdog.expires_after(std::chrono::microseconds(notifier.watchdog_interval_usec()));
+    watchdog.async_wait([&](const boost::system::error_code& ec) {
+      if (ec) return;
+      (void)notifier.Watchdog();
+      arm_watchdog();
+    });
+  };
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  signals.async_wait([&](const boost::system::error_code& ec, int sig) {
+    if (ec) return;
+    CXLPOOL_LOG(kInfo) << "signal " << sig << ": shutting down";
+    (void)notifier.Stopping("shutting down");
+    if (store) {
+      // Restart support: the clients keep their leases (memory, mappings)
+      // and reclaim them from the next daemon; the journal keeps them.
+      leases.HandOver();
+    }
+    srv->Stop();  // without restart support every connection's leases are released
+    leases.Shutdown();
+    watchdog.cancel();
+    hup.cancel();
+    if (http) http->Stop();
+    io.stop();
+  });
+
+  leases.StartWarmStock();
+  arm_watchdog();
+  std::string where = sopts.socket_path.empty() ? "inherited socket" : sopts.socket_path;
+  CXLPOOL_LOG(kInfo) << "cxlpoold listening on " << where;
+  (void)notifier.Ready("serving on " + where);
+  if (ready_fd >= 0) {
+    (void)!::write(ready_fd, "R", 1);
+    ::close(ready_fd);
+  }
+  io.run();
+  server->reset();
+  workers.join();  // builds in flight finish; their results are dropped
+  return 0;
+}
+
+}  // namespace cxlpool

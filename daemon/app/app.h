@@ -1,0 +1,36 @@
+// cxlpoold's body as a library: flags -> config -> topology (discovered on
+// a worker) -> pools -> lease manager (+ lease journal and restart recovery)
+// -> handler -> server, plus signals, systemd notification and the memlock
+// limit. daemon/main.cc only parses the command line and calls RunDaemon.
+// See docs/daemon.md.
+//
+// Thread safety: RunDaemon runs the daemon's event loop on the calling
+// thread until SIGINT/SIGTERM; call it once per process.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+namespace cxlpool {
+
+struct DaemonFlags {
+  std::string config;
+  std::string socket;
+  std::string sysfs_root;
+  std::string log_level;
+  std::string state_dir;     // overrides daemon.state_dir
+  std::string grace_period;  // overrides daemon.grace_period: "30", "30s", "500ms"
+  bool foreground = false;
+  bool print_default_config = false;
+  bool check_config = false;
+};
+
+// The process exit code: 0 after a clean shutdown, 1 when the daemon could
+// not start (socket, pools, state directory), 2 for bad configuration.
+int RunDaemon(const DaemonFlags& flags);
+
+// "30" / "30s" (seconds) or "500ms"; nullopt when garbled or over an hour.
+std::optional<std::chrono::milliseconds> ParseGracePeriod(const std::string& text);
+
+}  // namespace cxlpool

@@ -1,0 +1,468 @@
+// LeaseManager's restart support: journalling through a LeaseStore,
+// recovery of journalled leases, the grace period, RECLAIM, holder watches
+// and the hand-over at SIGTERM. See lease/restart.h and docs/daemon.md.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <set>
+
+#include "cxlpool/common/log.h"
+#include "cxlpool/common/strings.h"
+#include "lease/lease_manager.h"
+
+namespace cxlpool {
+
+namespace {
+constexpr uint64_t kIdBatch = 1024;
+
+std::string QuotaTier(const Pool* p) {
+  return std::string(p->backing()) == "devdax" ? "devdax" : p->kind();
+}
+
+bool SameHolder(const HolderId& a, pid_t pid, uint64_t start_time) {
+  return a.pid == pid && (a.start_time == 0 || start_time == 0 || a.start_time == start_time);
+}
+
+bool MayHold(const DurableLease& l, const CallerInfo& who) {
+  auto has = [](const std::vector<uint32_t>& v, uint32_t x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  };
+  if (who.uid == 0 || who.uid == l.owner_uid || has(l.acl_uids, who.uid) ||
+      has(l.acl_gids, who.gid)) {
+    return true;
+  }
+  for (gid_t g : who.groups) {
+    if (has(l.acl_gids, g)) return true;
+  }
+  return false;
+}
+}  // namespace
+
+void LeaseManager::EnableRestart(LeaseStore* store, const ProcessProbe* probe, uint64_t next_id) {
+  store_ = store;
+  probe_ = probe;
+  next_id_ = std::max(next_id_, next_id);
+  ids_reserved_ = next_id_;
+}
+
+uint64_t LeaseManager::NextId() {
+  uint64_t id = next_id_++;
+  if (store_ != nullptr && id >= ids_reserved_) {
+    Status st = store_->ReserveIds(id + kIdBatch);
+    if (st.ok()) {
+      ids_reserved_ = id + kIdBatch;
+    } else {
+      CXLPOOL_LOG(kError) << "reserving lease ids: " << st.ToString();
+    }
+  }
+  return id;
+}
+
+DurableLease LeaseManager::ToDurable(const Lease& l) const {
+  DurableLease d;
+  d.id = l.id;
+  d.size_bytes = l.size;
+  d.requested_bytes = l.requested;
+  d.page_size = l.backing->page_size();
+  d.numa_node = l.pool->numa_node();
+  d.pool = l.pool->name();
+  d.kind = l.pool->kind();
+  d.backing = l.backing->kind();
+  d.label = l.label;
+  d.name = l.name;
+  d.owner_pid = l.owner.pid;
+  d.owner_uid = l.owner.uid;
+  d.owner_gid = l.owner.gid;
+  d.owner_start_time = l.owner.start_time;
+  d.owner_comm = l.owner.comm;
+  d.owner_cgroup = l.owner.cgroup;
+  d.acl_uids = l.acl_uids;
+  d.acl_gids = l.acl_gids;
+  d.created_unix = l.created_unix;
+  d.inode = l.inode;
+  d.inode_dev = l.inode_dev;
+  auto add = [&](HolderId h) {
+    if (std::find(d.holders.begin(), d.holders.end(), h) == d.holders.end()) {
+      d.holders.push_back(h);
+    }
+  };
+  std::vector<ConnId> conns;
+  for (const auto& [conn, n] : l.holders) conns.push_back(conn);
+  std::sort(conns.begin(), conns.end());
+  for (ConnId conn : conns) {
+    auto c = conns_.find(conn);
+    if (c != conns_.end()) add(HolderId{c->second.caller.pid, c->second.caller.start_time});
+  }
+  for (const auto& h : l.awaiting) add(h);
+  return d;
+}
+
+Status LeaseManager::Persist(const Lease& l, int fd) {
+  if (store_ == nullptr || handed_over_) return Status::Ok();
+  Status st = store_->Put(ToDurable(l), fd);
+  if (!st.ok()) {
+    CXLPOOL_LOG(kError) << "journal lease " << l.id << ": " << st.ToString();
+  }
+  return st;
+}
+
+void LeaseManager::Unpersist(uint64_t id) {
+  if (store_ == nullptr || handed_over_) return;
+  Status st = store_->Delete(id);
+  if (!st.ok()) {
+    CXLPOOL_LOG(kError) << "journal end of lease " << id << ": " << st.ToString();
+  }
+}
+
+bool LeaseManager::PersistGrant(uint64_t id, const AllocDone& done) {
+  if (store_ == nullptr) return true;
+  Lease& l = leases_.at(id);
+  struct stat st {};
+  if (l.backing->fd() >= 0 && ::fstat(l.backing->fd(), &st) == 0) {
+    l.inode = st.st_ino;
+    l.inode_dev = st.st_dev;
+  }
+  Status s = Persist(l, l.backing->fd());
+  if (s.ok()) return true;
+  // Not journalled means not restart-safe: take the grant back.
+  Free(id, "journal_failures");
+  Count("refusals");
+  done(Status(Code::kUnavailable, "cannot journal the lease (restart safety): " + s.message()));
+  return false;
+}
+
+LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> journalled,
+                                                   std::map<uint64_t, UniqueFd> stored,
+                                                   std::chrono::milliseconds grace) {
+  RecoveryReport r;
+  for (DurableLease& d : journalled) {
+    ++r.journalled;
+    next_id_ = std::max(next_id_, d.id + 1);
+    ids_reserved_ = std::max(ids_reserved_, next_id_);
+    UniqueFd fd;
+    if (auto s = stored.find(d.id); s != stored.end()) fd = std::move(s->second);
+    auto drop = [&](const std::string& why) {
+      CXLPOOL_LOG(kWarning) << "restart: lease " << d.id << " (" << HumanBytes(d.size_bytes)
+                            << ", uid " << d.owner_uid << ") dropped: " << why;
+      Unpersist(d.id);
+      Count("restart_drops");
+      ++r.dropped;
+    };
+    Pool* pool = nullptr;
+    for (Pool* p : pool_ptrs_) {
+      if (p->name() == d.pool) pool = p;
+    }
+    if (pool == nullptr) {
+      drop("pool " + d.pool + " is no longer configured");
+      continue;
+    }
+    if (d.holders.empty()) d.holders.push_back(HolderId{d.owner_pid, d.owner_start_time});
+    std::vector<HolderId> alive;
+    for (const HolderId& h : d.holders) {
+      if (probe_ != nullptr && HolderAlive(*probe_, h)) alive.push_back(h);
+    }
+    std::unique_ptr<Backing> backing;
+    if (fd.valid()) {
+      Status st = CheckLeaseFd(fd.get(), d);
+      if (!st.ok()) {
+        CXLPOOL_LOG(kWarning) << "restart: stored fd does not match the journal, closed: "
+                              << st.ToString();
+        fd.Reset();
+      }
+    }
+    if (alive.empty()) {
+      // Its memory died with its last holder; if the fd store kept it, free it now.
+      if (fd.valid() && ::ftruncate(fd.get(), 0) != 0) {
+        CXLPOOL_LOG(kWarning) << "restart: truncating stored lease " << d.id << " failed";
+      }
+      drop("every holder exited while the daemon was down");
+      continue;
+    }
+    if (d.size_bytes == 0 || !pool->TryReserve(d.size_bytes)) {
+      // Never double-grant: without room on paper its holders cannot keep it.
+      drop("it does not fit " + pool->name() + " any more (" + HumanBytes(pool->free_bytes()) +
+           " free); its holders' reclaim will be rejected");
+      continue;
+    }
+    pool->CommitReserve(d.size_bytes);
+    bool adopted = false;
+    if (fd.valid()) {
+      auto* mp = dynamic_cast<MemfdPool*>(pool);
+      auto b = AdoptMemfd(std::move(fd), d, mp != nullptr && mp->config().pin);
+      if (b.ok()) {
+        backing = std::move(*b);
+        adopted = true;
+      } else {
+        CXLPOOL_LOG(kWarning) << "restart: adopting stored lease " << d.id << ": "
+                              << b.status().ToString();
+      }
+    }
+    if (!adopted) backing = MakeAwaitedBacking(d);
+    Lease& l = leases_[d.id];
+    l.id = d.id;
+    l.size = d.size_bytes;
+    l.requested = d.requested_bytes;
+    l.pool = pool;
+    l.tier = QuotaTier(pool);
+    l.label = d.label;
+    l.name = d.name;
+    l.acl_uids = d.acl_uids;
+    l.acl_gids = d.acl_gids;
+    l.owner.pid = d.owner_pid;
+    l.owner.uid = d.owner_uid;
+    l.owner.gid = d.owner_gid;
+    l.owner.comm = d.owner_comm;
+    l.owner.cgroup = d.owner_cgroup;
+    l.owner.start_time = d.owner_start_time;
+    l.created_unix = d.created_unix;
+    l.backing = std::move(backing);
+    l.placement_reason = "recovered after a daemon restart";
+    l.awaiting = alive;
+    l.awaited_memory = !adopted;
+    l.inode = d.inode;
+    l.inode_dev = d.inode_dev;
+    quotas_.Charge(TenantOf(l.owner), l.tier, l.size);
+    by_uid_[l.owner.uid].insert(l.id);
+    if (!l.name.empty()) names_[l.name] = l.id;
+    if (alive.size() != d.holders.size()) (void)Persist(l, -1);
+    awaiting_any_ = true;
+    Count(adopted ? "restart_adopted" : "restart_awaiting");
+    ++(adopted ? r.adopted : r.awaiting);
+  }
+  for (auto& [id, fd] : stored) {
+    if (fd.valid()) {
+      CXLPOOL_LOG(kWarning) << "restart: stored fd lease-" << id
+                            << " has no journal record; closed";
+    }
+  }
+  CXLPOOL_LOG(kInfo) << "restart: " << r.journalled << " journalled leases, " << r.adopted
+                     << " adopted from the fd store, " << r.awaiting << " awaiting reclaim, "
+                     << r.dropped << " dropped";
+  if (r.awaiting > 0 && grace.count() > 0) {
+    grace_ = true;
+    grace_end_ = std::chrono::steady_clock::now() + grace;
+    auto timer = std::make_shared<boost::asio::steady_timer>(loop_);
+    timer->expires_at(grace_end_);
+    std::weak_ptr<bool> alive = alive_;
+    timer->async_wait([this, alive](const boost::system::error_code& ec) {
+      if (ec) return;
+      auto a = alive.lock();
+      if (!a || !*a) return;
+      EndGrace("grace period over");
+    });
+    grace_timer_ = timer;
+    CXLPOOL_LOG(kInfo) << "restart: grace period of " << grace.count()
+                       << " ms: grants wait until every lease is reclaimed";
+  } else {
+    EndGrace(r.awaiting > 0 ? "no grace period configured" : "nothing awaits reclaim");
+  }
+  return r;
+}
+
+Status LeaseManager::GraceRefusal() const {
+  if (!grace_) return Status::Ok();
+  auto left = grace_end_ - std::chrono::steady_clock::now();
+  auto secs = std::chrono::duration_cast<std::chrono::seconds>(left).count() + 1;
+  return Status(Code::kUnavailable, "daemon restarting: reclaim in progress, retry in " +
+                                        std::to_string(std::max<int64_t>(secs, 1)) + " s");
+}
+
+void LeaseManager::MaybeEndGrace() {
+  if (!grace_) return;
+  for (const auto& [id, l] : leases_) {
+    if (l.awaited_memory) return;
+  }
+  EndGrace("every journalled lease is accounted for");
+}
+
+void LeaseManager::EndGrace(const char* why) {
+  if (grace_) {
+    grace_ = false;
+    CXLPOOL_LOG(kInfo) << "restart: grace period ended: " << why;
+    if (grace_timer_) static_cast<boost::asio::steady_timer*>(grace_timer_.get())->cancel();
+  }
+  // Holders that never reclaimed: struck off if dead or provably without the
+  // memfd; the rest are watched until they exit (their lease stays counted).
+  SweepAwaiting(true);
+  for (const auto& [id, l] : leases_) {
+    for (const HolderId& h : l.awaiting) WatchHolder(h);
+  }
+}
+
+void LeaseManager::SweepAwaiting(bool check_files) {
+  if (!awaiting_any_ || probe_ == nullptr) return;
+  std::vector<uint64_t> unheld;
+  bool any = false;
+  for (auto& [id, l] : leases_) {
+    if (l.awaiting.empty()) continue;
+    size_t before = l.awaiting.size();
+    std::erase_if(l.awaiting, [&](const HolderId& h) {
+      if (!HolderAlive(*probe_, h)) return true;
+      return check_files && probe_->HoldsFile(h.pid, l.inode_dev, l.inode) == Holding::kNo;
+    });
+    any |= !l.awaiting.empty();
+    if (l.awaiting.size() == before) continue;
+    if (Unheld(l)) {
+      unheld.push_back(id);
+    } else {
+      (void)Persist(l, -1);
+    }
+  }
+  awaiting_any_ = any;
+  for (uint64_t id : unheld) Free(id, "restart_drops");
+  MaybeEndGrace();
+}
+
+void LeaseManager::CheckHolderOf(pid_t pid) {
+  if (!awaiting_any_ || probe_ == nullptr || pid <= 0) return;
+  auto start = probe_->StartTime(pid);
+  if (!start) return;
+  std::vector<uint64_t> unheld;
+  for (auto& [id, l] : leases_) {
+    auto it = std::find_if(l.awaiting.begin(), l.awaiting.end(),
+                           [&](const HolderId& h) { return SameHolder(h, pid, *start); });
+    if (it == l.awaiting.end()) continue;
+    // It is back on a new connection, so its old one is drained: if it holds
+    // no fd or mapping of the memfd now, the grant never reached it.
+    if (probe_->HoldsFile(pid, l.inode_dev, l.inode) != Holding::kNo) continue;
+    l.awaiting.erase(it);
+    if (Unheld(l)) {
+      unheld.push_back(id);
+    } else {
+      (void)Persist(l, -1);
+    }
+  }
+  for (uint64_t id : unheld) Free(id, "restart_drops");
+  MaybeEndGrace();
+}
+
+void LeaseManager::WatchHolder(const HolderId& h) {
+  auto key = std::make_pair(h.pid, h.start_time);
+  if (probe_ == nullptr || watches_.count(key)) return;
+  UniqueFd pidfd = probe_->OpenPidfd(h.pid);
+  if (!pidfd.valid()) {
+    CXLPOOL_LOG(kWarning) << "restart: cannot watch pid " << h.pid
+                          << " (no pidfd); its awaited leases stay until a later sweep";
+    return;
+  }
+  if (!HolderAlive(*probe_, h)) {  // exited (or the pid was reused) meanwhile
+    std::weak_ptr<bool> alive = alive_;
+    boost::asio::post(loop_, [this, alive] {
+      auto a = alive.lock();
+      if (a && *a && !handed_over_) SweepAwaiting(false);
+    });
+    return;
+  }
+  auto sd = std::make_shared<boost::asio::posix::stream_descriptor>(loop_, pidfd.Release());
+  watches_[key] = sd;
+  std::weak_ptr<bool> alive = alive_;
+  sd->async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                 [this, alive, key](const boost::system::error_code& ec) {
+                   if (ec) return;
+                   auto a = alive.lock();
+                   if (!a || !*a || handed_over_) return;
+                   auto keep = watches_[key];  // destroyed after this handler
+                   watches_.erase(key);
+                   SweepAwaiting(false);
+                 });
+}
+
+LeaseManager::ReclaimOutcome LeaseManager::Reclaim(ConnId conn, std::vector<ReclaimItem> items) {
+  ReclaimOutcome out;
+  auto c = conns_.find(conn);
+  std::set<uint64_t> seen;
+  for (ReclaimItem& item : items) {
+    const uint64_t id = item.id;
+    auto reject = [&](const std::string& why) {
+      out.rejected.emplace_back(id, why);
+      Count("reclaim_rejects");
+    };
+    if (c == conns_.end()) {
+      reject("unknown connection");
+      continue;
+    }
+    const CallerInfo& who = c->second.caller;
+    if (!seen.insert(id).second) {
+      reject("lease " + std::to_string(id) + " listed twice");
+      continue;
+    }
+    auto it = leases_.find(id);
+    if (it == leases_.end()) {
+      reject(revoked_.count(id) ? "lease " + std::to_string(id) + " was revoked by an admin"
+                                : "lease " + std::to_string(id) +
+                                      " is not journalled here (released, dropped after its "
+                                      "holders exited, or never granted by this daemon)");
+      continue;
+    }
+    Lease& l = it->second;
+    DurableLease d = ToDurable(l);
+    if (!MayHold(d, who)) {
+      reject("uid " + std::to_string(who.uid) + " may not hold lease " + std::to_string(id) +
+             " (owner uid " + std::to_string(l.owner.uid) + ", not in its ACL)");
+      continue;
+    }
+    if (l.holders.count(conn)) {
+      reject("lease " + std::to_string(id) + " is already held by this connection");
+      continue;
+    }
+    if (item.size_bytes != l.size) {
+      reject("lease " + std::to_string(id) + " is " + std::to_string(l.size) + " bytes, not " +
+             std::to_string(item.size_bytes));
+      continue;
+    }
+    if (std::string(l.pool->backing()) == "devdax") {
+      reject("lease " + std::to_string(id) + ": devdax leases cannot be reclaimed (not supported)");
+      continue;
+    }
+    if (Status st = CheckLeaseFd(item.fd.get(), d); !st.ok()) {
+      reject(st.message());
+      continue;
+    }
+    if (l.awaited_memory) {
+      auto* mp = dynamic_cast<MemfdPool*>(l.pool);
+      auto b = AdoptMemfd(std::move(item.fd), d, mp != nullptr && mp->config().pin);
+      if (!b.ok()) {
+        reject(b.status().message());
+        continue;
+      }
+      l.backing = std::move(*b);
+      l.awaited_memory = false;
+    }
+    l.holders[conn] += 1;
+    l.refs += 1;
+    c->second.held.insert(id);
+    auto a = std::find_if(l.awaiting.begin(), l.awaiting.end(), [&](const HolderId& h) {
+      return SameHolder(h, who.pid, who.start_time);
+    });
+    if (a != l.awaiting.end()) l.awaiting.erase(a);
+    (void)Persist(l, -1);
+    out.accepted.push_back(id);
+    Count("reclaims");
+  }
+  MaybeEndGrace();
+  return out;
+}
+
+void LeaseManager::HandOver() {
+  if (handed_over_) return;
+  stopping_ = true;
+  // The leases' memory must outlive this process: the backings are released
+  // on purpose without Reclaim (which would truncate); the process exits next
+  // and the kernel closes the daemon's fds and mappings only.
+  for (auto& [id, l] : leases_) (void)l.backing.release();
+  size_t n = leases_.size();
+  leases_.clear();
+  names_.clear();
+  by_uid_.clear();
+  for (auto& [conn, c] : conns_) c.held.clear();
+  for (Pool* p : pool_ptrs_) p->DropAllWarm();
+  watches_.clear();
+  if (grace_timer_) static_cast<boost::asio::steady_timer*>(grace_timer_.get())->cancel();
+  handed_over_ = true;
+  CXLPOOL_LOG(kInfo) << "handing " << n << " leases over to the next daemon (journal kept)";
+}
+
+}  // namespace cxlpool

@@ -1,0 +1,193 @@
+#include "lease/restart.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "cxlpool/common/log.h"
+#include "cxlpool/common/strings.h"
+
+namespace cxlpool {
+namespace {
+
+class ProcProbe final : public ProcessProbe {
+ public:
+  std::optional<uint64_t> StartTime(pid_t pid) const override {
+    if (pid <= 0) return std::nullopt;
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    if (!f) return std::nullopt;
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ParseStatStartTime(ss.str());
+  }
+
+  Holding HoldsFile(pid_t pid, uint64_t dev, uint64_t ino) const override {
+    if (pid <= 0 || ino == 0) return Holding::kUnknown;
+    std::string base = "/proc/" + std::to_string(pid);
+    DIR* d = ::opendir((base + "/fd").c_str());
+    if (d == nullptr) return errno == ENOENT ? Holding::kNo : Holding::kUnknown;
+    bool found = false;
+    while (struct dirent* e = ::readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      struct stat st {};
+      if (::stat((base + "/fd/" + e->d_name).c_str(), &st) != 0) continue;
+      if (st.st_ino == ino && (dev == 0 || st.st_dev == dev)) {
+        found = true;
+        break;
+      }
+    }
+    ::closedir(d);
+    if (found) return Holding::kYes;
+    // A mapping keeps the memory alive even after the fd was closed.
+    std::ifstream maps(base + "/maps");
+    if (!maps) return Holding::kUnknown;
+    std::string line;
+    while (std::getline(maps, line)) {
+      auto f = SplitWhitespace(line);
+      if (f.size() < 5) continue;
+      auto inode = ParseU64(f[4]);
+      if (!inode || *inode != ino) continue;
+      auto colon = f[3].find(':');
+      if (dev != 0 && colon != std::string::npos) {
+        auto major = ParseU64(f[3].substr(0, colon), 16);
+        auto minor = ParseU64(f[3].substr(colon + 1), 16);
+        if (major && minor && makedev(*major, *minor) != dev) continue;
+      }
+      return Holding::kYes;
+    }
+    return Holding::kNo;
+  }
+
+  UniqueFd OpenPidfd(pid_t pid) const override {
+#ifdef SYS_pidfd_open
+    if (pid > 0) return UniqueFd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+#endif
+    return UniqueFd();
+  }
+};
+
+// A memfd handed back to the daemon (fd store or RECLAIM), mapped again.
+class AdoptedMemfd final : public Backing {
+ public:
+  AdoptedMemfd(UniqueFd fd, void* addr, uint64_t size, uint64_t page, std::string kind)
+      : fd_(std::move(fd)), addr_(addr), size_(size), page_(page), kind_(std::move(kind)) {}
+  ~AdoptedMemfd() override { Reclaim(); }
+  int fd() const override { return fd_.get(); }
+  uint64_t size_bytes() const override { return size_; }
+  uint64_t page_size() const override { return page_; }
+  const std::string& kind() const override { return kind_; }
+  void* daemon_addr() const override { return addr_; }
+  void Reclaim() override {
+    // Truncate first, as for a built lease: the pages go back even if a
+    // client still maps them (its next access raises SIGBUS).
+    if (fd_.valid() && ::ftruncate(fd_.get(), 0) != 0) {
+      CXLPOOL_LOG(kWarning) << "truncating an adopted lease memfd: " << std::strerror(errno);
+    }
+    if (addr_ != nullptr) ::munmap(addr_, size_);
+    addr_ = nullptr;
+    fd_.Reset();
+  }
+
+ private:
+  UniqueFd fd_;
+  void* addr_;
+  uint64_t size_;
+  uint64_t page_;
+  std::string kind_;
+};
+
+class AwaitedMemory final : public Backing {
+ public:
+  AwaitedMemory(uint64_t size, uint64_t page, std::string kind)
+      : size_(size), page_(page), kind_(std::move(kind)) {}
+  int fd() const override { return -1; }
+  uint64_t size_bytes() const override { return size_; }
+  uint64_t page_size() const override { return page_; }
+  const std::string& kind() const override { return kind_; }
+  void Reclaim() override {}
+
+ private:
+  uint64_t size_;
+  uint64_t page_;
+  std::string kind_;
+};
+
+}  // namespace
+
+std::unique_ptr<ProcessProbe> MakeProcProbe() { return std::make_unique<ProcProbe>(); }
+
+std::optional<uint64_t> ParseStatStartTime(const std::string& stat_text) {
+  // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so
+  // count fields after the last ')'. starttime is field 22, i.e. the 20th
+  // after the comm.
+  auto close = stat_text.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  auto fields = SplitWhitespace(std::string_view(stat_text).substr(close + 1));
+  if (fields.size() < 20) return std::nullopt;
+  return ParseU64(fields[19]);
+}
+
+bool HolderAlive(const ProcessProbe& probe, const HolderId& holder) {
+  auto st = probe.StartTime(holder.pid);
+  if (!st) return false;
+  return holder.start_time == 0 || *st == holder.start_time;
+}
+
+Status CheckLeaseFd(int fd, const DurableLease& lease) {
+  const std::string what = "lease " + std::to_string(lease.id) + ": ";
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0) {
+    return Status(Code::kInvalidArgument, what + "no usable fd handed back");
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return Status(Code::kInvalidArgument,
+                  what + "the fd is not a memfd (only memfd leases can be reclaimed)");
+  }
+  if (lease.inode == 0 || st.st_ino != lease.inode ||
+      (lease.inode_dev != 0 && st.st_dev != lease.inode_dev)) {
+    return Status(Code::kInvalidArgument, what + "the fd is not this lease's memfd (inode " +
+                                              std::to_string(st.st_ino) + ", journalled " +
+                                              std::to_string(lease.inode) + ")");
+  }
+  if (static_cast<uint64_t>(st.st_size) != lease.size_bytes) {
+    return Status(Code::kInvalidArgument, what + "the memfd is " + std::to_string(st.st_size) +
+                                              " bytes, the lease " +
+                                              std::to_string(lease.size_bytes));
+  }
+  int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0 || !(seals & F_SEAL_GROW)) {
+    return Status(Code::kInvalidArgument, what + "the fd is not a sealed cxlpool memfd");
+  }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<Backing>> AdoptMemfd(UniqueFd fd, const DurableLease& lease, bool pin) {
+  if (lease.size_bytes == 0) return Status(Code::kInvalidArgument, "lease size 0");
+  void* addr = ::mmap(nullptr, lease.size_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+  if (addr == MAP_FAILED) {
+    return Status::FromErrno(errno, "mmap of lease " + std::to_string(lease.id) + "'s memfd");
+  }
+  if (pin && ::mlock(addr, lease.size_bytes) != 0) {
+    CXLPOOL_LOG(kWarning) << "lease " << lease.id << ": mlock after adoption failed ("
+                          << std::strerror(errno) << "); the memory is kept, unpinned";
+  }
+  return std::unique_ptr<Backing>(new AdoptedMemfd(
+      std::move(fd), addr, lease.size_bytes, lease.page_size ? lease.page_size : 4096,
+      lease.backing.empty() ? std::string("memfd") : lease.backing));
+}
+
+std::unique_ptr<Backing> MakeAwaitedBacking(const DurableLease& lease) {
+  return std::make_unique<AwaitedMemory>(lease.size_bytes, lease.page_size ? lease.page_size : 4096,
+                                         lease.backing.empty() ? "memfd" : lease.backing);
+}
+
+}  // namespace cxlpool

@@ -1,0 +1,117 @@
+// Restart support of the lease manager: what a lease looks like on disk
+// (DurableLease), the durable side it is written to (LeaseStore: the journal
+// and, under systemd, the fd store), how the daemon looks at other processes
+// after a restart (ProcessProbe: alive? same process? still holding the
+// memfd?), and how a memfd handed back by a client is checked and adopted.
+//
+// The protocol: every grant is Put before its reply leaves; attach and
+// detach of a shared lease Put the new holder list; every free is a Delete.
+// After a restart the journalled leases come back as "awaiting" their
+// holders: a holder's RECLAIM (or the fd store) gives the memory back to the
+// daemon; a holder that died, or that provably no longer holds the memfd, is
+// struck off. See docs/daemon.md, "Restart without losing a lease".
+//
+// Thread safety: LeaseStore and ProcessProbe implementations are used from
+// the event-loop thread only; the free functions are reentrant.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cxlpool/common/status.h"
+#include "cxlpool/common/unique_fd.h"
+#include "pool/backing.h"
+
+namespace cxlpool {
+
+// One process that holds (a reference to) a lease: pid plus its start time
+// (/proc/<pid>/stat field 22), so a reused pid is not mistaken for it.
+struct HolderId {
+  pid_t pid = -1;
+  uint64_t start_time = 0;  // 0: unknown (then the pid alone is trusted)
+  bool operator==(const HolderId& o) const { return pid == o.pid && start_time == o.start_time; }
+};
+
+// What the journal keeps of a lease.
+struct DurableLease {
+  uint64_t id = 0;
+  uint64_t size_bytes = 0;
+  uint64_t requested_bytes = 0;
+  uint64_t page_size = 0;
+  int numa_node = -1;
+  std::string pool;
+  std::string kind;
+  std::string backing;  // "memfd", "memfd-thp", "hugetlb-2m", "devdax"
+  std::string label;
+  std::string name;
+  pid_t owner_pid = -1;
+  uid_t owner_uid = 0;
+  gid_t owner_gid = 0;
+  uint64_t owner_start_time = 0;
+  std::string owner_comm;
+  std::string owner_cgroup;
+  std::vector<uint32_t> acl_uids;
+  std::vector<uint32_t> acl_gids;
+  int64_t created_unix = 0;
+  uint64_t inode = 0;             // fstat st_ino of the memfd
+  uint64_t inode_dev = 0;         // fstat st_dev of the memfd
+  std::vector<HolderId> holders;  // every process holding a reference
+};
+
+// The durable side. Errors are IO-like Statuses with the path in them.
+class LeaseStore {
+ public:
+  virtual ~LeaseStore() = default;
+  // Ids below `next_id` are taken; called before any of them is granted.
+  virtual Status ReserveIds(uint64_t next_id) = 0;
+  // Records a lease (new, or its holders changed). `fd` >= 0 only for a new
+  // lease: the store may keep a duplicate (systemd's fd store).
+  virtual Status Put(const DurableLease& lease, int fd) = 0;
+  // The lease ended (released, revoked, dropped).
+  virtual Status Delete(uint64_t id) = 0;
+};
+
+enum class Holding { kYes, kNo, kUnknown };
+
+// How the daemon looks at other processes. The real one reads /proc.
+class ProcessProbe {
+ public:
+  virtual ~ProcessProbe() = default;
+  // The process's start time, or nullopt if there is no such process.
+  virtual std::optional<uint64_t> StartTime(pid_t pid) const = 0;
+  // Does `pid` hold the file (dev, ino) as an open fd or a mapping?
+  // kUnknown when its /proc entries cannot be read (other uid, no root).
+  virtual Holding HoldsFile(pid_t pid, uint64_t dev, uint64_t ino) const = 0;
+  // A pidfd (readable once the process exits), or an invalid fd.
+  virtual UniqueFd OpenPidfd(pid_t pid) const = 0;
+};
+
+// /proc-backed probe (pidfd_open(2) for OpenPidfd).
+std::unique_ptr<ProcessProbe> MakeProcProbe();
+
+// Field 22 (starttime) of a /proc/<pid>/stat text; nullopt when garbled.
+std::optional<uint64_t> ParseStatStartTime(const std::string& stat_text);
+
+// True if `holder` is still the same live process.
+bool HolderAlive(const ProcessProbe& probe, const HolderId& holder);
+
+// Checks that `fd` is the memfd of `lease`: a regular file with the
+// journalled inode (and device when known), exactly size_bytes long, sealed
+// against growing. INVALID_ARGUMENT names what does not match.
+Status CheckLeaseFd(int fd, const DurableLease& lease);
+
+// Takes a checked memfd back: maps it MAP_SHARED in the daemon and, when
+// `pin`, mlocks it (a failed mlock is logged, not fatal: the memory exists).
+// The backing's Reclaim truncates, unmaps and closes, like a built one.
+Result<std::unique_ptr<Backing>> AdoptMemfd(UniqueFd fd, const DurableLease& lease, bool pin);
+
+// Stands in for the memory of a journalled lease nobody has handed back yet:
+// no fd (-1), the journalled kind and page size; Reclaim does nothing.
+std::unique_ptr<Backing> MakeAwaitedBacking(const DurableLease& lease);
+
+}  // namespace cxlpool

@@ -1,0 +1,178 @@
+#include "recovery.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "cxlpool/common/log.h"
+#include "cxlpool/common/strings.h"
+
+namespace cxlpool {
+
+std::string ChooseStateDir(const StateDirChoice& c) {
+  if (!c.flag.empty()) return c.flag;
+  if (!c.config.empty()) return c.config;
+  if (c.state_directory_env != nullptr && c.state_directory_env[0] == '/') {
+    std::string env = c.state_directory_env;
+    return env.substr(0, env.find(':'));
+  }
+  if (c.socket_from_flag) return "";
+  return c.fallback;
+}
+
+journal::LeaseRecord ToRecord(const DurableLease& d) {
+  journal::LeaseRecord r;
+  r.set_id(d.id);
+  r.set_size_bytes(d.size_bytes);
+  r.set_requested_bytes(d.requested_bytes);
+  r.set_numa_node(d.numa_node);
+  r.set_pool(d.pool);
+  r.set_backing(d.backing);
+  r.set_page_size(d.page_size);
+  r.set_owner_pid(static_cast<uint32_t>(d.owner_pid));
+  r.set_owner_uid(d.owner_uid);
+  r.set_owner_gid(d.owner_gid);
+  r.set_owner_start_time(d.owner_start_time);
+  r.set_owner_comm(d.owner_comm);
+  r.set_owner_cgroup(d.owner_cgroup);
+  r.set_label(d.label);
+  r.set_name(d.name);
+  for (uint32_t u : d.acl_uids) r.add_acl_uids(u);
+  for (uint32_t g : d.acl_gids) r.add_acl_gids(g);
+  r.set_created_unix(d.created_unix);
+  r.set_kind(d.kind);
+  r.set_inode(d.inode);
+  r.set_inode_dev(d.inode_dev);
+  for (const HolderId& h : d.holders) {
+    journal::Holder* x = r.add_holders();
+    x->set_pid(static_cast<uint32_t>(h.pid));
+    x->set_start_time(h.start_time);
+  }
+  return r;
+}
+
+DurableLease FromRecord(const journal::LeaseRecord& r) {
+  DurableLease d;
+  d.id = r.id();
+  d.size_bytes = r.size_bytes();
+  d.requested_bytes = r.requested_bytes();
+  d.numa_node = r.numa_node();
+  d.pool = r.pool();
+  d.backing = r.backing();
+  d.page_size = r.page_size();
+  d.owner_pid = static_cast<pid_t>(r.owner_pid());
+  d.owner_uid = r.owner_uid();
+  d.owner_gid = r.owner_gid();
+  d.owner_start_time = r.owner_start_time();
+  d.owner_comm = r.owner_comm();
+  d.owner_cgroup = r.owner_cgroup();
+  d.label = r.label();
+  d.name = r.name();
+  d.acl_uids.assign(r.acl_uids().begin(), r.acl_uids().end());
+  d.acl_gids.assign(r.acl_gids().begin(), r.acl_gids().end());
+  d.created_unix = r.created_unix();
+  d.kind = r.kind();
+  d.inode = r.inode();
+  d.inode_dev = r.inode_dev();
+  for (const auto& h : r.holders()) {
+    d.holders.push_back(HolderId{static_cast<pid_t>(h.pid()), h.start_time()});
+  }
+  return d;
+}
+
+std::map<uint64_t, UniqueFd> TakeLeaseFds(std::vector<InheritedFd>* fds) {
+  std::map<uint64_t, UniqueFd> out;
+  std::vector<InheritedFd> rest;
+  for (InheritedFd& f : *fds) {
+    if (!StartsWith(f.name, "lease-")) {
+      rest.push_back(std::move(f));
+      continue;
+    }
+    auto id = ParseU64(std::string_view(f.name).substr(6));
+    if (!id || *id == 0) {
+      CXLPOOL_LOG(kWarning) << "inherited fd named '" << f.name << "' is not a lease; closed";
+      continue;
+    }
+    if (out.count(*id)) {
+      CXLPOOL_LOG(kWarning) << "inherited fd " << f.name << " twice; the second closed";
+      continue;
+    }
+    out[*id] = std::move(f.fd);
+  }
+  *fds = std::move(rest);
+  return out;
+}
+
+Result<std::unique_ptr<JournalStore>> JournalStore::Open(const std::string& dir,
+                                                         Notifier* notifier) {
+  if (dir.empty() || dir[0] != '/') {
+    return Status(Code::kInvalidArgument,
+                  "state directory must be an absolute path: '" + dir + "'");
+  }
+  // mkdir -p with 0700 for the last component (the parents usually exist).
+  for (size_t pos = 1; pos != std::string::npos;) {
+    pos = dir.find('/', pos + 1);
+    std::string part = dir.substr(0, pos);
+    if (::mkdir(part.c_str(), pos == std::string::npos ? 0700 : 0755) != 0 && errno != EEXIST) {
+      return Status::FromErrno(errno, "create state directory " + part);
+    }
+  }
+  std::string lock_path = dir + "/lock";
+  UniqueFd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock.valid()) return Status::FromErrno(errno, "open " + lock_path);
+  if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) {
+      return Status(Code::kAlreadyExists, "another cxlpoold holds " + lock_path +
+                                              " (one daemon per state directory; use --state-dir)");
+    }
+    return Status::FromErrno(errno, "flock " + lock_path);
+  }
+  auto j = LeaseJournal::Open(dir);
+  if (!j.ok()) return j.status();
+  return std::unique_ptr<JournalStore>(new JournalStore(std::move(*j), std::move(lock), notifier));
+}
+
+std::vector<DurableLease> JournalStore::JournalledLeases() const {
+  std::vector<DurableLease> out;
+  for (const auto& [id, rec] : journal_.state().leases) out.push_back(FromRecord(rec));
+  return out;
+}
+
+Status JournalStore::ReserveIds(uint64_t next_id) { return journal_.ReserveIds(next_id); }
+
+Status JournalStore::Put(const DurableLease& lease, int fd) {
+  CXLPOOL_RETURN_IF_ERROR(journal_.Put(ToRecord(lease)));
+  if (fd >= 0 && fd_store()) {
+    Status st = notifier_->StoreFd(fd, "lease-" + std::to_string(lease.id));
+    if (!st.ok()) {
+      // The journal still has it: clients can reclaim it after a restart.
+      CXLPOOL_LOG(kWarning) << "fd store: lease " << lease.id << ": " << st.ToString();
+    }
+  }
+  return Status::Ok();
+}
+
+Status JournalStore::Delete(uint64_t id) {
+  Status st = journal_.Delete(id);
+  if (fd_store()) ForgetStoredFd(id);
+  if (st.ok()) {
+    Status c = journal_.MaybeCompact();
+    if (!c.ok()) {
+      CXLPOOL_LOG(kWarning) << "journal compaction: " << c.ToString();
+    }
+  }
+  return st;
+}
+
+void JournalStore::ForgetStoredFd(uint64_t id) {
+  if (!fd_store()) return;
+  Status st = notifier_->RemoveFd("lease-" + std::to_string(id));
+  if (!st.ok()) {
+    CXLPOOL_LOG(kWarning) << "fd store: remove lease-" << id << ": " << st.ToString();
+  }
+}
+
+}  // namespace cxlpool
