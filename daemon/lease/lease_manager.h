@@ -202,7 +202,8 @@ class LeaseManager {
   // A client hands its leases back after a restart. Each is accepted when
   // the lease is journalled (awaiting or live), the caller may hold it
   // (owner uid, ACL, root), and the fd is that lease's memfd; it is then
-  // held by `conn` (one reference). Accepted at any time, not only in grace.
+  // held by `conn` (one reference per item: a lease attached twice on one
+  // connection is listed twice). Accepted at any time, not only in grace.
   ReclaimOutcome Reclaim(ConnId conn, std::vector<ReclaimItem> items);
   // SIGTERM with restart support: forget every lease WITHOUT freeing its
   // memory or journalling its end, so the clients keep their mappings and

@@ -7,7 +7,6 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <set>
 
 #include "cxlpool/common/log.h"
 #include "cxlpool/common/strings.h"
@@ -373,7 +372,6 @@ void LeaseManager::WatchHolder(const HolderId& h) {
 LeaseManager::ReclaimOutcome LeaseManager::Reclaim(ConnId conn, std::vector<ReclaimItem> items) {
   ReclaimOutcome out;
   auto c = conns_.find(conn);
-  std::set<uint64_t> seen;
   for (ReclaimItem& item : items) {
     const uint64_t id = item.id;
     auto reject = [&](const std::string& why) {
@@ -385,10 +383,6 @@ LeaseManager::ReclaimOutcome LeaseManager::Reclaim(ConnId conn, std::vector<Recl
       continue;
     }
     const CallerInfo& who = c->second.caller;
-    if (!seen.insert(id).second) {
-      reject("lease " + std::to_string(id) + " listed twice");
-      continue;
-    }
     auto it = leases_.find(id);
     if (it == leases_.end()) {
       reject(revoked_.count(id) ? "lease " + std::to_string(id) + " was revoked by an admin"
@@ -402,10 +396,6 @@ LeaseManager::ReclaimOutcome LeaseManager::Reclaim(ConnId conn, std::vector<Recl
     if (!MayHold(d, who)) {
       reject("uid " + std::to_string(who.uid) + " may not hold lease " + std::to_string(id) +
              " (owner uid " + std::to_string(l.owner.uid) + ", not in its ACL)");
-      continue;
-    }
-    if (l.holders.count(conn)) {
-      reject("lease " + std::to_string(id) + " is already held by this connection");
       continue;
     }
     if (item.size_bytes != l.size) {
