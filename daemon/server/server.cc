@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <google/protobuf/stubs/logging.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -797,8 +799,33 @@ Status Server::Impl::MarkHelloDone(ConnectionId id, uint32_t version) {
 
 // ---- Server ------------------------------------------------------------------
 
+namespace {
+
+// Protobuf logs one line per undecodable string field it meets; a hostile
+// client could flood the journal with them. Route them through our log, at
+// most one line per second (the client already gets an error reply).
+void RateLimitedProtobufLog(google::protobuf::LogLevel level, const char* filename, int line,
+                            const std::string& message) {
+  static std::atomic<int64_t> last_ns{0};
+  static std::atomic<uint64_t> dropped{0};
+  (void)level;
+  int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                    std::chrono::steady_clock::now().time_since_epoch())
+                    .count();
+  int64_t prev = last_ns.load();
+  if (now - prev < 1'000'000'000 || !last_ns.compare_exchange_strong(prev, now)) {
+    ++dropped;
+    return;
+  }
+  CXLPOOL_LOG(kWarning) << "protobuf " << filename << ":" << line << ": " << message << " ("
+                        << dropped.exchange(0) << " similar lines dropped)";
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Server>> Server::Create(asio::io_context& io, ServerOptions options,
                                                RequestHandler* handler) {
+  google::protobuf::SetLogHandler(&RateLimitedProtobufLog);
   auto impl = std::make_shared<Impl>(io, std::move(options), handler);
   CXLPOOL_RETURN_IF_ERROR(impl->Init());
   return std::unique_ptr<Server>(new Server(std::move(impl)));
