@@ -1,6 +1,8 @@
 #include "client_core.h"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -8,10 +10,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "cxlpool/common/log.h"
 #include "cxlpool/proto/codec.h"
@@ -23,6 +27,31 @@ namespace {
 // after hello wait as long as the daemon needs (prefaulting large leases).
 constexpr int kHelloTimeoutMs = 30000;
 constexpr char kSystemSocket[] = "/run/cxlpool/cxlpool.sock";
+// How long a reconnect may keep trying (CXLPOOL_RECONNECT_TIMEOUT_MS).
+constexpr int kReconnectTimeoutMs = 60000;
+constexpr int kMaxBackoffMs = 1000;
+
+int ReconnectTimeoutMs() {
+  const char* e = std::getenv("CXLPOOL_RECONNECT_TIMEOUT_MS");
+  if (e == nullptr || *e == '\0') return kReconnectTimeoutMs;
+  char* end = nullptr;
+  long v = std::strtol(e, &end, 10);
+  if (end == e || *end != '\0' || v < 0 || v > 3600000) return kReconnectTimeoutMs;
+  return static_cast<int>(v);
+}
+
+// The connection is gone (the daemon died or restarted), as opposed to a
+// request the daemon refused or a protocol violation.
+bool ConnectionLost(const Status& s) {
+  return s.code() == Code::kUnavailable || s.code() == Code::kIo;
+}
+
+// The daemon is in its post-restart grace period: try again shortly.
+bool DaemonRestarting(const Status& s) {
+  return s.code() == Code::kUnavailable && s.message().rfind("daemon restarting", 0) == 0;
+}
+
+Result<UniqueFd> ConnectSocket(const std::string& path);
 
 Status ConnectError(int err, const std::string& path) {
   switch (err) {
@@ -89,7 +118,8 @@ LeaseInfo FromProto(const proto::LeaseInfo& p) {
 
 // ---------------------------------------------------------------- ClientCore
 
-Result<std::shared_ptr<ClientCore>> ClientCore::Connect(const std::string& path) {
+namespace {
+Result<UniqueFd> ConnectSocket(const std::string& path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.empty()) return Status(Code::kInvalidArgument, "empty socket path");
@@ -106,7 +136,25 @@ Result<std::shared_ptr<ClientCore>> ClientCore::Connect(const std::string& path)
     rc = ::connect(sock.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
   } while (rc != 0 && errno == EINTR);
   if (rc != 0) return ConnectError(errno, path);
-  return FromSocket(std::move(sock), path);
+  return sock;
+}
+}  // namespace
+
+Result<std::shared_ptr<ClientCore>> ClientCore::Connect(const std::string& path) {
+  Result<UniqueFd> sock = ConnectSocket(path);
+  if (!sock.ok()) return sock.status();
+  Result<std::shared_ptr<ClientCore>> core = FromSocket(std::move(*sock), path);
+  if (core.ok()) (*core)->socket_path_ = path;
+  return core;
+}
+
+ClientCore::~ClientCore() {
+  stopping_.store(true);
+  if (stop_fd_.valid()) {
+    uint64_t one = 1;
+    (void)!::write(stop_fd_.get(), &one, sizeof one);
+  }
+  if (watcher_.joinable()) watcher_.join();
 }
 
 Result<std::shared_ptr<ClientCore>> ClientCore::FromSocket(UniqueFd sock, const std::string& peer) {
@@ -128,6 +176,10 @@ Status ClientCore::Broken(Status s) {
 
 Status ClientCore::Hello() {
   std::lock_guard<std::mutex> lock(mu_);
+  return HelloLocked();
+}
+
+Status ClientCore::HelloLocked() {
   proto::HelloRequest req;
   req.set_min_version(wire::kMinWireVersion);
   req.set_max_version(wire::kMaxWireVersion);
@@ -156,6 +208,7 @@ Status ClientCore::Hello() {
   }
   version_ = reply.version();
   server_version_ = reply.server_version();
+  instance_id_ = reply.instance_id();
   if (reply.max_frame_bytes() > 0) {
     max_payload_bytes_ = static_cast<uint32_t>(
         std::min<uint64_t>(reply.max_frame_bytes(), wire::kHardMaxFrameBytes));
@@ -245,15 +298,24 @@ Result<std::unique_ptr<LeaseState>> ClientCore::MapReply(wire::Frame frame,
 
 Result<std::unique_ptr<LeaseState>> ClientCore::Allocate(const proto::AllocRequest& req) {
   std::unique_ptr<LeaseState> lease;
-  {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(ReconnectTimeoutMs());
+  for (int backoff_ms = 5;; backoff_ms = std::min(backoff_ms * 2, kMaxBackoffMs)) {
     std::lock_guard<std::mutex> lock(mu_);
-    Result<wire::Frame> frame = CallMessage(req);
+    Result<wire::Frame> frame = CallMessageRecovering(req);
     if (!frame.ok()) return frame.status();
     proto::AllocReply reply;
-    CXLPOOL_RETURN_IF_ERROR(wire::DecodeReply(*frame, &reply));
+    Status st = wire::DecodeReply(*frame, &reply);
+    if (DaemonRestarting(st) && !socket_path_.empty() &&
+        std::chrono::steady_clock::now() < deadline) {
+      if (!Nap(backoff_ms)) return st;
+      continue;  // the grace period after a restart: ask again
+    }
+    CXLPOOL_RETURN_IF_ERROR(st);
     Result<std::unique_ptr<LeaseState>> l = MapReply(std::move(*frame), reply.lease());
     if (!l.ok()) return l.status();
     lease = std::move(*l);
+    break;
   }
   Track(lease.get());
   return lease;
@@ -261,34 +323,295 @@ Result<std::unique_ptr<LeaseState>> ClientCore::Allocate(const proto::AllocReque
 
 Result<std::unique_ptr<LeaseState>> ClientCore::Attach(const std::string& name) {
   std::unique_ptr<LeaseState> lease;
-  {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(ReconnectTimeoutMs());
+  for (int backoff_ms = 5;; backoff_ms = std::min(backoff_ms * 2, kMaxBackoffMs)) {
     std::lock_guard<std::mutex> lock(mu_);
     proto::AttachRequest req;
     req.set_name(name);
-    Result<wire::Frame> frame = CallMessage(req);
+    Result<wire::Frame> frame = CallMessageRecovering(req);
     if (!frame.ok()) return frame.status();
     proto::AttachReply reply;
-    CXLPOOL_RETURN_IF_ERROR(wire::DecodeReply(*frame, &reply));
+    Status st = wire::DecodeReply(*frame, &reply);
+    if (DaemonRestarting(st) && !socket_path_.empty() &&
+        std::chrono::steady_clock::now() < deadline) {
+      if (!Nap(backoff_ms)) return st;
+      continue;
+    }
+    CXLPOOL_RETURN_IF_ERROR(st);
     Result<std::unique_ptr<LeaseState>> l = MapReply(std::move(*frame), reply.lease());
     if (!l.ok()) return l.status();
     lease = std::move(*l);
+    break;
   }
   Track(lease.get());
   return lease;
 }
 
-Status ClientCore::Release(uint64_t lease_id) {
+Status ClientCore::Release(uint64_t lease_id, int fd, uint64_t size) {
   std::lock_guard<std::mutex> lock(mu_);
   proto::ReleaseRequest req;
   req.set_lease_id(lease_id);
   Result<wire::Frame> frame = CallMessage(req);
+  if (!frame.ok() && !socket_path_.empty() && ConnectionLost(frame.status()) && fd >= 0) {
+    // The lease is no longer tracked, so the reconnect did not hand it back:
+    // do it now, alone, so the new daemon can free it.
+    CXLPOOL_RETURN_IF_ERROR(ReconnectLocked());
+    proto::ReclaimRequest rr;
+    proto::LeaseInfo* info = rr.add_leases();
+    info->set_id(lease_id);
+    info->set_size_bytes(size);
+    Result<std::string> payload = wire::Encode(rr, max_payload_bytes_);
+    if (!payload.ok()) return payload.status();
+    if (broken_.ok()) {
+      const uint64_t id = next_request_id_++;
+      const int one_fd[1] = {fd};
+      Status s = wire::SendFrame(sock_.get(), proto::MSG_RECLAIM_REQUEST, id, *payload, one_fd);
+      if (!s.ok()) return Broken(s);
+      // Read the reply like Call does (events on the way).
+      for (;;) {
+        Result<wire::FrameReader::Progress> p = reader_.Read(sock_.get(), -1);
+        if (!p.ok()) return Broken(p.status());
+        if (*p == wire::FrameReader::Progress::kEof) {
+          return Broken(Status(Code::kUnavailable, "cxlpoold closed the connection"));
+        }
+        if (*p != wire::FrameReader::Progress::kFrame) continue;
+        wire::Frame f = reader_.TakeFrame();
+        if (f.type() == proto::MSG_LEASE_EVENT && f.request_id() == 0) {
+          HandleEvent(f);
+          continue;
+        }
+        proto::ReclaimReply rep;
+        Status d = wire::DecodeReply(f, &rep);
+        if (!d.ok() || rep.accepted_size() != 1) return Status::Ok();  // gone already
+        break;
+      }
+    }
+    frame = CallMessage(req);
+  }
   if (!frame.ok()) return frame.status();
   proto::ReleaseReply reply;
   return wire::DecodeReply(*frame, &reply);
 }
 
+Status ClientCore::Reconnect() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ReconnectLocked();
+}
+
+bool ClientCore::Nap(int ms) {
+  if (stopping_.load()) return false;
+  if (!stop_fd_.valid()) {
+    ::usleep(static_cast<useconds_t>(ms) * 1000);
+    return !stopping_.load();
+  }
+  pollfd p{stop_fd_.get(), POLLIN, 0};
+  int r = ::poll(&p, 1, ms);
+  return r == 0 && !stopping_.load();
+}
+
+Status ClientCore::ReconnectLocked() {
+  if (socket_path_.empty()) {
+    return broken_.ok() ? Status(Code::kUnavailable, "this connection cannot be re-established")
+                        : broken_;
+  }
+  const int limit_ms = ReconnectTimeoutMs();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(limit_ms);
+  int backoff_ms = 5;
+  Status last;
+  const std::string old_instance = instance_id_;
+  for (;;) {
+    Result<UniqueFd> sock = ConnectSocket(socket_path_);
+    if (sock.ok()) {
+      sock_ = std::move(*sock);
+      broken_ = Status::Ok();
+      reader_ = wire::FrameReader();
+      last = HelloLocked();
+      if (last.ok()) break;
+    } else {
+      last = sock.status();
+    }
+    if (std::chrono::steady_clock::now() >= deadline || !Nap(backoff_ms)) {
+      broken_ =
+          Status(Code::kUnavailable, "cxlpoold at " + socket_path_ + " did not come back within " +
+                                         std::to_string(limit_ms) + " ms: " + last.message());
+      sock_.Reset();
+      return broken_;
+    }
+    backoff_ms = std::min(backoff_ms * 2, kMaxBackoffMs);
+  }
+  ++generation_;
+  reconnects_.fetch_add(1);
+  CXLPOOL_LOG(kInfo) << "reconnected to cxlpoold at " << socket_path_
+                     << (old_instance != instance_id_ ? " (a new daemon instance)" : "");
+  return ReclaimLocked();
+}
+
+Status ClientCore::ReclaimLocked() {
+  struct Item {
+    uint64_t id;
+    uint64_t size;
+    UniqueFd fd;
+  };
+  std::vector<Item> items;
+  {
+    std::lock_guard<std::mutex> lock(leases_mu_);
+    for (const auto& [id, lease] : leases_) {
+      if (lease->revoked() || lease->fd() < 0) continue;
+      UniqueFd dup(::fcntl(lease->fd(), F_DUPFD_CLOEXEC, 0));
+      if (!dup.valid()) return Status::FromErrno(errno, "dup lease fd for reclaim");
+      items.push_back(Item{id, lease->size(), std::move(dup)});
+    }
+  }
+  size_t accepted = 0;
+  for (size_t at = 0; at < items.size(); at += wire::kDefaultMaxFdsPerFrame) {
+    size_t end = std::min(items.size(), at + wire::kDefaultMaxFdsPerFrame);
+    proto::ReclaimRequest rr;
+    std::vector<int> fds;
+    for (size_t i = at; i < end; ++i) {
+      proto::LeaseInfo* info = rr.add_leases();
+      info->set_id(items[i].id);
+      info->set_size_bytes(items[i].size);
+      fds.push_back(items[i].fd.get());
+    }
+    Result<std::string> payload = wire::Encode(rr, max_payload_bytes_);
+    if (!payload.ok()) return payload.status();
+    if (!broken_.ok()) return broken_;
+    const uint64_t id = next_request_id_++;
+    Status s = wire::SendFrame(sock_.get(), proto::MSG_RECLAIM_REQUEST, id, *payload, fds);
+    if (!s.ok()) return Broken(s);
+    proto::ReclaimReply rep;
+    for (;;) {
+      Result<wire::FrameReader::Progress> p = reader_.Read(sock_.get(), -1);
+      if (!p.ok()) return Broken(p.status());
+      if (*p == wire::FrameReader::Progress::kEof) {
+        return Broken(Status(Code::kUnavailable, "cxlpoold closed the connection"));
+      }
+      if (*p != wire::FrameReader::Progress::kFrame) continue;
+      wire::Frame f = reader_.TakeFrame();
+      if (f.type() == proto::MSG_LEASE_EVENT && f.request_id() == 0) {
+        HandleEvent(f);
+        continue;
+      }
+      if (f.request_id() != id) {
+        return Broken(Status(Code::kProtocol,
+                             "reclaim reply carries request id " + std::to_string(f.request_id())));
+      }
+      Status d = wire::DecodeReply(f, &rep);
+      if (!d.ok()) {
+        // The whole frame refused: every lease in it is lost to us.
+        for (size_t i = at; i < end; ++i) rep.add_rejected(items[i].id);
+        CXLPOOL_LOG(kWarning) << "reclaim refused: " << d.ToString();
+      }
+      break;
+    }
+    accepted += static_cast<size_t>(rep.accepted_size());
+    std::lock_guard<std::mutex> lock(leases_mu_);
+    for (int i = 0; i < rep.rejected_size(); ++i) {
+      uint64_t lid = rep.rejected(i);
+      auto [b, e] = leases_.equal_range(lid);
+      for (auto it = b; it != e; ++it) it->second->MarkRevoked();
+      CXLPOOL_LOG(kWarning) << "lease " << lid << " was not taken back by the restarted cxlpoold"
+                            << (i < rep.rejected_reasons_size() ? ": " + rep.rejected_reasons(i)
+                                                                : std::string())
+                            << "; it is marked revoked";
+    }
+  }
+  if (!items.empty()) {
+    CXLPOOL_LOG(kInfo) << "handed " << accepted << " of " << items.size()
+                       << " leases back to cxlpoold";
+  }
+  return Status::Ok();
+}
+
+Result<wire::Frame> ClientCore::CallRecovering(proto::MsgType type, const std::string& payload) {
+  Result<wire::Frame> f = Call(type, payload);
+  if (f.ok() || socket_path_.empty() || !ConnectionLost(f.status())) return f;
+  CXLPOOL_RETURN_IF_ERROR(ReconnectLocked());
+  return Call(type, payload);
+}
+
+template <typename Req>
+Result<wire::Frame> ClientCore::CallMessageRecovering(const Req& req) {
+  Result<std::string> payload = wire::Encode(req, max_payload_bytes_);
+  if (!payload.ok()) return payload.status();
+  return CallRecovering(wire::TypeOf<Req>(), *payload);
+}
+
+void ClientCore::StartWatcher() {
+  std::lock_guard<std::mutex> lock(watcher_mu_);
+  if (watcher_.joinable() || socket_path_.empty() || stopping_.load()) return;
+  stop_fd_.Reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!stop_fd_.valid()) {
+    CXLPOOL_LOG(kWarning) << "no restart watcher (eventfd: " << std::strerror(errno)
+                          << "); a restart is noticed at the next call";
+    return;
+  }
+  watcher_ = std::thread([this] { WatchLoop(); });
+}
+
+void ClientCore::WatchLoop() {
+  uint64_t gen = ~0ull;
+  UniqueFd watched;  // a dup of the socket: poll never sees a reused number
+  while (!stopping_.load()) {
+    bool reconnect = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (gen != generation_ || !watched.valid()) {
+        watched.Reset(sock_.valid() ? ::fcntl(sock_.get(), F_DUPFD_CLOEXEC, 0) : -1);
+        gen = generation_;
+      }
+      reconnect = !broken_.ok() && ConnectionLost(broken_);
+    }
+    if (reconnect || !watched.valid()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_.load()) return;
+      Status s = ReconnectLocked();
+      if (!s.ok()) {
+        CXLPOOL_LOG(kWarning) << "restart watcher: " << s.ToString();
+        if (!Nap(kMaxBackoffMs)) return;
+      }
+      watched.Reset();
+      continue;
+    }
+    pollfd p[2] = {{watched.get(), POLLIN | POLLRDHUP, 0}, {stop_fd_.get(), POLLIN, 0}};
+    int r = ::poll(p, 2, -1);
+    if (r < 0 && errno != EINTR) return;
+    if (stopping_.load() || (p[1].revents & POLLIN)) return;
+    if (p[0].revents == 0) continue;
+    std::lock_guard<std::mutex> lock(mu_);
+    if (gen != generation_) continue;  // a call reconnected meanwhile
+    if (!broken_.ok()) continue;       // handled at the top
+    // Drain what is there: lease events, or the EOF of a daemon that went.
+    for (;;) {
+      Result<wire::FrameReader::Progress> pr = reader_.Read(sock_.get(), 0);
+      if (!pr.ok()) {
+        (void)Broken(pr.status());
+        break;
+      }
+      if (*pr == wire::FrameReader::Progress::kWouldBlock) break;
+      if (*pr == wire::FrameReader::Progress::kEof) {
+        (void)Broken(Status(Code::kUnavailable, "cxlpoold closed the connection"));
+        break;
+      }
+      if (*pr != wire::FrameReader::Progress::kFrame) continue;
+      wire::Frame frame = reader_.TakeFrame();
+      if (frame.type() == proto::MSG_LEASE_EVENT && frame.request_id() == 0) {
+        HandleEvent(frame);
+      } else {
+        (void)Broken(Status(Code::kProtocol, "unsolicited " + wire::MsgTypeName(frame.header.type) +
+                                                 " with no request pending"));
+        break;
+      }
+    }
+  }
+}
+
 Result<int> ClientCore::ProcessEvents() {
   std::lock_guard<std::mutex> lock(mu_);
+  if (!broken_.ok() && !socket_path_.empty() && ConnectionLost(broken_)) {
+    CXLPOOL_RETURN_IF_ERROR(ReconnectLocked());
+  }
   if (!broken_.ok()) return broken_;
   int handled = 0;
   for (;;) {
@@ -309,8 +632,11 @@ Result<int> ClientCore::ProcessEvents() {
 }
 
 void ClientCore::Track(LeaseState* lease) {
-  std::lock_guard<std::mutex> lock(leases_mu_);
-  leases_.emplace(lease->info().id, lease);
+  {
+    std::lock_guard<std::mutex> lock(leases_mu_);
+    leases_.emplace(lease->info().id, lease);
+  }
+  StartWatcher();
 }
 
 void ClientCore::Untrack(LeaseState* lease) {
@@ -386,12 +712,14 @@ Status LeaseState::Release() {
       CXLPOOL_LOG(kWarning) << "lease " << info_.id << ": " << s.ToString();
     }
   }
-  mapping_.Unmap();
+  // Untracked first: a reconnect on another thread must not hand back an
+  // fd that is about to close. The fd stays open until the daemon answered.
   core_->Untrack(this);
   if (revoked()) {
     result = Status(Code::kRevoked, "lease " + std::to_string(info_.id) + " was revoked");
   }
-  Status s = core_->Release(info_.id);
+  Status s = core_->Release(info_.id, revoked() ? -1 : mapping_.fd(), mapping_.size());
+  mapping_.Unmap();
   if (result.ok() && !s.ok()) result = s;
   core_.reset();
   return result;

@@ -6,6 +6,16 @@
 // server pushes (LeaseEvent) that arrive while waiting for a reply, or that
 // ProcessEvents drains, mark the affected leases revoked.
 //
+// Daemon restarts: a core made by Connect(path) reconnects when a call finds
+// the connection broken (EOF, EPIPE, ECONNRESET), or when its watcher thread
+// (one per core, started with the first lease, stopped in the destructor)
+// sees the daemon go. Reconnecting retries with backoff for a bounded time
+// ($CXLPOOL_RECONNECT_TIMEOUT_MS, default 60000), says hello, and hands every
+// live lease's fd back (RECLAIM); the interrupted call is then retried once.
+// Leases keep their fd and mapping throughout. A lease the new daemon
+// rejects is marked revoked and the reason logged. ALLOC/ATTACH refused
+// with "daemon restarting" (grace period) are retried within the same bound.
+//
 // LeaseState owns a lease's fd and mapping (Mapping) and its CUDA
 // registration, independent of the connection: it holds a shared_ptr to the
 // core only to send the release request, so the mapping survives a broken
@@ -23,6 +33,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "cuda_driver.h"
 #include "cxlpool.pb.h"
@@ -45,17 +56,25 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   static Result<std::shared_ptr<ClientCore>> Connect(const std::string& path);
   // Test and activation hook: an already-connected stream socket.
   static Result<std::shared_ptr<ClientCore>> FromSocket(UniqueFd sock, const std::string& peer);
+  ~ClientCore();  // stops the watcher thread
 
   // Sends an AllocRequest (private or named) and maps the reply's fd.
   Result<std::unique_ptr<LeaseState>> Allocate(const proto::AllocRequest& req);
   Result<std::unique_ptr<LeaseState>> Attach(const std::string& name);
-  // ReleaseRequest for one lease id.
-  Status Release(uint64_t lease_id);
+  // ReleaseRequest for one lease id. After a reconnect the lease (its `fd`
+  // and `size`) is handed back first, so the new daemon can free it.
+  Status Release(uint64_t lease_id, int fd, uint64_t size);
+  // Reconnects now (and reclaims every lease), even if the connection looks
+  // fine. UNAVAILABLE when the core was not made from a socket path or the
+  // daemon did not come back in time.
+  Status Reconnect();
   // Non-blocking drain of pushed events; the number handled.
   Result<int> ProcessEvents();
 
   uint32_t protocol_version() const { return version_; }
   const std::string& server_version() const { return server_version_; }
+  // Times a new connection was made and the leases handed back.
+  uint64_t reconnects() const { return reconnects_.load(); }
 
   void Track(LeaseState* lease);
   void Untrack(LeaseState* lease);
@@ -63,6 +82,18 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
  private:
   ClientCore(UniqueFd sock, std::string peer) : sock_(std::move(sock)), peer_(std::move(peer)) {}
   Status Hello();
+  Status HelloLocked();  // mu_ held
+  // mu_ held: a fresh connection, hello, RECLAIM of every live lease.
+  Status ReconnectLocked();
+  Status ReclaimLocked();
+  // mu_ held: Call, and once more after a reconnect if the connection was lost.
+  Result<wire::Frame> CallRecovering(proto::MsgType type, const std::string& payload);
+  template <typename Req>
+  Result<wire::Frame> CallMessageRecovering(const Req& req);
+  // Sleeps up to `ms`; false when the core is being destroyed.
+  bool Nap(int ms);
+  void StartWatcher();
+  void WatchLoop();
   // Sends one request and waits for the reply with the same request id,
   // handling events on the way. Any failure leaves the connection broken.
   Result<wire::Frame> Call(proto::MsgType type, const std::string& payload);
@@ -81,6 +112,15 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   uint32_t version_ = 0;
   std::string server_version_;
   uint32_t max_payload_bytes_ = wire::kDefaultMaxFrameBytes;
+  std::string socket_path_;  // empty: cannot reconnect (FromSocket)
+  std::string instance_id_;
+  uint64_t generation_ = 0;  // bumped by every reconnect
+  std::atomic<uint64_t> reconnects_{0};
+
+  std::mutex watcher_mu_;  // guards starting the watcher
+  std::thread watcher_;
+  UniqueFd stop_fd_;  // eventfd: written when the core is destroyed
+  std::atomic<bool> stopping_{false};
 
   std::mutex leases_mu_;
   std::multimap<uint64_t, LeaseState*> leases_;  // live leases by id
