@@ -229,9 +229,6 @@ int RunDaemon(const DaemonFlags& flags) {
   }
   RaiseMemlock(pinned);
 
-  boost::asio::io_context io;
-  LeaseManager leases(&topo, std::move(*pools), QuotaTable(cfg->quotas), io.get_executor(),
-                      workers.get_executor(), &SystemClock::Get());
   // Restart support: the journal in the state directory, the fd store.
   Notifier notifier;
   std::vector<InheritedFd> inherited = TakeListenFds();
@@ -267,13 +264,27 @@ int RunDaemon(const DaemonFlags& flags) {
     for (const auto& [id, fd] : stored) {
       if (!journalled.count(id)) store->ForgetStoredFd(id);
     }
+  } else {
+    CXLPOOL_LOG(kWarning) << "no state directory (--socket without --state-dir): leases will "
+                             "not survive a restart of this daemon";
+  }
+
+  boost::asio::io_context io;
+  LeaseManager leases(&topo, std::move(*pools), QuotaTable(cfg->quotas), io.get_executor(),
+                      workers.get_executor(), &SystemClock::Get());
+  // Leases survive every exit of this function (an error return as well as
+  // SIGTERM): destroyed before `leases`, this hands them over, never frees.
+  struct HandOverAtExit {
+    LeaseManager* leases;
+    ~HandOverAtExit() {
+      if (leases != nullptr) leases->HandOver();
+    }
+  } hand_over{store ? &leases : nullptr};
+  if (store) {
     leases.EnableRestart(store.get(), probe.get(), store->next_id());
     leases.Recover(store->JournalledLeases(), std::move(stored), grace);
     CXLPOOL_LOG(kInfo) << "lease journal: " << store->state().records_replayed
                        << " records replayed from " << state_dir << "/leases.journal";
-  } else {
-    CXLPOOL_LOG(kWarning) << "no state directory (--socket without --state-dir): leases will "
-                             "not survive a restart of this daemon";
   }
 
   // Tenants: priority reserves, and the live quota changes (cxlpoolctl quota

@@ -1,0 +1,406 @@
+// Restart support of the lease manager on a fake topology, with a fake
+// LeaseStore (what would be journalled) and a fake ProcessProbe (who is
+// alive, who holds which file): journalling of grants and frees, id
+// batches, a refused grant when the journal fails, recovery (dead holders
+// dropped, the rest awaiting, the grace period), RECLAIM checks, fd-store
+// adoption, and the helpers of daemon/recovery. Real memfds stand in for
+// lease memory.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "lease/restart.h"
+#include "recovery.h"
+#include "test_util.h"
+
+namespace cxlpool {
+namespace {
+
+using testing::Harness;
+using testing::TwoSocketCxl;
+
+class FakeStore final : public LeaseStore {
+ public:
+  Status ReserveIds(uint64_t next_id) override {
+    reserved.push_back(next_id);
+    return Status::Ok();
+  }
+  Status Put(const DurableLease& lease, int fd) override {
+    if (fail_puts) return Status(Code::kIo, "disk full");
+    leases[lease.id] = lease;
+    if (fd >= 0) stored_fds.insert(lease.id);
+    ++puts;
+    return Status::Ok();
+  }
+  Status Delete(uint64_t id) override {
+    leases.erase(id);
+    deleted.insert(id);
+    return Status::Ok();
+  }
+  std::map<uint64_t, DurableLease> leases;
+  std::set<uint64_t> stored_fds, deleted;
+  std::vector<uint64_t> reserved;
+  int puts = 0;
+  bool fail_puts = false;
+};
+
+class FakeProbe final : public ProcessProbe {
+ public:
+  std::optional<uint64_t> StartTime(pid_t pid) const override {
+    auto it = start.find(pid);
+    if (it == start.end()) return std::nullopt;
+    return it->second;
+  }
+  Holding HoldsFile(pid_t pid, uint64_t, uint64_t ino) const override {
+    auto it = holds.find({pid, ino});
+    return it == holds.end() ? Holding::kUnknown : it->second;
+  }
+  UniqueFd OpenPidfd(pid_t) const override { return UniqueFd(); }
+  std::map<pid_t, uint64_t> start;
+  std::map<std::pair<pid_t, uint64_t>, Holding> holds;
+};
+
+// A sealed memfd of `size` bytes and the journal record that matches it.
+struct TestMemfd {
+  UniqueFd fd;
+  DurableLease rec;
+};
+TestMemfd MakeMemfd(uint64_t id, uint64_t size, pid_t owner, uid_t uid = 1000) {
+  TestMemfd m;
+  m.fd.Reset(::memfd_create("cxlpool-test", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  CXLPOOL_CHECK(m.fd.valid());
+  CXLPOOL_CHECK(::ftruncate(m.fd.get(), static_cast<off_t>(size)) == 0);
+  CXLPOOL_CHECK(::fcntl(m.fd.get(), F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SEAL) == 0);
+  struct stat st {};
+  CXLPOOL_CHECK(::fstat(m.fd.get(), &st) == 0);
+  m.rec.id = id;
+  m.rec.size_bytes = size;
+  m.rec.requested_bytes = size;
+  m.rec.page_size = 4096;
+  m.rec.numa_node = 0;
+  m.rec.pool = "node0";
+  m.rec.kind = "dram";
+  m.rec.backing = "memfd";
+  m.rec.owner_pid = owner;
+  m.rec.owner_uid = uid;
+  m.rec.owner_gid = uid;
+  m.rec.owner_start_time = 77;
+  m.rec.inode = st.st_ino;
+  m.rec.inode_dev = st.st_dev;
+  m.rec.holders = {HolderId{owner, 77}};
+  return m;
+}
+
+UniqueFd Dup(const UniqueFd& fd) { return UniqueFd(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0)); }
+
+// The fakes outlive the manager (bases are destroyed after the derived part,
+// in reverse order: Harness, and its manager, first).
+struct Fakes {
+  FakeStore store;
+  FakeProbe probe;
+};
+struct RestartHarness : Fakes, Harness {
+  RestartHarness() : Harness(TwoSocketCxl()) { mgr->EnableRestart(&store, &probe, 1); }
+  // Connect as pid `pid` (start time 77, alive).
+  void ConnectPid(ConnId c, pid_t pid, uid_t uid = 1000) {
+    probe.start[pid] = 77;
+    CallerInfo ci;
+    ci.pid = pid;
+    ci.uid = uid;
+    ci.gid = uid;
+    ci.start_time = 77;
+    mgr->Connect(c, ci);
+  }
+};
+
+TEST(LeaseRestartTest, GrantsAreJournalledWithInodeAndHolderAndFreesDeleted) {
+  RestartHarness h;
+  h.ConnectPid(1, 500);
+  auto g = h.Alloc(1, 1 << 20, 0);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  uint64_t id = g->lease.id;
+  ASSERT_TRUE(h.store.leases.count(id));
+  const DurableLease& d = h.store.leases[id];
+  struct stat st {};
+  ASSERT_EQ(::fstat(g->fd, &st), 0);
+  EXPECT_EQ(d.inode, st.st_ino);
+  EXPECT_EQ(d.size_bytes, 1u << 20);
+  EXPECT_EQ(d.pool, "node0");
+  ASSERT_EQ(d.holders.size(), 1u);
+  EXPECT_EQ(d.holders[0].pid, 500);
+  EXPECT_EQ(d.holders[0].start_time, 77u);
+  EXPECT_TRUE(h.store.stored_fds.count(id));
+  // Ids are reserved ahead, in a batch.
+  ASSERT_FALSE(h.store.reserved.empty());
+  EXPECT_GT(h.store.reserved.front(), id);
+  ASSERT_TRUE(h.mgr->Release(1, id).ok());
+  EXPECT_TRUE(h.store.deleted.count(id));
+  EXPECT_FALSE(h.store.leases.count(id));
+}
+
+TEST(LeaseRestartTest, AGrantThatCannotBeJournalledIsRefusedAndFreed) {
+  RestartHarness h;
+  h.ConnectPid(1, 500);
+  h.store.fail_puts = true;
+  auto g = h.Alloc(1, 1 << 20, 0);
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.status().code(), Code::kUnavailable);
+  EXPECT_NE(g.status().message().find("journal"), std::string::npos);
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 0u);
+  EXPECT_EQ(h.mgr->Gauges()["live_leases"], 0u);
+}
+
+TEST(LeaseRestartTest, SharedLeaseJournalsEveryHolder) {
+  RestartHarness h;
+  h.ConnectPid(1, 500);
+  h.ConnectPid(2, 501);
+  AllocParams p;
+  p.size_bytes = 1 << 20;
+  p.numa_node = 0;
+  p.name = "weights";
+  p.acl_uids = {1000};
+  auto g = h.Alloc(1, p);
+  ASSERT_TRUE(g.ok());
+  ASSERT_TRUE(h.mgr->Attach(2, "weights").ok());
+  auto& holders = h.store.leases[g->lease.id].holders;
+  ASSERT_EQ(holders.size(), 2u);
+  h.mgr->Disconnect(1);  // the creator goes; the lease stays with 501
+  ASSERT_EQ(h.store.leases[g->lease.id].holders.size(), 1u);
+  EXPECT_EQ(h.store.leases[g->lease.id].holders[0].pid, 501);
+}
+
+TEST(LeaseRestartTest, RecoverDropsDeadOwnersAwaitsLiveOnesAndHoldsGrantsInGrace) {
+  RestartHarness h;
+  h.probe.start[600] = 77;  // alive; 601 is dead
+  TestMemfd live = MakeMemfd(10, 1 << 20, 600);
+  TestMemfd dead = MakeMemfd(11, 2 << 20, 601);
+  auto r = h.mgr->Recover({live.rec, dead.rec}, {}, std::chrono::seconds(60));
+  EXPECT_EQ(r.journalled, 2u);
+  EXPECT_EQ(r.awaiting, 1u);
+  EXPECT_EQ(r.dropped, 1u);
+  EXPECT_TRUE(h.store.deleted.count(11));
+  EXPECT_TRUE(h.mgr->in_grace());
+  // The awaited lease is accounted: its memory still exists in its holder.
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 1u << 20);
+  h.ConnectPid(1, 600);
+  // The handler refuses ALLOC and ATTACH with this while in grace.
+  Status refusal = h.mgr->GraceRefusal();
+  EXPECT_EQ(refusal.code(), Code::kUnavailable);
+  EXPECT_NE(refusal.message().find("daemon restarting: reclaim in progress, retry in"),
+            std::string::npos);
+
+  // Wrong fd, wrong size, wrong uid: rejected one by one.
+  TestMemfd other = MakeMemfd(10, 1 << 20, 600);
+  std::vector<LeaseManager::ReclaimItem> bad(3);
+  bad[0] = {10, 1 << 20, Dup(other.fd)};
+  bad[1] = {10, 4096, Dup(live.fd)};
+  bad[2] = {99, 4096, Dup(live.fd)};
+  auto out = h.mgr->Reclaim(1, std::move(bad));
+  EXPECT_TRUE(out.accepted.empty());
+  ASSERT_EQ(out.rejected.size(), 3u);
+  EXPECT_NE(out.rejected[0].second.find("not this lease's memfd"), std::string::npos);
+  EXPECT_NE(out.rejected[1].second.find("bytes"), std::string::npos);
+  EXPECT_NE(out.rejected[2].second.find("not journalled"), std::string::npos);
+  h.ConnectPid(2, 700, 2000);
+  std::vector<LeaseManager::ReclaimItem> foreign(1);
+  foreign[0] = {10, 1 << 20, Dup(live.fd)};
+  auto f = h.mgr->Reclaim(2, std::move(foreign));
+  ASSERT_EQ(f.rejected.size(), 1u);
+  EXPECT_NE(f.rejected[0].second.find("may not hold"), std::string::npos);
+  EXPECT_TRUE(h.mgr->in_grace());
+
+  // The right one: accepted, held by the connection, grace over.
+  std::vector<LeaseManager::ReclaimItem> good(1);
+  good[0] = {10, 1 << 20, Dup(live.fd)};
+  auto ok = h.mgr->Reclaim(1, std::move(good));
+  ASSERT_EQ(ok.accepted, std::vector<uint64_t>{10});
+  EXPECT_FALSE(h.mgr->in_grace());
+  EXPECT_TRUE(h.mgr->GraceRefusal().ok());
+  auto g = h.Alloc(1, 4096, 0);
+  ASSERT_TRUE(g.ok());
+  EXPECT_GT(g->lease.id, 11u);  // ids never go back
+  auto s = h.mgr->Stat(1, 10);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->holders, 1u);
+  EXPECT_EQ(s->owner.pid, 600);
+  // Releasing it frees the memory: the daemon truncates the memfd.
+  ASSERT_TRUE(h.mgr->Release(1, 10).ok());
+  struct stat st {};
+  ASSERT_EQ(::fstat(live.fd.get(), &st), 0);
+  EXPECT_EQ(st.st_size, 0);
+}
+
+TEST(LeaseRestartTest, StoredFdIsAdoptedWithoutReclaimAndNoGrace) {
+  RestartHarness h;
+  h.probe.start[600] = 77;
+  TestMemfd m = MakeMemfd(5, 1 << 20, 600);
+  std::map<uint64_t, UniqueFd> stored;
+  stored[5] = Dup(m.fd);
+  auto r = h.mgr->Recover({m.rec}, std::move(stored), std::chrono::seconds(60));
+  EXPECT_EQ(r.adopted, 1u);
+  EXPECT_EQ(r.awaiting, 0u);
+  EXPECT_FALSE(h.mgr->in_grace());
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 1u << 20);
+  // Its holder still comes back and takes a reference.
+  h.ConnectPid(1, 600);
+  std::vector<LeaseManager::ReclaimItem> items(1);
+  items[0] = {5, 1 << 20, Dup(m.fd)};
+  EXPECT_EQ(h.mgr->Reclaim(1, std::move(items)).accepted.size(), 1u);
+  h.mgr->Disconnect(1);  // last holder gone: freed
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 0u);
+}
+
+TEST(LeaseRestartTest, AStoredLeaseWhoseHoldersAllDiedIsTruncated) {
+  RestartHarness h;
+  TestMemfd m = MakeMemfd(5, 1 << 20, 600);  // pid 600 unknown: dead
+  std::map<uint64_t, UniqueFd> stored;
+  stored[5] = Dup(m.fd);
+  auto r = h.mgr->Recover({m.rec}, std::move(stored), std::chrono::seconds(60));
+  EXPECT_EQ(r.dropped, 1u);
+  struct stat st {};
+  ASSERT_EQ(::fstat(m.fd.get(), &st), 0);
+  EXPECT_EQ(st.st_size, 0);
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 0u);
+}
+
+TEST(LeaseRestartTest, AGrantThatNeverReachedItsOwnerIsDroppedWhenTheOwnerComesBack) {
+  RestartHarness h;
+  h.probe.start[600] = 77;
+  TestMemfd held = MakeMemfd(1, 1 << 20, 600);
+  TestMemfd lost = MakeMemfd(2, 1 << 20, 600);  // reply lost in the crash
+  h.probe.holds[{600, held.rec.inode}] = Holding::kYes;
+  h.probe.holds[{600, lost.rec.inode}] = Holding::kNo;
+  h.mgr->Recover({held.rec, lost.rec}, {}, std::chrono::seconds(60));
+  h.ConnectPid(1, 600);  // back on a new connection: lease 2 is not with it
+  EXPECT_TRUE(h.store.deleted.count(2));
+  EXPECT_TRUE(h.mgr->in_grace());  // lease 1 still awaits
+  std::vector<LeaseManager::ReclaimItem> items(1);
+  items[0] = {1, 1 << 20, Dup(held.fd)};
+  EXPECT_EQ(h.mgr->Reclaim(1, std::move(items)).accepted.size(), 1u);
+  EXPECT_FALSE(h.mgr->in_grace());
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 1u << 20);
+}
+
+TEST(LeaseRestartTest, UnreclaimedLeaseOfALiveOwnerStaysAccountedAfterGrace) {
+  RestartHarness h;
+  h.probe.start[600] = 77;
+  TestMemfd m = MakeMemfd(3, 1 << 20, 600);
+  h.probe.holds[{600, m.rec.inode}] = Holding::kYes;
+  h.mgr->Recover({m.rec}, {}, std::chrono::milliseconds(1));
+  h.Drain();  // the grace timer fires
+  EXPECT_FALSE(h.mgr->in_grace());
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 1u << 20);  // never double-granted
+  // A reclaim after the grace period is still accepted.
+  h.ConnectPid(1, 600);
+  std::vector<LeaseManager::ReclaimItem> items(1);
+  items[0] = {3, 1 << 20, Dup(m.fd)};
+  EXPECT_EQ(h.mgr->Reclaim(1, std::move(items)).accepted.size(), 1u);
+}
+
+TEST(LeaseRestartTest, HandOverKeepsTheMemoryAndTheJournal) {
+  RestartHarness h;
+  h.ConnectPid(1, 500);
+  auto g = h.Alloc(1, 1 << 20, 0);
+  ASSERT_TRUE(g.ok());
+  UniqueFd mine(::fcntl(g->fd, F_DUPFD_CLOEXEC, 0));
+  uint64_t id = g->lease.id;
+  h.mgr->HandOver();
+  h.mgr->Disconnect(1);
+  h.mgr->Shutdown();
+  EXPECT_FALSE(h.store.deleted.count(id));
+  struct stat st {};
+  ASSERT_EQ(::fstat(mine.get(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 1u << 20);  // not truncated
+}
+
+TEST(RecoveryHelpersTest, StatStartTime) {
+  EXPECT_EQ(ParseStatStartTime("42 (a b) c) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 "
+                               "123456 1000 10"),
+            123456u);
+  EXPECT_FALSE(ParseStatStartTime("42 (x) S 1").has_value());
+  EXPECT_FALSE(ParseStatStartTime("garbage").has_value());
+}
+
+TEST(RecoveryHelpersTest, StateDirChoice) {
+  StateDirChoice c;
+  c.fallback = "/var/lib/cxlpool";
+  EXPECT_EQ(ChooseStateDir(c), "/var/lib/cxlpool");
+  c.state_directory_env = "/var/lib/cxlpool-sd:/other";
+  EXPECT_EQ(ChooseStateDir(c), "/var/lib/cxlpool-sd");
+  c.config = "/etc-state";
+  EXPECT_EQ(ChooseStateDir(c), "/etc-state");
+  c.flag = "/flag";
+  EXPECT_EQ(ChooseStateDir(c), "/flag");
+  StateDirChoice adhoc;
+  adhoc.fallback = "/var/lib/cxlpool";
+  adhoc.socket_from_flag = true;
+  EXPECT_EQ(ChooseStateDir(adhoc), "");  // a test daemon never replays another's journal
+}
+
+TEST(RecoveryHelpersTest, RecordRoundTripKeepsHolders) {
+  TestMemfd m = MakeMemfd(9, 4096, 321);
+  m.rec.name = "kv";
+  m.rec.acl_uids = {1, 2};
+  m.rec.holders.push_back(HolderId{322, 5});
+  DurableLease back = FromRecord(ToRecord(m.rec));
+  EXPECT_EQ(back.id, 9u);
+  EXPECT_EQ(back.inode, m.rec.inode);
+  EXPECT_EQ(back.inode_dev, m.rec.inode_dev);
+  EXPECT_EQ(back.name, "kv");
+  EXPECT_EQ(back.acl_uids, m.rec.acl_uids);
+  EXPECT_EQ(back.holders, m.rec.holders);
+}
+
+TEST(RecoveryHelpersTest, LeaseFdsAreSortedFromTheRest) {
+  std::vector<InheritedFd> fds;
+  auto add = [&](const std::string& name) {
+    InheritedFd f;
+    f.fd.Reset(::eventfd(0, EFD_CLOEXEC));
+    f.name = name;
+    fds.push_back(std::move(f));
+  };
+  add("cxlpoold.socket");
+  add("lease-7");
+  add("lease-x");
+  add("lease-7");
+  auto leases = TakeLeaseFds(&fds);
+  ASSERT_EQ(leases.size(), 1u);
+  EXPECT_TRUE(leases.count(7));
+  ASSERT_EQ(fds.size(), 1u);
+  EXPECT_EQ(fds[0].name, "cxlpoold.socket");
+}
+
+TEST(RecoveryHelpersTest, OneDaemonPerStateDirAndTheJournalReplays) {
+  char tmpl[] = "/tmp/cxlpool-restart-unit-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  std::string dir = std::string(tmpl) + "/state";
+  {
+    auto a = JournalStore::Open(dir, nullptr);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    auto b = JournalStore::Open(dir, nullptr);
+    ASSERT_FALSE(b.ok());
+    EXPECT_EQ(b.status().code(), Code::kAlreadyExists);
+    TestMemfd m = MakeMemfd(4, 4096, 1);
+    ASSERT_TRUE((*a)->ReserveIds(1024).ok());
+    ASSERT_TRUE((*a)->Put(m.rec, -1).ok());
+  }
+  auto c = JournalStore::Open(dir, nullptr);
+  ASSERT_TRUE(c.ok());
+  auto leases = (*c)->JournalledLeases();
+  ASSERT_EQ(leases.size(), 1u);
+  EXPECT_EQ(leases[0].id, 4u);
+  EXPECT_EQ((*c)->next_id(), 1024u);
+  EXPECT_FALSE(JournalStore::Open("relative/dir", nullptr).ok());
+  std::filesystem::remove_all(tmpl);
+}
+
+}  // namespace
+}  // namespace cxlpool
