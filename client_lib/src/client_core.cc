@@ -236,11 +236,12 @@ void ClientCore::HandleEvent(const wire::Frame& frame) {
   for (auto it = begin; it != end; ++it) it->second->MarkRevoked();
 }
 
-Result<wire::Frame> ClientCore::Call(proto::MsgType type, const std::string& payload) {
+Result<wire::Frame> ClientCore::Call(proto::MsgType type, const std::string& payload,
+                                     std::span<const int> fds) {
   // mu_ is held by the caller.
   if (!broken_.ok()) return broken_;
   const uint64_t id = next_request_id_++;
-  Status s = wire::SendFrame(sock_.get(), type, id, payload);
+  Status s = wire::SendFrame(sock_.get(), type, id, payload, fds);
   if (!s.ok()) return Broken(s);
   for (;;) {
     Result<wire::FrameReader::Progress> p = reader_.Read(sock_.get(), -1);
@@ -353,45 +354,38 @@ Status ClientCore::Release(uint64_t lease_id, int fd, uint64_t size) {
   proto::ReleaseRequest req;
   req.set_lease_id(lease_id);
   Result<wire::Frame> frame = CallMessage(req);
-  if (!frame.ok() && !socket_path_.empty() && ConnectionLost(frame.status()) && fd >= 0) {
-    // The lease is no longer tracked, so the reconnect did not hand it back:
-    // do it now, alone, so the new daemon can free it.
-    CXLPOOL_RETURN_IF_ERROR(ReconnectLocked());
-    proto::ReclaimRequest rr;
-    proto::LeaseInfo* info = rr.add_leases();
-    info->set_id(lease_id);
-    info->set_size_bytes(size);
-    Result<std::string> payload = wire::Encode(rr, max_payload_bytes_);
-    if (!payload.ok()) return payload.status();
-    if (broken_.ok()) {
-      const uint64_t id = next_request_id_++;
-      const int one_fd[1] = {fd};
-      Status s = wire::SendFrame(sock_.get(), proto::MSG_RECLAIM_REQUEST, id, *payload, one_fd);
-      if (!s.ok()) return Broken(s);
-      // Read the reply like Call does (events on the way).
-      for (;;) {
-        Result<wire::FrameReader::Progress> p = reader_.Read(sock_.get(), -1);
-        if (!p.ok()) return Broken(p.status());
-        if (*p == wire::FrameReader::Progress::kEof) {
-          return Broken(Status(Code::kUnavailable, "cxlpoold closed the connection"));
-        }
-        if (*p != wire::FrameReader::Progress::kFrame) continue;
-        wire::Frame f = reader_.TakeFrame();
-        if (f.type() == proto::MSG_LEASE_EVENT && f.request_id() == 0) {
-          HandleEvent(f);
-          continue;
-        }
-        proto::ReclaimReply rep;
-        Status d = wire::DecodeReply(f, &rep);
-        if (!d.ok() || rep.accepted_size() != 1) return Status::Ok();  // gone already
-        break;
-      }
-    }
-    frame = CallMessage(req);
-  }
-  if (!frame.ok()) return frame.status();
   proto::ReleaseReply reply;
+  Status st = frame.ok() ? wire::DecodeReply(*frame, &reply) : frame.status();
+  if (st.ok() || fd < 0 || socket_path_.empty()) return st;
+  // The lease is no longer tracked, so a reconnect (ours, or the watcher's
+  // just before) did not hand it back: do it now, alone, and release it.
+  if (!frame.ok()) {
+    if (!ConnectionLost(st)) return st;
+    CXLPOOL_RETURN_IF_ERROR(ReconnectLocked());
+  } else if (st.code() != Code::kPermissionDenied || generation_ == 0) {
+    return st;
+  }
+  Result<bool> back = ReclaimOne(lease_id, fd, size);
+  if (!back.ok()) return back.status();
+  if (!*back) return Status::Ok();  // the new daemon no longer has it: gone already
+  frame = CallMessage(req);
+  if (!frame.ok()) return frame.status();
   return wire::DecodeReply(*frame, &reply);
+}
+
+Result<bool> ClientCore::ReclaimOne(uint64_t lease_id, int fd, uint64_t size) {
+  proto::ReclaimRequest rr;
+  proto::LeaseInfo* info = rr.add_leases();
+  info->set_id(lease_id);
+  info->set_size_bytes(size);
+  Result<std::string> payload = wire::Encode(rr, max_payload_bytes_);
+  if (!payload.ok()) return payload.status();
+  const int fds[1] = {fd};
+  Result<wire::Frame> frame = Call(proto::MSG_RECLAIM_REQUEST, *payload, fds);
+  if (!frame.ok()) return frame.status();
+  proto::ReclaimReply rep;
+  CXLPOOL_RETURN_IF_ERROR(wire::DecodeReply(*frame, &rep));
+  return rep.accepted_size() == 1;
 }
 
 Status ClientCore::Reconnect() {
@@ -476,34 +470,14 @@ Status ClientCore::ReclaimLocked() {
     }
     Result<std::string> payload = wire::Encode(rr, max_payload_bytes_);
     if (!payload.ok()) return payload.status();
-    if (!broken_.ok()) return broken_;
-    const uint64_t id = next_request_id_++;
-    Status s = wire::SendFrame(sock_.get(), proto::MSG_RECLAIM_REQUEST, id, *payload, fds);
-    if (!s.ok()) return Broken(s);
+    Result<wire::Frame> f = Call(proto::MSG_RECLAIM_REQUEST, *payload, fds);
+    if (!f.ok()) return f.status();
     proto::ReclaimReply rep;
-    for (;;) {
-      Result<wire::FrameReader::Progress> p = reader_.Read(sock_.get(), -1);
-      if (!p.ok()) return Broken(p.status());
-      if (*p == wire::FrameReader::Progress::kEof) {
-        return Broken(Status(Code::kUnavailable, "cxlpoold closed the connection"));
-      }
-      if (*p != wire::FrameReader::Progress::kFrame) continue;
-      wire::Frame f = reader_.TakeFrame();
-      if (f.type() == proto::MSG_LEASE_EVENT && f.request_id() == 0) {
-        HandleEvent(f);
-        continue;
-      }
-      if (f.request_id() != id) {
-        return Broken(Status(Code::kProtocol,
-                             "reclaim reply carries request id " + std::to_string(f.request_id())));
-      }
-      Status d = wire::DecodeReply(f, &rep);
-      if (!d.ok()) {
-        // The whole frame refused: every lease in it is lost to us.
-        for (size_t i = at; i < end; ++i) rep.add_rejected(items[i].id);
-        CXLPOOL_LOG(kWarning) << "reclaim refused: " << d.ToString();
-      }
-      break;
+    Status d = wire::DecodeReply(*f, &rep);
+    if (!d.ok()) {
+      // The whole frame refused: every lease in it is lost to us.
+      for (size_t i = at; i < end; ++i) rep.add_rejected(items[i].id);
+      CXLPOOL_LOG(kWarning) << "reclaim refused: " << d.ToString();
     }
     accepted += static_cast<size_t>(rep.accepted_size());
     std::lock_guard<std::mutex> lock(leases_mu_);

@@ -32,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 
@@ -96,7 +97,10 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   void WatchLoop();
   // Sends one request and waits for the reply with the same request id,
   // handling events on the way. Any failure leaves the connection broken.
-  Result<wire::Frame> Call(proto::MsgType type, const std::string& payload);
+  Result<wire::Frame> Call(proto::MsgType type, const std::string& payload,
+                           std::span<const int> fds = {});
+  // mu_ held: hands one lease back (RECLAIM); true if the daemon took it.
+  Result<bool> ReclaimOne(uint64_t lease_id, int fd, uint64_t size);
   template <typename Req>
   Result<wire::Frame> CallMessage(const Req& req);
   Status Broken(Status s);
