@@ -1,0 +1,246 @@
+// Restart under systemd, without systemd as PID 1:
+//   * fd store: the test plays systemd. It owns a NOTIFY_SOCKET and collects
+//     every FDSTORE=1 fd cxlpoold pushes ("lease-<id>"), SIGKILLs the daemon
+//     and starts the next one with LISTEN_FDS/LISTEN_PID/LISTEN_FDNAMES (set
+//     in the child before exec, fds from 3). The lease is adopted at start,
+//     with no grace period and no client reclaim; when its holder exits the
+//     daemon (watching the holder's pidfd) frees it.
+//   * socket activation: systemd-socket-activate listens, execs cxlpoold on
+//     the first connection, and that client allocates.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <map>
+#include <vector>
+
+#include "restart_util.h"
+
+namespace cxlpool::restart {
+namespace {
+
+using stress::kMiB;
+using stress::PollUntil;
+using stress::RawClient;
+
+// A fake systemd notification socket collecting stored fds by name.
+class FakeNotify {
+ public:
+  explicit FakeNotify(const std::string& path) : path_(path) {
+    fd_.Reset(::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+    ok_ = fd_.valid() && ::bind(fd_.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  }
+  bool ok() const { return ok_; }
+  // Reads every pending datagram: FDSTORE adds, FDSTOREREMOVE drops.
+  void Drain() {
+    for (;;) {
+      char buf[4096];
+      alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * 16)];
+      iovec iov{buf, sizeof buf - 1};
+      msghdr m{};
+      m.msg_iov = &iov;
+      m.msg_iovlen = 1;
+      m.msg_control = ctl;
+      m.msg_controllen = sizeof ctl;
+      ssize_t n = ::recvmsg(fd_.get(), &m, MSG_CMSG_CLOEXEC);
+      if (n < 0) return;
+      buf[n] = '\0';
+      std::string text(buf);
+      std::vector<UniqueFd> fds;
+      for (cmsghdr* c = CMSG_FIRSTHDR(&m); c != nullptr; c = CMSG_NXTHDR(&m, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; ++i) {
+          int f;
+          std::memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof f);
+          fds.emplace_back(f);
+        }
+      }
+      std::string name;
+      auto at = text.find("FDNAME=");
+      if (at != std::string::npos) name = text.substr(at + 7, text.find('\n', at) - at - 7);
+      if (text.find("FDSTOREREMOVE=1") != std::string::npos) {
+        store.erase(name);
+      } else if (text.find("FDSTORE=1") != std::string::npos && !fds.empty()) {
+        store[name] = std::move(fds.front());
+      }
+      if (text.find("READY=1") != std::string::npos) ++ready;
+    }
+  }
+  const std::string& path() const { return path_; }
+  std::map<std::string, UniqueFd> store;
+  int ready = 0;
+
+ private:
+  std::string path_;
+  UniqueFd fd_;
+  bool ok_ = false;
+};
+
+// Starts cxlpoold as systemd would: NOTIFY_SOCKET, and `pass` as fds 3.. with
+// their names in LISTEN_FDNAMES (LISTEN_PID set in the child).
+pid_t SpawnLikeSystemd(const std::vector<std::string>& args, const std::string& notify,
+                       const std::vector<std::pair<std::string, int>>& pass) {
+  std::fflush(nullptr);
+  pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  ::setenv("NOTIFY_SOCKET", notify.c_str(), 1);
+  if (!pass.empty()) {
+    // Move the fds out of the way first, then to 3, 4, ...
+    std::vector<int> high;
+    for (const auto& [name, fd] : pass) high.push_back(::fcntl(fd, F_DUPFD, 100));
+    std::string names;
+    for (size_t i = 0; i < high.size(); ++i) {
+      ::dup2(high[i], 3 + static_cast<int>(i));
+      names += (i ? ":" : "") + pass[i].first;
+    }
+    ::setenv("LISTEN_FDS", std::to_string(pass.size()).c_str(), 1);
+    ::setenv("LISTEN_FDNAMES", names.c_str(), 1);
+    ::setenv("LISTEN_PID", std::to_string(::getpid()).c_str(), 1);
+  }
+  std::vector<char*> argv;
+  std::string bin = stress::DaemonBinary();
+  argv.push_back(bin.data());
+  std::vector<std::string> copy = args;
+  for (auto& a : copy) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::execv(bin.c_str(), argv.data());
+  std::_Exit(127);
+}
+
+void KillAndReap(pid_t& pid) {
+  if (pid > 0) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    pid = -1;
+  }
+}
+
+bool WaitHello(const std::string& sock) {
+  return PollUntil([&] { return RawClient::Connect(sock, "probe", 2000).ok(); }, 10000, 5);
+}
+
+TEST(RestartSystemdTest, FdStoreGivesLeasesBackWithoutAnyClientReclaim) {
+  stress::SkipWithoutDaemon();
+  TempDir dir;
+  ASSERT_FALSE(dir.path.empty());
+  std::string conf = dir.path + "/cxlpoold.toml";
+  FILE* f = std::fopen(conf.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs(kConfig, f);
+  std::fclose(f);
+  const std::string sock = dir.path + "/cxlpool.sock";
+  FakeNotify notify(dir.path + "/notify");
+  ASSERT_TRUE(notify.ok());
+  std::vector<std::string> args = {
+      "--foreground",      "--socket",       sock, "--config", conf, "--state-dir",
+      dir.path + "/state", "--grace-period", "60s"};
+  pid_t d = SpawnLikeSystemd(args, notify.path(), {});
+  ASSERT_TRUE(WaitHello(sock));
+
+  // A holder that never reclaims (raw protocol, no library).
+  std::optional<RawClient> c;
+  UniqueFd fd;
+  void* map = nullptr;
+  Helper holder([&](char cmd) -> uint64_t {
+    if (cmd == 'a') {
+      auto n = RawClient::Connect(sock, "fdstore-holder");
+      if (!n.ok()) return 0;
+      c.emplace(std::move(*n));
+      auto l = c->Alloc(2 * kMiB, &fd);
+      if (!l.ok()) return 0;
+      map = ::mmap(nullptr, l->size_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+      if (map == MAP_FAILED) return 0;
+      Fill(map, l->size_bytes(), 0xF5);
+      return l->id();
+    }
+    if (cmd == 'v') return Intact(map, 2 * kMiB, 0xF5) ? 1 : 0;
+    return 0;
+  });
+  auto id = holder.Ask('a');
+  ASSERT_TRUE(id && *id);
+  const std::string name = "lease-" + std::to_string(*id);
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        notify.Drain();
+        return notify.store.count(name) > 0;
+      },
+      10000, 2))
+      << "cxlpoold did not push " << name << " to the fd store";
+  EXPECT_GE(notify.ready, 1);
+
+  KillAndReap(d);
+  d = SpawnLikeSystemd(args, notify.path(), {{name, notify.store[name].get()}});
+  ASSERT_TRUE(WaitHello(sock));
+  {
+    auto admin = RawClient::Connect(sock, "fdstore-check");
+    ASSERT_TRUE(admin.ok());
+    EXPECT_FALSE(admin->hello().in_grace_period());  // the memory is already back
+    auto a = stress::ReadAccounting(*admin);
+    ASSERT_TRUE(a.ok());
+    ASSERT_TRUE(a->leases.count(*id));
+    EXPECT_EQ(a->leases.at(*id).owner_pid(), static_cast<uint32_t>(holder.pid()));
+    EXPECT_EQ(a->Counter("restart_adopted"), 1u);
+    EXPECT_EQ(a->Gauge("leased_bytes"), 2 * kMiB);
+    EXPECT_EQ(a->Inconsistencies(), "");
+  }
+  EXPECT_EQ(holder.Ask('v'), 1u);
+  // The holder exits without ever reclaiming: the daemon sees it go (pidfd)
+  // and frees the lease, removing it from the fd store too.
+  holder.Kill();
+  std::string last;
+  EXPECT_TRUE(PollUntil(
+      [&] {
+        auto admin = RawClient::Connect(sock, "fdstore-check");
+        if (!admin.ok()) return false;
+        auto a = stress::ReadAccounting(*admin);
+        if (!a.ok()) return false;
+        notify.Drain();
+        last = std::to_string(a->leases.size()) + " leases, store has " +
+               std::to_string(notify.store.count(name));
+        return a->leases.empty() && a->Gauge("leased_bytes") == 0 && notify.store.count(name) == 0;
+      },
+      10000, 5))
+      << last;
+  KillAndReap(d);
+}
+
+TEST(RestartSystemdTest, SocketActivationServesTheFirstClient) {
+  stress::SkipWithoutDaemon();
+  const char* activate = "/usr/bin/systemd-socket-activate";
+  if (::access(activate, X_OK) != 0) stress::Skip("no /usr/bin/systemd-socket-activate");
+  TempDir dir;
+  std::string conf = dir.path + "/cxlpoold.toml";
+  FILE* f = std::fopen(conf.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  std::fputs(kConfig, f);
+  std::fclose(f);
+  const std::string sock = dir.path + "/activated.sock";
+  std::string bin = stress::DaemonBinary();
+  std::string state = dir.path + "/state";
+  std::fflush(nullptr);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::execl(activate, activate, "-l", sock.c_str(), bin.c_str(), "--foreground", "--config",
+            conf.c_str(), "--state-dir", state.c_str(), static_cast<char*>(nullptr));
+    std::_Exit(127);
+  }
+  ASSERT_GT(pid, 0);
+  // The socket exists before the daemon does; the first connection starts it.
+  ASSERT_TRUE(PollUntil([&] { return ::access(sock.c_str(), F_OK) == 0; }, 10000, 2));
+  auto c = RawClient::Connect(sock, "activated-client", 20000);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  UniqueFd fd;
+  auto l = c->Alloc(kMiB, &fd);
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_EQ(l->size_bytes(), kMiB);
+  ASSERT_TRUE(c->Release(l->id()).ok());
+  c = Result<RawClient>(Status(Code::kUnavailable, "closed"));
+  KillAndReap(pid);
+}
+
+}  // namespace
+}  // namespace cxlpool::restart
