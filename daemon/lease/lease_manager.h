@@ -262,8 +262,9 @@ class LeaseManager {
   bool PersistGrant(uint64_t id, const AllocDone& done);
   // Strikes holders of `pid` off leases they provably no longer hold.
   void CheckHolderOf(pid_t pid);
-  // Strikes dead holders off every awaiting lease; frees the unheld.
-  void SweepAwaiting(bool check_files);
+  // Strikes dead holders (and `exited`, whose pidfd fired) off every
+  // awaiting lease; frees the unheld.
+  void SweepAwaiting(bool check_files, std::optional<HolderId> exited = std::nullopt);
   void WatchHolder(const HolderId& h);
   void MaybeEndGrace();
   void EndGrace(const char* why);

@@ -291,7 +291,7 @@ void LeaseManager::EndGrace(const char* why) {
   }
 }
 
-void LeaseManager::SweepAwaiting(bool check_files) {
+void LeaseManager::SweepAwaiting(bool check_files, std::optional<HolderId> exited) {
   if (!awaiting_any_ || probe_ == nullptr) return;
   std::vector<uint64_t> unheld;
   bool any = false;
@@ -299,6 +299,7 @@ void LeaseManager::SweepAwaiting(bool check_files) {
     if (l.awaiting.empty()) continue;
     size_t before = l.awaiting.size();
     std::erase_if(l.awaiting, [&](const HolderId& h) {
+      if (exited && h == *exited) return true;  // a zombie still has its /proc entry
       if (!HolderAlive(*probe_, h)) return true;
       return check_files && probe_->HoldsFile(h.pid, l.inode_dev, l.inode) == Holding::kNo;
     });
@@ -365,7 +366,7 @@ void LeaseManager::WatchHolder(const HolderId& h) {
                    if (!a || !*a || handed_over_) return;
                    auto keep = watches_[key];  // destroyed after this handler
                    watches_.erase(key);
-                   SweepAwaiting(false);
+                   SweepAwaiting(false, HolderId{key.first, key.second});
                  });
 }
 

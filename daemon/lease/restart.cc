@@ -27,7 +27,14 @@ class ProcProbe final : public ProcessProbe {
     if (!f) return std::nullopt;
     std::stringstream ss;
     ss << f.rdbuf();
-    return ParseStatStartTime(ss.str());
+    std::string text = ss.str();
+    // A zombie (or a dying task) no longer holds any fd or mapping.
+    auto close = text.rfind(") ");
+    if (close != std::string::npos && close + 2 < text.size() &&
+        (text[close + 2] == 'Z' || text[close + 2] == 'X')) {
+      return std::nullopt;
+    }
+    return ParseStatStartTime(text);
   }
 
   Holding HoldsFile(pid_t pid, uint64_t dev, uint64_t ino) const override {

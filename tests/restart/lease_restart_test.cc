@@ -63,7 +63,13 @@ class FakeProbe final : public ProcessProbe {
     auto it = holds.find({pid, ino});
     return it == holds.end() ? Holding::kUnknown : it->second;
   }
-  UniqueFd OpenPidfd(pid_t) const override { return UniqueFd(); }
+  // An eventfd stands in for the pidfd: the test makes it readable ("exited").
+  UniqueFd OpenPidfd(pid_t pid) const override {
+    auto it = pidfds.find(pid);
+    if (it == pidfds.end()) return UniqueFd();
+    return UniqueFd(::fcntl(it->second, F_DUPFD_CLOEXEC, 0));
+  }
+  std::map<pid_t, int> pidfds;
   std::map<pid_t, uint64_t> start;
   std::map<std::pair<pid_t, uint64_t>, Holding> holds;
 };
@@ -303,6 +309,32 @@ TEST(LeaseRestartTest, UnreclaimedLeaseOfALiveOwnerStaysAccountedAfterGrace) {
   std::vector<LeaseManager::ReclaimItem> items(1);
   items[0] = {3, 1 << 20, Dup(m.fd)};
   EXPECT_EQ(h.mgr->Reclaim(1, std::move(items)).accepted.size(), 1u);
+}
+
+TEST(LeaseRestartTest, AWatchedHolderThatExitsIsStruckOffEvenAsAZombie) {
+  RestartHarness h;
+  h.probe.start[600] = 77;
+  UniqueFd exit_signal(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  h.probe.pidfds[600] = exit_signal.get();
+  TestMemfd m = MakeMemfd(8, 1 << 20, 600);
+  h.probe.holds[{600, m.rec.inode}] = Holding::kYes;
+  std::map<uint64_t, UniqueFd> stored;
+  stored[8] = Dup(m.fd);
+  h.mgr->Recover({m.rec}, std::move(stored), std::chrono::seconds(60));
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 1u << 20);
+  h.io.restart();
+  h.io.poll();
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 1u << 20);  // still held, still counted
+  // The process exits; /proc still shows it (a zombie): the pidfd decides.
+  uint64_t one = 1;
+  ASSERT_EQ(::write(exit_signal.get(), &one, sizeof one), 8);
+  h.io.restart();
+  h.io.poll();
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 0u);
+  EXPECT_TRUE(h.store.deleted.count(8));
+  struct stat st {};
+  ASSERT_EQ(::fstat(m.fd.get(), &st), 0);
+  EXPECT_EQ(st.st_size, 0);  // the daemon had the fd: truncated
 }
 
 TEST(LeaseRestartTest, HandOverKeepsTheMemoryAndTheJournal) {

@@ -42,6 +42,7 @@ constexpr uint64_t kIdBits = 1ull << 20;
 
 struct Slot {
   std::atomic<uint32_t> ack;
+  std::atomic<uint32_t> ready;  // connected once
   uint32_t held_count;
   uint64_t held[kMaxHeld];
   std::atomic<uint64_t> grants, releases, errors;
@@ -65,6 +66,7 @@ struct Shared {
   std::mt19937_64 rng(seed);
   auto client = cxlpool::Client::Connect(socket);
   if (!client.ok()) fail("connect: " + client.status().ToString());
+  slot.ready.store(1);
   std::vector<cxlpool::Lease> held;
   for (;;) {
     uint32_t epoch = sh->pause.load(std::memory_order_acquire);
@@ -149,6 +151,19 @@ TEST(RestartKillLoopTest, NoLeaseLostOrGrantedTwiceAcrossSigkillsWithTheLibrary)
     }
     return "";
   };
+  // Every worker connects before the first kill (a first connect is not a
+  // reconnect: the library does not retry it).
+  std::string not_ready;
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        if (!(not_ready = worker_failure()).empty()) return true;
+        for (int i = 0; i < kWorkers; ++i) {
+          if (sh->slots[i].ready.load() == 0) return false;
+        }
+        return true;
+      },
+      30000, 2));
+  ASSERT_EQ(not_ready, "");
   std::vector<uint64_t> latency_ms;
   uint64_t leases_checked = 0;
   std::string failure;
