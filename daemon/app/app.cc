@@ -132,6 +132,26 @@ int Daemonize(int* ready_fd) {
   return 0;
 }
 
+// Raises RLIMIT_NOFILE's soft limit to the hard one (each lease holds an fd)
+// and reads vm.max_map_count (each lease holds a mapping).
+LeaseManager::DaemonLimits DaemonLimitsNow(const FileSystem& proc) {
+  LeaseManager::DaemonLimits l;
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    if (rl.rlim_cur < rl.rlim_max) {
+      struct rlimit up = {rl.rlim_max, rl.rlim_max};
+      if (setrlimit(RLIMIT_NOFILE, &up) == 0) rl = up;
+    }
+    if (rl.rlim_cur != RLIM_INFINITY) l.max_fds = rl.rlim_cur;
+  }
+  if (auto m = proc.ReadTrimmed("/proc/sys/vm/max_map_count"); m.ok()) {
+    if (auto v = ParseU64(*m)) l.max_maps = *v;
+  }
+  CXLPOOL_LOG(kInfo) << "per-lease limits: RLIMIT_NOFILE " << l.max_fds << ", vm.max_map_count "
+                     << l.max_maps;
+  return l;
+}
+
 }  // namespace
 
 std::optional<std::chrono::milliseconds> ParseGracePeriod(const std::string& text) {
@@ -272,6 +292,7 @@ int RunDaemon(const DaemonFlags& flags) {
   boost::asio::io_context io;
   LeaseManager leases(&topo, std::move(*pools), QuotaTable(cfg->quotas), io.get_executor(),
                       workers.get_executor(), &SystemClock::Get());
+  leases.SetDaemonLimits(DaemonLimitsNow(*proc));
   // Leases survive every exit of this function (an error return as well as
   // SIGTERM): destroyed before `leases`, this hands them over, never frees.
   struct HandOverAtExit {

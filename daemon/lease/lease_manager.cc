@@ -185,6 +185,29 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
   if (!p.name.empty() && names_.count(p.name)) {
     return refuse(Status(Code::kAlreadyExists, "a shared lease named '" + p.name + "' exists"));
   }
+  {
+    // Fds: leases, builds, connections, plus the listening socket, journal,
+    // warm stock and libraries' own. Maps: the same leases, plus the
+    // process's ordinary mappings.
+    constexpr uint64_t kFdReserve = 128, kMapReserve = 1024;
+    const uint64_t per_lease = leases_.size() + pending_builds_;
+    if (per_lease + conns_.size() + kFdReserve >= limits_.max_fds) {
+      return refuse(
+          Status(Code::kResourceExhausted, "daemon fd limit: " + std::to_string(leases_.size()) +
+                                               " leases held and RLIMIT_NOFILE is " +
+                                               std::to_string(limits_.max_fds) +
+                                               "; raise LimitNOFILE= for cxlpoold"),
+          "daemon_limit");
+    }
+    if (per_lease + kMapReserve >= limits_.max_maps) {
+      return refuse(
+          Status(Code::kResourceExhausted,
+                 "daemon mapping limit: " + std::to_string(leases_.size()) +
+                     " leases held and vm.max_map_count is " + std::to_string(limits_.max_maps) +
+                     "; raise it (sysctl vm.max_map_count)"),
+          "daemon_limit");
+    }
+  }
   PlacementRequest pr;
   pr.numa_node = p.numa_node;
   pr.gpu = p.gpu;

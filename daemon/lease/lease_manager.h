@@ -160,6 +160,16 @@ class LeaseManager {
 
   // Starts filling every pool's warm stock in the background.
   void StartWarmStock();
+
+  // The kernel resources the daemon spends per lease: one fd and one memory
+  // mapping each (leases, builds in flight, warm stock). Allocate refuses
+  // with RESOURCE_EXHAUSTED, naming the limit, before either runs out, so a
+  // client gets a clear error instead of a reply that cannot carry its fd.
+  struct DaemonLimits {
+    uint64_t max_fds = UINT64_MAX;   // RLIMIT_NOFILE soft limit
+    uint64_t max_maps = UINT64_MAX;  // vm.max_map_count
+  };
+  void SetDaemonLimits(DaemonLimits limits) { limits_ = limits; }
   // Stops refills and reclaims every lease and all stock (daemon exit).
   void Shutdown();
 
@@ -279,6 +289,7 @@ class LeaseManager {
   bool stopping_ = false;
   uint64_t next_id_ = 1;
   uint32_t pending_builds_ = 0;
+  DaemonLimits limits_;
   // Flipped when the manager dies so late completions do nothing.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 

@@ -62,6 +62,25 @@ TEST(LeaseManagerTest, AdmissionNeverExceedsCapacity) {
   EXPECT_EQ(h.mgr->Release(1, ids[0]).code(), Code::kNotFound);
 }
 
+TEST(LeaseManagerTest, RefusesCleanlyAtTheDaemonsFdAndMapLimits) {
+  Harness h(TwoSocketCxl());
+  h.Connect(1);
+  // 128 fds are reserved for the daemon itself, one per connection.
+  h.mgr->SetDaemonLimits({.max_fds = 128 + 1 + 2, .max_maps = UINT64_MAX});
+  ASSERT_TRUE(h.Alloc(1, 4096).ok());
+  ASSERT_TRUE(h.Alloc(1, 4096).ok());
+  auto r = h.Alloc(1, 4096);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kResourceExhausted);
+  EXPECT_NE(r.status().message().find("RLIMIT_NOFILE is 131"), std::string::npos)
+      << r.status().message();
+  h.mgr->SetDaemonLimits({.max_fds = UINT64_MAX, .max_maps = 1024 + 2});
+  r = h.Alloc(1, 4096);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("vm.max_map_count"), std::string::npos);
+  EXPECT_EQ(h.mgr->Counters().at("refusals_daemon_limit"), 2u);
+}
+
 TEST(LeaseManagerTest, SizesRoundToPages) {
   Harness h(TwoSocketCxl());
   h.Connect(1);
