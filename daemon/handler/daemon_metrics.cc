@@ -1,7 +1,13 @@
 #include "handler/daemon_metrics.h"
 
+#include <linux/capability.h>
+#include <linux/capability.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <limits>
@@ -46,11 +52,23 @@ std::string TierLabel(const std::optional<int>& t) {
 
 }  // namespace
 
+namespace {
+// With CAP_IPC_LOCK in the effective set, mlock ignores RLIMIT_MEMLOCK.
+bool HasCapIpcLock() {
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  if (::syscall(SYS_capget, &hdr, data) != 0) return false;
+  return (data[0].effective >> CAP_IPC_LOCK) & 1u;
+}
+}  // namespace
+
 ProcessFacts ReadProcessFacts() {
   ProcessFacts f;
   f.dumpable = ::prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) > 0;
   struct rlimit rl;
-  if (::getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
+  if (HasCapIpcLock()) {
+    f.memlock_limit_bytes = std::numeric_limits<uint64_t>::max();
+  } else if (::getrlimit(RLIMIT_MEMLOCK, &rl) == 0) {
     f.memlock_limit_bytes = rl.rlim_cur == RLIM_INFINITY ? std::numeric_limits<uint64_t>::max()
                                                          : static_cast<uint64_t>(rl.rlim_cur);
   }

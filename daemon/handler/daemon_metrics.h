@@ -30,7 +30,7 @@ namespace cxlpool {
 // Facts about this process that `cxlpoolctl doctor` checks.
 struct ProcessFacts {
   bool dumpable = false;             // prctl(PR_GET_DUMPABLE)
-  uint64_t memlock_limit_bytes = 0;  // RLIMIT_MEMLOCK soft; UINT64_MAX unlimited
+  uint64_t memlock_limit_bytes = 0;  // RLIMIT_MEMLOCK soft; UINT64_MAX unlimited or CAP_IPC_LOCK
 };
 ProcessFacts ReadProcessFacts();
 
