@@ -1,11 +1,8 @@
 #include "handler/daemon_metrics.h"
 
 #include <linux/capability.h>
-#include <linux/capability.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
