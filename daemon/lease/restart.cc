@@ -82,36 +82,6 @@ class ProcProbe final : public ProcessProbe {
   }
 };
 
-// A memfd handed back to the daemon (fd store or RECLAIM), mapped again.
-class AdoptedMemfd final : public Backing {
- public:
-  AdoptedMemfd(UniqueFd fd, void* addr, uint64_t size, uint64_t page, std::string kind)
-      : fd_(std::move(fd)), addr_(addr), size_(size), page_(page), kind_(std::move(kind)) {}
-  ~AdoptedMemfd() override { Reclaim(); }
-  int fd() const override { return fd_.get(); }
-  uint64_t size_bytes() const override { return size_; }
-  uint64_t page_size() const override { return page_; }
-  const std::string& kind() const override { return kind_; }
-  void* daemon_addr() const override { return addr_; }
-  void Reclaim() override {
-    // Truncate first, as for a built lease: the pages go back even if a
-    // client still maps them (its next access raises SIGBUS).
-    if (fd_.valid() && ::ftruncate(fd_.get(), 0) != 0) {
-      CXLPOOL_LOG(kWarning) << "truncating an adopted lease memfd: " << std::strerror(errno);
-    }
-    if (addr_ != nullptr) ::munmap(addr_, size_);
-    addr_ = nullptr;
-    fd_.Reset();
-  }
-
- private:
-  UniqueFd fd_;
-  void* addr_;
-  uint64_t size_;
-  uint64_t page_;
-  std::string kind_;
-};
-
 class AwaitedMemory final : public Backing {
  public:
   AwaitedMemory(uint64_t size, uint64_t page, std::string kind)
@@ -187,9 +157,9 @@ Result<std::unique_ptr<Backing>> AdoptMemfd(UniqueFd fd, const DurableLease& lea
     CXLPOOL_LOG(kWarning) << "lease " << lease.id << ": mlock after adoption failed ("
                           << std::strerror(errno) << "); the memory is kept, unpinned";
   }
-  return std::unique_ptr<Backing>(new AdoptedMemfd(
-      std::move(fd), addr, lease.size_bytes, lease.page_size ? lease.page_size : 4096,
-      lease.backing.empty() ? std::string("memfd") : lease.backing));
+  return WrapMemfdBacking(std::move(fd), addr, lease.size_bytes,
+                          lease.page_size ? lease.page_size : 4096,
+                          lease.backing.empty() ? std::string("memfd") : lease.backing);
 }
 
 std::unique_ptr<Backing> MakeAwaitedBacking(const DurableLease& lease) {

@@ -142,6 +142,11 @@ ShmemThp ReadShmemThp(const FileSystem& fs) {
   return ShmemThp::kUnknown;
 }
 
+std::unique_ptr<Backing> WrapMemfdBacking(UniqueFd fd, void* addr, uint64_t size,
+                                          uint64_t page_size, std::string kind) {
+  return std::make_unique<MemfdBacking>(std::move(fd), addr, size, page_size, std::move(kind));
+}
+
 Result<std::unique_ptr<Backing>> CreateMemfdBacking(const MemfdSpec& spec) {
   const uint64_t page = spec.hugetlb ? kHugePage2M : kSmallPage;
   if (spec.size_bytes == 0 || spec.size_bytes % page != 0) {

@@ -58,6 +58,12 @@ struct MemfdSpec {
 // PERMISSION_DENIED, IO. Nothing is leaked on failure.
 Result<std::unique_ptr<Backing>> CreateMemfdBacking(const MemfdSpec& spec);
 
+// Wraps a memfd the daemon already holds and has mapped at `addr` (a lease
+// handed back after a restart) in the same Backing that CreateMemfdBacking
+// returns: Reclaim truncates, unmaps and closes.
+std::unique_ptr<Backing> WrapMemfdBacking(UniqueFd fd, void* addr, uint64_t size,
+                                          uint64_t page_size, std::string kind);
+
 // True when the running kernel accepts MFD_NOEXEC_SEAL (probed once).
 bool KernelHasNoexecSeal();
 
