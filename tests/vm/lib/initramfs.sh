@@ -40,6 +40,16 @@ vm_copy_elf() {  # src dest_in_root root
   ldd "$src" 2>/dev/null | awk '
     $2 == "=>" && $3 ~ /^\// { print $3 }
     $1 ~ /^\// { print $1 }' | while read -r lib; do
+    # Libraries from the build tree (libcxlpool.so.0, reached by RUNPATH)
+    # go to /lib: the build folder's path may lie under a folder the guest
+    # mounts over (a clone in /tmp is hidden by the guest's tmpfs /tmp), and
+    # the loader falls back to /lib when the RUNPATH folder is missing.
+    case $lib in
+      /lib/* | /lib64/* | /usr/lib/* | /usr/lib64/*) ;;
+      *) lib_dest=/lib/$(basename "$lib")
+         [[ -e $root$lib_dest ]] || cp -L "$lib" "$root$lib_dest"
+         continue ;;
+    esac
     [[ -e $root$lib ]] && continue
     mkdir -p "$root$(dirname "$lib")"
     cp -L "$lib" "$root$lib"
