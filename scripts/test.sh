@@ -32,7 +32,7 @@ if has asan; then
     -DCXLPOOL_SANITIZE=address,undefined -DCXLPOOL_BUILD_BENCH=OFF
   cmake --build build-asan -j "$JOBS"
   stage "asan: ctest (unit, integration)"
-  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:handle_sigbus=0 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j "$JOBS" -L 'unit|integration' \
     -LE 'vm|package|stress|bench'
 fi

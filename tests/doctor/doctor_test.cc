@@ -5,12 +5,12 @@
 namespace cxlpool {
 namespace {
 
-const Finding& Get(const std::vector<Finding>& fs, const std::string& check) {
+// By value: callers pass the temporary result of RunDoctor.
+Finding Get(const std::vector<Finding>& fs, const std::string& check) {
   for (const auto& f : fs)
     if (f.check == check) return f;
-  static Finding none;
   ADD_FAILURE() << "no finding " << check;
-  return none;
+  return Finding{};
 }
 
 struct Fixture {
@@ -53,7 +53,7 @@ TEST(DoctorTest, FlagsCxlMovableAndStopsAfterNormal) {
   Fixture f;
   f.topo.numa_nodes[1].zone = "Movable";
   auto out = RunDoctor(f.fs, f.topo, f.in);
-  const Finding& m = Get(out, "cxl_movable");
+  Finding m = Get(out, "cxl_movable");
   EXPECT_EQ(m.severity, Severity::kWarning);
   EXPECT_NE(m.summary.find("node(s) 1"), std::string::npos);
   EXPECT_NE(m.remedy.find("--no-movable"), std::string::npos);
@@ -77,7 +77,7 @@ TEST(DoctorTest, ThpDisabledAndMissing) {
 TEST(DoctorTest, HugepagesMissingOnPoolNode) {
   Fixture f;
   f.topo.numa_nodes[1].hugepages_2m_total = 0;
-  const Finding& h = Get(RunDoctor(f.fs, f.topo, f.in), "hugepages");
+  Finding h = Get(RunDoctor(f.fs, f.topo, f.in), "hugepages");
   EXPECT_EQ(h.severity, Severity::kInfo);
   EXPECT_NE(h.summary.find("node(s) 1"), std::string::npos);
 }
