@@ -302,10 +302,14 @@ void LeaseManager::SweepAwaiting(bool check_files, std::optional<HolderId> exite
   for (auto& [id, l] : leases_) {
     if (l.awaiting.empty()) continue;
     size_t before = l.awaiting.size();
+    // Named copies: a structured binding cannot be captured before C++23's
+    // rules in every compiler (clang 14 refuses it).
+    const auto dev = l.inode_dev;
+    const auto ino = l.inode;
     std::erase_if(l.awaiting, [&](const HolderId& h) {
       if (exited && h == *exited) return true;  // a zombie still has its /proc entry
       if (!HolderAlive(*probe_, h)) return true;
-      return check_files && probe_->HoldsFile(h.pid, l.inode_dev, l.inode) == Holding::kNo;
+      return check_files && probe_->HoldsFile(h.pid, dev, ino) == Holding::kNo;
     });
     any |= !l.awaiting.empty();
     if (l.awaiting.size() == before) continue;
