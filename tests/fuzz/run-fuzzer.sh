@@ -2,7 +2,7 @@
 # run-fuzzer.sh <fuzzer> <seed-corpus> <seconds>: fuzzes from a scratch copy of
 # the seed corpus (the committed corpus is never written), prints libFuzzer's
 # final stats, and fails on any crash, leak or sanitizer report. A failing
-# input is printed (xxd) so the CI log alone is enough to reproduce it.
+# input is printed (od) so the CI log alone is enough to reproduce it.
 set -uo pipefail
 fuzzer=$1 seeds=$2 secs=$3
 work=$(mktemp -d)
@@ -18,7 +18,7 @@ if [[ $rc -ne 0 ]]; then
   for a in "$work"/crash-* "$work"/leak-* "$work"/timeout-* "$work"/oom-*; do
     [[ -e $a ]] || continue
     echo "failing input $(basename "$a"):"
-    xxd "$a" | head -n 64
+    od -A x -t x1z "$a" | head -n 64
   done
   echo "FAIL: $(basename "$fuzzer") exited $rc"
 fi
