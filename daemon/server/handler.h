@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "cxlpool.pb.h"
 #include "cxlpool/common/status.h"
 #include "cxlpool/common/unique_fd.h"
-#include "cxlpool.pb.h"
 
 namespace cxlpool {
 
@@ -30,9 +30,9 @@ struct PeerInfo {
   pid_t pid = -1;
   uid_t uid = static_cast<uid_t>(-1);
   gid_t gid = static_cast<gid_t>(-1);
-  int pidfd = -1;             // owned by the server for the connection's life
-  std::string comm;           // /proc/<pid>/comm at accept
-  std::string cgroup;         // /proc/<pid>/cgroup (unified hierarchy path)
+  int pidfd = -1;      // owned by the server for the connection's life
+  std::string comm;    // /proc/<pid>/comm at accept
+  std::string cgroup;  // /proc/<pid>/cgroup (unified hierarchy path)
 };
 
 // One decoded request: the header's type and request id, the protobuf

@@ -83,7 +83,7 @@ class FakeServer {
   std::string hello_client_name_;
   uint64_t next_id_ = 100;
   std::map<uint64_t, UniqueFd> leases_;    // live, by id
-  std::map<uint64_t, int> holders_;  // holders per live lease
+  std::map<uint64_t, int> holders_;        // holders per live lease
   std::map<std::string, uint64_t> names_;  // shared name -> lease id
 };
 

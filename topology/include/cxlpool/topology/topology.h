@@ -34,10 +34,10 @@ struct NumaNode {
   std::optional<uint64_t> memory_bytes;  // node meminfo MemTotal
   std::optional<uint64_t> free_bytes;    // node meminfo MemFree (at discovery)
   NodeKind kind = NodeKind::kUnknown;
-  std::string kind_reason;               // human text: why this kind
-  std::map<int, int> distances;          // SLIT row: node id -> distance
-  std::optional<int> memory_tier;        // memory_tiering tier id
-  std::optional<std::string> zone;       // "Normal", "Movable", ... (system-ram)
+  std::string kind_reason;          // human text: why this kind
+  std::map<int, int> distances;     // SLIT row: node id -> distance
+  std::optional<int> memory_tier;   // memory_tiering tier id
+  std::optional<std::string> zone;  // "Normal", "Movable", ... (system-ram)
   std::vector<AccessClass> access;
   std::optional<uint64_t> hugepages_2m_total;
   std::optional<uint64_t> hugepages_2m_free;
@@ -46,13 +46,13 @@ struct NumaNode {
 };
 
 struct DaxDevice {
-  std::string name;                  // "dax0.0"
+  std::string name;  // "dax0.0"
   std::optional<uint64_t> size_bytes;
   std::optional<int> target_node;
-  std::optional<std::string> mode;   // "devdax" or "system-ram"
-  std::optional<std::string> source; // "cxl", "hmem", "nvdimm"
-  std::optional<std::string> region; // owning dax region, e.g. "dax_region0"
-  std::optional<bool> dynamic;       // region can be sub-divided (hmem, CXL RAM)
+  std::optional<std::string> mode;    // "devdax" or "system-ram"
+  std::optional<std::string> source;  // "cxl", "hmem", "nvdimm"
+  std::optional<std::string> region;  // owning dax region, e.g. "dax_region0"
+  std::optional<bool> dynamic;        // region can be sub-divided (hmem, CXL RAM)
   std::optional<uint64_t> align_bytes;
 };
 
@@ -86,13 +86,13 @@ struct Gpu {
   std::optional<std::string> name;
   std::string pci_bus_id;  // lower-case "dddd:bb:dd.f"
   std::optional<uint64_t> memory_bytes;
-  std::optional<int> numa_node;     // CPU-side affinity node
-  std::optional<int> memory_node;   // NUMA node holding its HBM (Grace Hopper)
+  std::optional<int> numa_node;    // CPU-side affinity node
+  std::optional<int> memory_node;  // NUMA node holding its HBM (Grace Hopper)
   std::vector<NvLink> nvlinks;
   // False when NVLink state is unknown (PCI scan, or NVML lacks the NVLink
   // entry points): JSON "nvlinks" is then null instead of [].
   bool nvlinks_known = false;
-  std::string source;               // "nvml" or "pci"
+  std::string source;  // "nvml" or "pci"
 };
 
 struct MemoryTier {
