@@ -66,7 +66,22 @@ std::string Frame(const journal::Entry& e) {
 
 }  // namespace
 
+std::string CurrentBootId() {
+  UniqueFd fd(::open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC));
+  if (!fd) return "";
+  char buf[64];
+  ssize_t n = ::read(fd.get(), buf, sizeof buf);
+  if (n <= 0) return "";
+  std::string id(buf, static_cast<size_t>(n));
+  while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) id.pop_back();
+  return id;
+}
+
 Result<LeaseJournal> LeaseJournal::Open(const std::string& dir) {
+  return Open(dir, CurrentBootId());
+}
+
+Result<LeaseJournal> LeaseJournal::Open(const std::string& dir, const std::string& boot_id) {
   LeaseJournal j;
   j.dir_ = dir;
   j.path_ = dir + "/leases.journal";
@@ -92,6 +107,7 @@ Result<LeaseJournal> LeaseJournal::Open(const std::string& dir) {
     CXLPOOL_RETURN_IF_ERROR(WriteAll(j.fd_.get(), std::string(kMagic, 8), j.path_));
     if (::fdatasync(j.fd_.get()) != 0) return Status::FromErrno(errno, "fdatasync " + j.path_);
     CXLPOOL_RETURN_IF_ERROR(FsyncDir(dir));
+    if (!boot_id.empty()) CXLPOOL_RETURN_IF_ERROR(j.RecordBoot(boot_id));
     return j;
   }
   if (data.size() < 8 || std::memcmp(data.data(), kMagic, 8) != 0) {
@@ -126,7 +142,32 @@ Result<LeaseJournal> LeaseJournal::Open(const std::string& dir) {
     if (::fdatasync(j.fd_.get()) != 0) return Status::FromErrno(errno, "fdatasync " + j.path_);
   }
   if (::lseek(j.fd_.get(), 0, SEEK_END) < 0) return Status::FromErrno(errno, "lseek " + j.path_);
+  if (boot_id.empty() || j.state_.boot_id == boot_id) return j;
+  if (j.state_.boot_id.empty()) {
+    // A journal written before boot ids were recorded: keep its leases (the
+    // grace period and the owners' liveness checks still apply).
+    CXLPOOL_RETURN_IF_ERROR(j.RecordBoot(boot_id));
+    return j;
+  }
+  j.state_.leases_from_earlier_boot = j.state_.leases.size();
+  j.state_.earlier_boot_id = j.state_.boot_id;
+  if (!j.state_.leases.empty()) {
+    CXLPOOL_LOG(kWarning) << j.path_ << ": dropping " << j.state_.leases.size()
+                          << " leases journalled during boot " << j.state_.boot_id
+                          << " (this is boot " << boot_id
+                          << "): their memory did not survive the reboot";
+  }
+  j.state_.leases.clear();
+  j.state_.boot_id = boot_id;
+  CXLPOOL_RETURN_IF_ERROR(j.Compact());
   return j;
+}
+
+Status LeaseJournal::RecordBoot(const std::string& boot_id) {
+  journal::Entry e;
+  e.set_op(journal::Entry::OP_BOOT);
+  e.set_boot_id(boot_id);
+  return Append(e);
 }
 
 void LeaseJournal::Apply(const journal::Entry& e) {
@@ -141,6 +182,9 @@ void LeaseJournal::Apply(const journal::Entry& e) {
     case journal::Entry::OP_NEXT_ID:
       if (e.next_id() > state_.next_id) state_.next_id = e.next_id();
       break;
+    case journal::Entry::OP_BOOT:
+      state_.boot_id = e.boot_id();
+      break;
     default:
       break;
   }
@@ -148,8 +192,9 @@ void LeaseJournal::Apply(const journal::Entry& e) {
 
 Status LeaseJournal::Append(const journal::Entry& e) {
   std::string rec = Frame(e);
+  // No fdatasync: see the header (the journal only has to outlive the
+  // process; a host crash takes the leases' memory with it).
   CXLPOOL_RETURN_IF_ERROR(WriteAll(fd_.get(), rec, path_));
-  if (::fdatasync(fd_.get()) != 0) return Status::FromErrno(errno, "fdatasync " + path_);
   Apply(e);
   ++file_records_;
   return Status::Ok();
@@ -183,11 +228,19 @@ Status LeaseJournal::Compact() {
   UniqueFd t(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
   if (!t) return Status::FromErrno(errno, "open " + tmp);
   std::string out(kMagic, 8);
+  uint64_t records = 0;
+  if (!state_.boot_id.empty()) {
+    journal::Entry boot;
+    boot.set_op(journal::Entry::OP_BOOT);
+    boot.set_boot_id(state_.boot_id);
+    out += Frame(boot);
+    ++records;
+  }
   journal::Entry id;
   id.set_op(journal::Entry::OP_NEXT_ID);
   id.set_next_id(state_.next_id);
   out += Frame(id);
-  uint64_t records = 1;
+  ++records;
   for (const auto& [lease_id, rec] : state_.leases) {
     journal::Entry e;
     e.set_op(journal::Entry::OP_PUT);

@@ -42,42 +42,42 @@ class JournalTest : public ::testing::Test {
 
 TEST_F(JournalTest, ReplaysPutsAndDeletes) {
   {
-    auto j = LeaseJournal::Open(dir_);
+    auto j = LeaseJournal::Open(dir_, "boot-1");
     ASSERT_TRUE(j.ok()) << j.status().ToString();
     ASSERT_TRUE(j->Put(Rec(1, 4096)).ok());
     ASSERT_TRUE(j->Put(Rec(2, 8192)).ok());
     ASSERT_TRUE(j->Put(Rec(3, 1 << 20)).ok());
     ASSERT_TRUE(j->Delete(2).ok());
   }
-  auto j = LeaseJournal::Open(dir_);
+  auto j = LeaseJournal::Open(dir_, "boot-1");
   ASSERT_TRUE(j.ok());
   const auto& s = j->state();
   EXPECT_EQ(s.leases.size(), 2u);
   EXPECT_EQ(s.leases.at(3).size_bytes(), 1u << 20);
   EXPECT_EQ(s.leases.at(1).label(), "lease-1");
   EXPECT_FALSE(s.leases.count(2));
-  EXPECT_EQ(s.next_id, 4u);  // id 2 is gone but never handed out again
-  EXPECT_EQ(s.records_replayed, 4u);
+  EXPECT_EQ(s.next_id, 4u);           // id 2 is gone but never handed out again
+  EXPECT_EQ(s.records_replayed, 5u);  // the boot record + 4
   EXPECT_EQ(s.torn_bytes_dropped, 0u);
 }
 
 TEST_F(JournalTest, TornTailIsDroppedAndPrefixKept) {
   {
-    auto j = LeaseJournal::Open(dir_);
+    auto j = LeaseJournal::Open(dir_, "boot-1");
     ASSERT_TRUE(j.ok());
     for (uint64_t i = 1; i <= 5; ++i) ASSERT_TRUE(j->Put(Rec(i, i * 4096)).ok());
   }
   off_t full = FileSize();
   ASSERT_EQ(truncate(path().c_str(), full - 3), 0);  // crash in the middle of record 5
   {
-    auto j = LeaseJournal::Open(dir_);
+    auto j = LeaseJournal::Open(dir_, "boot-1");
     ASSERT_TRUE(j.ok());
     EXPECT_EQ(j->state().leases.size(), 4u);
     EXPECT_GT(j->state().torn_bytes_dropped, 0u);
     // Appending after recovery produces a valid journal.
     ASSERT_TRUE(j->Put(Rec(9, 4096)).ok());
   }
-  auto j = LeaseJournal::Open(dir_);
+  auto j = LeaseJournal::Open(dir_, "boot-1");
   ASSERT_TRUE(j.ok());
   EXPECT_EQ(j->state().leases.size(), 5u);
   EXPECT_TRUE(j->state().leases.count(9));
@@ -86,7 +86,7 @@ TEST_F(JournalTest, TornTailIsDroppedAndPrefixKept) {
 
 TEST_F(JournalTest, CorruptRecordStopsReplay) {
   {
-    auto j = LeaseJournal::Open(dir_);
+    auto j = LeaseJournal::Open(dir_, "boot-1");
     ASSERT_TRUE(j.ok());
     for (uint64_t i = 1; i <= 3; ++i) ASSERT_TRUE(j->Put(Rec(i, 4096)).ok());
   }
@@ -99,7 +99,7 @@ TEST_F(JournalTest, CorruptRecordStopsReplay) {
   c = static_cast<char>(c ^ 0x5a);
   ASSERT_EQ(pwrite(fd, &c, 1, end), 1);
   close(fd);
-  auto j = LeaseJournal::Open(dir_);
+  auto j = LeaseJournal::Open(dir_, "boot-1");
   ASSERT_TRUE(j.ok());
   EXPECT_EQ(j->state().leases.size(), 2u);
   EXPECT_GT(j->state().torn_bytes_dropped, 0u);
@@ -107,7 +107,7 @@ TEST_F(JournalTest, CorruptRecordStopsReplay) {
 
 TEST_F(JournalTest, BadMagicIsAClearError) {
   std::ofstream(path()) << "this is not a journal";
-  auto j = LeaseJournal::Open(dir_);
+  auto j = LeaseJournal::Open(dir_, "boot-1");
   ASSERT_FALSE(j.ok());
   EXPECT_EQ(j.status().code(), Code::kInvalidArgument);
   EXPECT_NE(j.status().message().find("bad magic"), std::string::npos);
@@ -115,7 +115,7 @@ TEST_F(JournalTest, BadMagicIsAClearError) {
 
 TEST_F(JournalTest, CompactionKeepsLiveStateAndIdHighWater) {
   {
-    auto j = LeaseJournal::Open(dir_);
+    auto j = LeaseJournal::Open(dir_, "boot-1");
     ASSERT_TRUE(j.ok());
     for (uint64_t i = 1; i <= 200; ++i) ASSERT_TRUE(j->Put(Rec(i, 4096)).ok());
     for (uint64_t i = 1; i <= 199; ++i) ASSERT_TRUE(j->Delete(i).ok());
@@ -123,10 +123,10 @@ TEST_F(JournalTest, CompactionKeepsLiveStateAndIdHighWater) {
     off_t before = FileSize();
     ASSERT_TRUE(j->MaybeCompact().ok());
     EXPECT_LT(FileSize(), before / 10);
-    EXPECT_EQ(j->file_records(), 2u);  // next-id + one lease
+    EXPECT_EQ(j->file_records(), 3u);  // boot + next-id + one lease
     ASSERT_TRUE(j->Put(Rec(500, 1 << 21)).ok());
   }
-  auto j = LeaseJournal::Open(dir_);
+  auto j = LeaseJournal::Open(dir_, "boot-1");
   ASSERT_TRUE(j.ok());
   EXPECT_EQ(j->state().leases.size(), 2u);
   EXPECT_TRUE(j->state().leases.count(200));
@@ -134,14 +134,80 @@ TEST_F(JournalTest, CompactionKeepsLiveStateAndIdHighWater) {
   EXPECT_EQ(j->state().next_id, 501u);
 }
 
+TEST_F(JournalTest, SameBootKeepsLeases) {
+  {
+    auto j = LeaseJournal::Open(dir_, "boot-a");
+    ASSERT_TRUE(j.ok()) << j.status().ToString();
+    ASSERT_TRUE(j->Put(Rec(1, 4096)).ok());
+  }
+  auto j = LeaseJournal::Open(dir_, "boot-a");
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ(j->state().leases.size(), 1u);
+  EXPECT_EQ(j->state().boot_id, "boot-a");
+  EXPECT_EQ(j->state().leases_from_earlier_boot, 0u);
+}
+
+// After a reboot the leases' memory is gone: the journal drops them, keeps
+// the id high-water mark, and starts the new boot's records.
+TEST_F(JournalTest, DropsLeasesOfAnEarlierBoot) {
+  {
+    auto j = LeaseJournal::Open(dir_, "boot-a");
+    ASSERT_TRUE(j.ok());
+    ASSERT_TRUE(j->Put(Rec(1, 4096)).ok());
+    ASSERT_TRUE(j->Put(Rec(7, 8192)).ok());
+  }
+  {
+    auto j = LeaseJournal::Open(dir_, "boot-b");
+    ASSERT_TRUE(j.ok()) << j.status().ToString();
+    EXPECT_TRUE(j->state().leases.empty());
+    EXPECT_EQ(j->state().leases_from_earlier_boot, 2u);
+    EXPECT_EQ(j->state().earlier_boot_id, "boot-a");
+    EXPECT_EQ(j->state().boot_id, "boot-b");
+    EXPECT_EQ(j->state().next_id, 8u);
+    ASSERT_TRUE(j->Put(Rec(8, 4096)).ok());
+  }
+  auto j = LeaseJournal::Open(dir_, "boot-b");
+  ASSERT_TRUE(j.ok());
+  ASSERT_EQ(j->state().leases.size(), 1u);
+  EXPECT_TRUE(j->state().leases.count(8));
+  EXPECT_EQ(j->state().leases_from_earlier_boot, 0u);
+  EXPECT_EQ(j->state().next_id, 9u);
+}
+
+// A journal from before boot ids were recorded keeps its leases.
+TEST_F(JournalTest, JournalWithoutBootIdKeepsLeases) {
+  {
+    auto j = LeaseJournal::Open(dir_, "");
+    ASSERT_TRUE(j.ok());
+    ASSERT_TRUE(j->Put(Rec(3, 4096)).ok());
+  }
+  {
+    auto j = LeaseJournal::Open(dir_, "boot-b");
+    ASSERT_TRUE(j.ok());
+    EXPECT_EQ(j->state().leases.size(), 1u);
+    EXPECT_EQ(j->state().leases_from_earlier_boot, 0u);
+  }
+  auto j = LeaseJournal::Open(dir_, "boot-c");  // now it knows it was boot-b
+  ASSERT_TRUE(j.ok());
+  EXPECT_TRUE(j->state().leases.empty());
+  EXPECT_EQ(j->state().leases_from_earlier_boot, 1u);
+}
+
+TEST(CurrentBootIdTest, ReadsTheKernelsBootId) {
+  std::string id = CurrentBootId();
+  if (access("/proc/sys/kernel/random/boot_id", R_OK) != 0) GTEST_SKIP() << "no boot_id";
+  EXPECT_EQ(id.size(), 36u) << id;
+  EXPECT_EQ(id, CurrentBootId());
+}
+
 TEST_F(JournalTest, LeftoverCompactionTempFileIsIgnored) {
   {
-    auto j = LeaseJournal::Open(dir_);
+    auto j = LeaseJournal::Open(dir_, "boot-1");
     ASSERT_TRUE(j.ok());
     ASSERT_TRUE(j->Put(Rec(1, 4096)).ok());
   }
   std::ofstream(path() + ".tmp") << "half-written compaction";
-  auto j = LeaseJournal::Open(dir_);
+  auto j = LeaseJournal::Open(dir_, "boot-1");
   ASSERT_TRUE(j.ok());
   EXPECT_EQ(j->state().leases.size(), 1u);
 }
@@ -158,7 +224,7 @@ TEST_F(JournalTest, SigkillDuringAppendsLeavesAConsistentPrefix) {
     ASSERT_GE(pid, 0);
     if (pid == 0) {
       close(pipefd[0]);
-      auto j = LeaseJournal::Open(dir_);
+      auto j = LeaseJournal::Open(dir_, "boot-1");
       if (!j.ok()) _exit(3);
       uint64_t next = j->state().next_id;
       for (uint64_t i = next;; ++i) {
@@ -174,7 +240,7 @@ TEST_F(JournalTest, SigkillDuringAppendsLeavesAConsistentPrefix) {
     uint64_t last_acked = acked_floor, v;
     while (read(pipefd[0], &v, sizeof v) == sizeof v) last_acked = v;
     close(pipefd[0]);
-    auto j = LeaseJournal::Open(dir_);
+    auto j = LeaseJournal::Open(dir_, "boot-1");
     ASSERT_TRUE(j.ok()) << j.status().ToString();
     // Everything acknowledged before the kill is there.
     for (uint64_t i = 1; i <= last_acked; ++i) ASSERT_TRUE(j->state().leases.count(i)) << i;
