@@ -276,6 +276,9 @@ Status DaemonProc::Start(const std::string& binary, const DaemonConfig& cfg) {
     if (!out) return Status(Code::kIo, "cannot write " + config);
   }
   std::string log = dir_ + "/cxlpoold.log";
+  // A state directory, so the daemon journals every grant and release as it
+  // does in production (an ad-hoc --socket instance would run without one).
+  std::string state = dir_ + "/state";
   pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid < 0) return Status::FromErrno(errno, "fork");
@@ -288,7 +291,7 @@ Status DaemonProc::Start(const std::string& binary, const DaemonConfig& cfg) {
       ::dup2(fd, 2);
     }
     ::execl(binary.c_str(), binary.c_str(), "--config", config.c_str(), "--socket", socket_.c_str(),
-            "--foreground", static_cast<char*>(nullptr));
+            "--state-dir", state.c_str(), "--foreground", static_cast<char*>(nullptr));
     ::_exit(127);
   }
   pid_ = pid;
