@@ -81,17 +81,30 @@ std::string ProcessComm() {
 
 }  // namespace
 
+std::string DefaultSocketPathFor(uid_t euid, const char* xdg_runtime_dir) {
+  if (euid == 0) return kSystemSocket;
+  auto is_socket = [](const std::string& path, bool owned_by_euid, uid_t uid) {
+    struct stat st {};
+    return ::lstat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode) &&
+           (!owned_by_euid || st.st_uid == uid);
+  };
+  // The user's own daemon, where cxlpoold puts it when not root
+  // (daemon/config DefaultSocketPath), else the system daemon.
+  if (xdg_runtime_dir != nullptr && xdg_runtime_dir[0] == '/') {
+    std::string user = std::string(xdg_runtime_dir) + "/cxlpool.sock";
+    if (is_socket(user, false, euid)) return user;
+  }
+  // /tmp is world-writable: only a socket this user owns counts, so nobody
+  // else can plant one there and receive this user's requests.
+  std::string tmp = "/tmp/cxlpool-" + std::to_string(euid) + ".sock";
+  if (is_socket(tmp, true, euid)) return tmp;
+  return kSystemSocket;
+}
+
 std::string DefaultSocketPath() {
   const char* env = std::getenv("CXLPOOL_SOCKET");
   if (env != nullptr && *env != '\0') return env;
-  if (::geteuid() == 0) return kSystemSocket;
-  const char* xdg = std::getenv("XDG_RUNTIME_DIR");
-  if (xdg != nullptr && *xdg != '\0') {
-    std::string user = std::string(xdg) + "/cxlpool.sock";
-    struct stat st {};
-    if (::stat(user.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) return user;
-  }
-  return kSystemSocket;
+  return DefaultSocketPathFor(::geteuid(), std::getenv("XDG_RUNTIME_DIR"));
 }
 
 ClientStatus ToClientStatus(const Status& s) {

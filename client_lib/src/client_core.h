@@ -167,6 +167,8 @@ ClientStatus ToClientStatus(const Status& s);
 LeaseInfo FromProto(const proto::LeaseInfo& info);
 // The default socket path rule (see Client::DefaultSocketPath).
 std::string DefaultSocketPath();
+// The rule without $CXLPOOL_SOCKET, for a given effective uid.
+std::string DefaultSocketPathFor(uid_t euid, const char* xdg_runtime_dir);
 
 }  // namespace detail
 

@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -320,6 +322,52 @@ TEST(ClientTest, DefaultSocketPathRule) {
     setenv("XDG_RUNTIME_DIR", "/nonexistent-xdg", 1);
     EXPECT_EQ(Client::DefaultSocketPath(), "/run/cxlpool/cxlpool.sock");  // no user socket
   }
+}
+
+// Binds a unix socket at `path` (replacing whatever is there).
+int BindSocketAt(const std::string& path) {
+  unlink(path.c_str());
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  std::strncpy(a.sun_path, path.c_str(), sizeof a.sun_path - 1);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << strerror(errno);
+  return fd;
+}
+
+// A non-root user's own daemon listens on $XDG_RUNTIME_DIR/cxlpool.sock, else
+// /tmp/cxlpool-<uid>.sock (daemon/config); the client finds both, and never
+// a /tmp socket somebody else owns.
+TEST(ClientTest, DefaultSocketPathFindsTheUsersOwnDaemon) {
+  const uid_t me = geteuid();
+  const uid_t uid = me == 0 ? 4242 : me;  // root plays a user by chown
+  const std::string tmp_sock = "/tmp/cxlpool-" + std::to_string(uid) + ".sock";
+  char dir[] = "/tmp/cxlpool-xdg-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string xdg_sock = std::string(dir) + "/cxlpool.sock";
+
+  EXPECT_EQ(detail::DefaultSocketPathFor(0, dir), "/run/cxlpool/cxlpool.sock");
+  unlink(tmp_sock.c_str());
+  EXPECT_EQ(detail::DefaultSocketPathFor(uid, dir), "/run/cxlpool/cxlpool.sock");
+
+  int t = BindSocketAt(tmp_sock);
+  if (me == 0) {
+    ASSERT_EQ(chown(tmp_sock.c_str(), uid, 0), 0);
+  }
+  EXPECT_EQ(detail::DefaultSocketPathFor(uid, dir), tmp_sock);
+  EXPECT_EQ(detail::DefaultSocketPathFor(uid, nullptr), tmp_sock);
+  if (me == 0) {
+    ASSERT_EQ(chown(tmp_sock.c_str(), 4343, 0), 0);  // planted by another user
+    EXPECT_EQ(detail::DefaultSocketPathFor(uid, dir), "/run/cxlpool/cxlpool.sock");
+  }
+
+  int x = BindSocketAt(xdg_sock);
+  EXPECT_EQ(detail::DefaultSocketPathFor(uid, dir), xdg_sock);  // XDG first
+  close(x);
+  close(t);
+  unlink(xdg_sock.c_str());
+  unlink(tmp_sock.c_str());
+  rmdir(dir);
 }
 
 TEST(ClientTest, CudaRegistrationThroughTheFakeDriver) {

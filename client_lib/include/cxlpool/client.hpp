@@ -214,8 +214,10 @@ class CXLPOOL_EXPORT Client {
   // Connects and negotiates the protocol version. Empty path: the default
   // (DefaultSocketPath). Errors: see cxlpool_connect in cxlpool.h.
   static ClientResult<Client> Connect(const std::string& socket_path = "");
-  // $CXLPOOL_SOCKET, else /run/cxlpool/cxlpool.sock for root, else
-  // $XDG_RUNTIME_DIR/cxlpool.sock if it exists, else /run/cxlpool/cxlpool.sock.
+  // $CXLPOOL_SOCKET, else /run/cxlpool/cxlpool.sock for root, else the
+  // user's own daemon where a non-root cxlpoold listens by default
+  // ($XDG_RUNTIME_DIR/cxlpool.sock, then /tmp/cxlpool-<uid>.sock if this uid
+  // owns it) when that socket exists, else /run/cxlpool/cxlpool.sock.
   static std::string DefaultSocketPath();
 
   Client();  // not connected: every call returns UNAVAILABLE

@@ -78,8 +78,10 @@ typedef struct cxlpool_lease cxlpool_lease;
 
 /* Writes the default socket path into buf (NUL-terminated):
  * $CXLPOOL_SOCKET if set; else /run/cxlpool/cxlpool.sock for root; else
- * $XDG_RUNTIME_DIR/cxlpool.sock when that socket exists, falling back to the
- * system socket /run/cxlpool/cxlpool.sock.
+ * the user's own daemon where a non-root cxlpoold listens by default:
+ * $XDG_RUNTIME_DIR/cxlpool.sock, then /tmp/cxlpool-<uid>.sock if this uid
+ * owns it, when that socket exists; else the system socket
+ * /run/cxlpool/cxlpool.sock.
  * Errors: EINVALID_ARGUMENT (buf NULL or too small; the path is cut). */
 CXLPOOL_EXPORT int cxlpool_default_socket_path(char* buf, size_t len);
 
