@@ -192,6 +192,17 @@ TEST(DiscoverGpus, BoardNotMatchingTheTreeIsReported) {
   EXPECT_NE(t.warnings[0].find("0000:ca:00.0 is not in /sys/bus/pci/devices"), std::string::npos);
 }
 
+TEST(DiscoverGpus, BusIdOfAnotherVendorIsReported) {
+  FakeFileSystem fs;
+  AddPci(&fs, "0000:17:00.0", "0x10de", "0x030200", "0");
+  AddPci(&fs, "0000:ca:00.0", "0x8086", "0x020000", "1");  // a NIC where NVML says GPU 1
+  Topology t = Discover(fs, TwoSockets(), FAKE_NVML_LIB, Board("2gpu-nvlink-bridge"));
+  ASSERT_EQ(t.gpus.size(), 2u);
+  ASSERT_EQ(t.warnings.size(), 1u);
+  EXPECT_NE(t.warnings[0].find("0000:ca:00.0 is vendor 0x8086"), std::string::npos)
+      << t.warnings[0];
+}
+
 TEST(DiscoverGpus, MissingLibraryFallsBackToPciScan) {
   FakeFileSystem fs = TwoGpuTree();
   Topology t = Discover(fs, TwoSockets(), "/nonexistent/libnvidia-ml.so.1", "");

@@ -281,9 +281,19 @@ Result<std::vector<Gpu>> ScanNvmlGpus(const NvmlLibrary& nvml, const FileSystem&
     g.numa_node = NvmlAffinityNode(nvml, dev, index, topo, warnings);
     if (!g.pci_bus_id.empty()) {
       if (!g.numa_node) g.numa_node = PciNumaNode(fs, g.pci_bus_id, warnings);
-      if (have_pci_dir && !fs.Exists(JoinPath(kPciDevices, g.pci_bus_id))) {
+      const std::string dir = JoinPath(kPciDevices, g.pci_bus_id);
+      if (have_pci_dir && !fs.Exists(dir)) {
         warnings->push_back(Prefix(index) + "NVML bus id " + g.pci_bus_id + " is not in " +
                             kPciDevices);
+      } else if (have_pci_dir) {
+        // The device there must be NVIDIA's, else NVML and this sysfs tree
+        // describe different machines (or the bus was renumbered).
+        auto vendor_text = fs.ReadTrimmed(JoinPath(dir, "vendor"));
+        auto vendor = vendor_text.ok() ? ParseU64(vendor_text.value(), 0) : std::nullopt;
+        if (vendor && *vendor != kNvidiaVendor) {
+          warnings->push_back(Prefix(index) + "NVML bus id " + g.pci_bus_id + " is vendor " +
+                              vendor_text.value() + " in " + kPciDevices + ", not NVIDIA (0x10de)");
+        }
       }
     }
     if (nvml.nvmlDeviceGetNumaNodeId != nullptr) {
