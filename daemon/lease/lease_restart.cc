@@ -7,6 +7,7 @@
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <set>
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/lsan_interface.h>
@@ -87,6 +88,8 @@ DurableLease LeaseManager::ToDurable(const Lease& l) const {
   d.created_unix = l.created_unix;
   d.inode = l.inode;
   d.inode_dev = l.inode_dev;
+  d.dax_device = l.backing->dax_device();
+  d.dax_rdev = l.backing->device_number();
   auto add = [&](HolderId h) {
     if (std::find(d.holders.begin(), d.holders.end(), h) == d.holders.end()) {
       d.holders.push_back(h);
@@ -141,6 +144,7 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
                                                    std::map<uint64_t, UniqueFd> stored,
                                                    std::chrono::milliseconds grace) {
   RecoveryReport r;
+  std::set<std::string> carved_seen;  // dynamic sub-devices counted back in
   for (DurableLease& d : journalled) {
     ++r.journalled;
     next_id_ = std::max(next_id_, d.id + 1);
@@ -162,6 +166,24 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
       drop("pool " + d.pool + " is no longer configured");
       continue;
     }
+    // devdax: the lease's device must still be there; a sub-device the
+    // previous daemon carved is not in the region's free space at start, so
+    // it is counted back into the pool (reserved again below, or destroyed
+    // if the lease is dropped).
+    auto* dax_pool = dynamic_cast<DevdaxPool*>(pool);
+    if (dax_pool != nullptr) {
+      d.dax_device = dax_pool->LeaseDevice(d.dax_device);
+      if (d.dax_device.empty() || !dax_pool->DeviceExists(d.dax_device)) {
+        fd.Reset();
+        drop(d.dax_device.empty()
+                 ? std::string("journalled without its DAX device (an older cxlpoold)")
+                 : "its DAX device " + d.dax_device + " no longer exists");
+        continue;
+      }
+      if (dax_pool->dynamic_region() && carved_seen.insert(d.dax_device).second) {
+        dax_pool->CountCarvedAtStart(d.size_bytes);
+      }
+    }
     if (d.holders.empty()) d.holders.push_back(HolderId{d.owner_pid, d.owner_start_time});
     std::vector<HolderId> alive;
     for (const HolderId& h : d.holders) {
@@ -169,7 +191,8 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
     }
     std::unique_ptr<Backing> backing;
     if (fd.valid()) {
-      Status st = CheckLeaseFd(fd.get(), d);
+      Status st = dax_pool != nullptr ? dax_pool->CheckFd(fd.get(), d.dax_device, d.dax_rdev)
+                                      : CheckLeaseFd(fd.get(), d);
       if (!st.ok()) {
         CXLPOOL_LOG(kWarning) << "restart: stored fd does not match the journal, closed: "
                               << st.ToString();
@@ -177,6 +200,15 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
       }
     }
     if (alive.empty()) {
+      if (dax_pool != nullptr) {
+        // The stored fd would keep the device busy: close it, then give a
+        // carved sub-device back to its region (a static device is free
+        // again once nothing reserves it).
+        fd.Reset();
+        dax_pool->Recovered(d.dax_device, d.size_bytes, d.dax_rdev, UniqueFd())->Reclaim();
+        drop("every holder exited while the daemon was down");
+        continue;
+      }
       // Its memory died with its last holder; if the fd store kept it, free it now.
       if (fd.valid() && ::ftruncate(fd.get(), 0) != 0) {
         CXLPOOL_LOG(kWarning) << "restart: truncating stored lease " << d.id << " failed";
@@ -192,7 +224,10 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
     }
     pool->CommitReserve(d.size_bytes);
     bool adopted = false;
-    if (fd.valid()) {
+    if (dax_pool != nullptr) {
+      adopted = fd.valid();
+      backing = dax_pool->Recovered(d.dax_device, d.size_bytes, d.dax_rdev, std::move(fd));
+    } else if (fd.valid()) {
       auto* mp = dynamic_cast<MemfdPool*>(pool);
       auto b = AdoptMemfd(std::move(fd), d, mp != nullptr && mp->config().pin);
       if (b.ok()) {
@@ -203,7 +238,7 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
                               << b.status().ToString();
       }
     }
-    if (!adopted) backing = MakeAwaitedBacking(d);
+    if (backing == nullptr) backing = MakeAwaitedBacking(d);
     Lease& l = leases_[d.id];
     l.id = d.id;
     l.size = d.size_bytes;
@@ -412,15 +447,26 @@ LeaseManager::ReclaimOutcome LeaseManager::Reclaim(ConnId conn, std::vector<Recl
              std::to_string(item.size_bytes));
       continue;
     }
-    if (std::string(l.pool->backing()) == "devdax") {
-      reject("lease " + std::to_string(id) + ": devdax leases cannot be reclaimed (not supported)");
-      continue;
-    }
-    if (Status st = CheckLeaseFd(item.fd.get(), d); !st.ok()) {
+    auto* dax_pool = dynamic_cast<DevdaxPool*>(l.pool);
+    if (dax_pool != nullptr) {
+      Status st = dax_pool->CheckFd(item.fd.get(), d.dax_device, d.dax_rdev);
+      if (!st.ok()) {
+        reject("lease " + std::to_string(id) + " (devdax " + d.dax_device + "): " + st.message());
+        continue;
+      }
+    } else if (Status st = CheckLeaseFd(item.fd.get(), d); !st.ok()) {
       reject(st.message());
       continue;
     }
-    if (l.awaited_memory) {
+    if (l.awaited_memory && dax_pool != nullptr) {
+      auto* db = dynamic_cast<DevdaxBacking*>(l.backing.get());
+      if (db == nullptr) {
+        reject("lease " + std::to_string(id) + ": no devdax backing to adopt the device into");
+        continue;
+      }
+      db->AdoptFd(std::move(item.fd));
+      l.awaited_memory = false;
+    } else if (l.awaited_memory) {
       auto* mp = dynamic_cast<MemfdPool*>(l.pool);
       auto b = AdoptMemfd(std::move(item.fd), d, mp != nullptr && mp->config().pin);
       if (!b.ok()) {

@@ -127,7 +127,7 @@ Status CheckLeaseFd(int fd, const DurableLease& lease) {
   }
   if (!S_ISREG(st.st_mode)) {
     return Status(Code::kInvalidArgument,
-                  what + "the fd is not a memfd (only memfd leases can be reclaimed)");
+                  what + "the fd is not a memfd (this lease is a memfd lease)");
   }
   if (lease.inode == 0 || st.st_ino != lease.inode ||
       (lease.inode_dev != 0 && st.st_dev != lease.inode_dev)) {

@@ -58,8 +58,10 @@ struct DurableLease {
   std::vector<uint32_t> acl_uids;
   std::vector<uint32_t> acl_gids;
   int64_t created_unix = 0;
-  uint64_t inode = 0;             // fstat st_ino of the memfd
+  uint64_t inode = 0;             // fstat st_ino of the memfd (devdax: of /dev/daxR.N)
   uint64_t inode_dev = 0;         // fstat st_dev of the memfd
+  std::string dax_device;         // devdax: the device ("dax0.1"), else ""
+  uint64_t dax_rdev = 0;          // devdax: its device number (st_rdev); 0 unknown
   std::vector<HolderId> holders;  // every process holding a reference
 };
 

@@ -35,6 +35,13 @@ class Backing {
   virtual const std::string& kind() const = 0;
   // The daemon's own mapping (null for devdax or after Reclaim).
   virtual void* daemon_addr() const { return nullptr; }
+  // devdax: the DAX device ("dax0.1") and its device number (st_rdev of
+  // /dev/dax0.1); "" and 0 for memfds. Journalled, to match fds handed back.
+  virtual const std::string& dax_device() const {
+    static const std::string kNone;
+    return kNone;
+  }
+  virtual uint64_t device_number() const { return 0; }
   // Frees the memory now, whoever else holds the fd. Idempotent.
   virtual void Reclaim() = 0;
 };

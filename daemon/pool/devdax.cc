@@ -2,6 +2,8 @@
 
 #include <daxctl/libdaxctl.h>
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 
 #include <cerrno>
 #include <cstring>
@@ -25,49 +27,102 @@ int DaxRegionId(const std::string& name) {
   return static_cast<int>(*v);
 }
 
-namespace {
+const std::string& DevdaxBacking::kind() const {
+  static const std::string kKind = "devdax";
+  return kKind;
+}
 
-class DevdaxBacking final : public Backing {
- public:
-  DevdaxBacking(DaxControl* control, std::string region, std::string device, UniqueFd fd,
-                uint64_t size, uint64_t align, bool carved)
-      : control_(control),
-        region_(std::move(region)),
-        device_(std::move(device)),
-        fd_(std::move(fd)),
-        size_(size),
-        align_(align),
-        carved_(carved) {}
-  ~DevdaxBacking() override { Reclaim(); }
+DevdaxBacking::DevdaxBacking(DaxControl* control, Device device, UniqueFd fd)
+    : control_(control), dev_(std::move(device)), fd_(std::move(fd)) {}
 
-  int fd() const override { return fd_.get(); }
-  uint64_t size_bytes() const override { return size_; }
-  uint64_t page_size() const override { return align_; }
-  const std::string& kind() const override {
-    static const std::string kKind = "devdax";
-    return kKind;
-  }
-  void Reclaim() override {
-    if (!fd_.valid()) return;
-    fd_.Reset();
-    if (carved_) {
-      Status st = control_->DestroyDevice(region_, device_);
-      if (!st.ok()) {
-        CXLPOOL_LOG(kError) << "devdax: could not destroy " << device_ << " in " << region_
-                            << " (a client may still hold it open): " << st.ToString();
-      }
+void DevdaxBacking::AdoptFd(UniqueFd fd) {
+  if (reclaimed_ || fd_.valid()) return;
+  fd_ = std::move(fd);
+}
+
+void DevdaxBacking::Reclaim() {
+  if (reclaimed_) return;
+  reclaimed_ = true;
+  fd_.Reset();
+  if (dev_.carved && control_ != nullptr) {
+    Status st = control_->DestroyDevice(dev_.region, dev_.device);
+    if (!st.ok()) {
+      CXLPOOL_LOG(kError) << "devdax: could not destroy " << dev_.device << " in " << dev_.region
+                          << " (a client may still hold it open): " << st.ToString();
     }
   }
+}
 
- private:
-  DaxControl* control_;
-  std::string region_;
-  std::string device_;
-  UniqueFd fd_;
-  uint64_t size_;
-  uint64_t align_;
-  bool carved_;
-};
+std::string DevNumberString(uint64_t rdev) {
+  return std::to_string(major(rdev)) + ":" + std::to_string(minor(rdev));
+}
+
+std::optional<uint64_t> ParseDevNumber(std::string_view text) {
+  text = Trim(text);
+  auto colon = text.find(':');
+  if (colon == std::string_view::npos) return std::nullopt;
+  auto maj = ParseU64(text.substr(0, colon));
+  auto min = ParseU64(text.substr(colon + 1));
+  if (!maj || !min || *maj > 0xfffff || *min > 0xfffff) return std::nullopt;
+  return makedev(static_cast<unsigned>(*maj), static_cast<unsigned>(*min));
+}
+
+Result<uint64_t> CharDeviceNumber(int fd) {
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0) {
+    return Status(Code::kInvalidArgument, "no usable fd");
+  }
+  if (!S_ISCHR(st.st_mode)) {
+    return Status(Code::kInvalidArgument,
+                  std::string("the fd is not a DAX character device (it is ") +
+                      (S_ISREG(st.st_mode) ? "a regular file or memfd" : "not a device") + ")");
+  }
+  return static_cast<uint64_t>(st.st_rdev);
+}
+
+Result<uint64_t> ReadDaxDeviceNumber(const FileSystem& fs, const std::string& device) {
+  if (device.empty() || device.find('/') != std::string::npos || device == "." || device == "..") {
+    return Status(Code::kInvalidArgument, "'" + device + "' is not a DAX device name");
+  }
+  std::string path = "/sys/bus/dax/devices/" + device + "/dev";
+  auto text = fs.ReadTrimmed(path);
+  if (!text.ok()) {
+    if (text.status().code() == Code::kNotFound) {
+      return Status(Code::kNotFound, "DAX device " + device + " does not exist (no " + path + ")");
+    }
+    return text.status();
+  }
+  auto rdev = ParseDevNumber(*text);
+  if (!rdev) return Status(Code::kIo, path + ": '" + *text + "' is not MAJ:MIN");
+  return *rdev;
+}
+
+Status CheckDaxFd(DaxControl& control, int fd, const std::string& device,
+                  uint64_t journalled_rdev) {
+  auto have = control.FdDeviceNumber(fd);
+  if (!have.ok()) return Status(Code::kInvalidArgument, have.status().message());
+  auto now = control.DeviceNumber(device);
+  if (!now.ok()) return now.status();
+  if (journalled_rdev != 0 && *now != journalled_rdev) {
+    return Status(Code::kInvalidArgument, device + " is now device " + DevNumberString(*now) +
+                                              ", journalled " + DevNumberString(journalled_rdev) +
+                                              " (destroyed and created again?)");
+  }
+  if (*have != *now) {
+    return Status(Code::kInvalidArgument, "the fd is device " + DevNumberString(*have) + ", not " +
+                                              device + " (" + DevNumberString(*now) + ")");
+  }
+  return Status::Ok();
+}
+
+Result<uint64_t> DaxControl::FdDeviceNumber(int fd) { return CharDeviceNumber(fd); }
+
+Result<uint64_t> DaxControl::DeviceNumber(const std::string& device) {
+  static const std::unique_ptr<FileSystem> kRoot = MakeRootedFileSystem("/");
+  return ReadDaxDeviceNumber(*kRoot, device);
+}
+
+namespace {
 
 class LibDaxctlControl final : public DaxControl {
  public:
@@ -163,9 +218,15 @@ class LibDaxctlControl final : public DaxControl {
 
 std::unique_ptr<Backing> MakeDevdaxBacking(DaxControl* control, std::string region,
                                            std::string device, UniqueFd fd, uint64_t size,
-                                           uint64_t align, bool carved) {
-  return std::make_unique<DevdaxBacking>(control, std::move(region), std::move(device),
-                                         std::move(fd), size, align, carved);
+                                           uint64_t align, bool carved, uint64_t rdev) {
+  DevdaxBacking::Device d;
+  d.region = std::move(region);
+  d.device = std::move(device);
+  d.size_bytes = size;
+  d.align_bytes = align;
+  d.carved = carved;
+  d.rdev = rdev;
+  return std::make_unique<DevdaxBacking>(control, std::move(d), std::move(fd));
 }
 
 Result<std::unique_ptr<DaxControl>> MakeLibDaxctlControl() {

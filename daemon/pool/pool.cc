@@ -249,12 +249,24 @@ Result<uint64_t> DevdaxPool::RoundSize(uint64_t requested, bool hugetlb) const {
   return r;
 }
 
+namespace {
+// The device number journalled with a devdax lease; 0 (logged) when the fd
+// cannot tell (its reclaim after a restart then trusts sysfs alone).
+uint64_t DeviceNumberOf(DaxControl* control, int fd) {
+  auto rdev = control->FdDeviceNumber(fd);
+  if (rdev.ok()) return *rdev;
+  CXLPOOL_LOG(kWarning) << "devdax: device number of a new lease: " << rdev.status().ToString();
+  return 0;
+}
+}  // namespace
+
 Result<std::unique_ptr<Backing>> DevdaxPool::Build(uint64_t size, bool) const {
   if (!dynamic_) {
     if (device_.empty()) return Status(Code::kNotFound, name() + ": region has no device");
     auto fd = control_->Open(device_);
     if (!fd.ok()) return fd.status();
-    return MakeDevdaxBacking(control_, region_, device_, std::move(*fd), size, align_, false);
+    uint64_t rdev = DeviceNumberOf(control_, fd->get());
+    return MakeDevdaxBacking(control_, region_, device_, std::move(*fd), size, align_, false, rdev);
   }
   auto dev = control_->CreateDevice(region_, size, align_);
   if (!dev.ok()) return dev.status();
@@ -266,7 +278,36 @@ Result<std::unique_ptr<Backing>> DevdaxPool::Build(uint64_t size, bool) const {
     }
     return fd.status();
   }
-  return MakeDevdaxBacking(control_, region_, *dev, std::move(*fd), size, align_, true);
+  uint64_t rdev = DeviceNumberOf(control_, fd->get());
+  return MakeDevdaxBacking(control_, region_, *dev, std::move(*fd), size, align_, true, rdev);
+}
+
+std::string DevdaxPool::LeaseDevice(const std::string& journalled) const {
+  return dynamic_ ? journalled : device_;
+}
+
+bool DevdaxPool::DeviceExists(const std::string& device) const {
+  return !device.empty() && control_->DeviceNumber(device).ok();
+}
+
+void DevdaxPool::CountCarvedAtStart(uint64_t bytes) {
+  if (dynamic_) SetCapacity(capacity() + bytes);
+}
+
+std::unique_ptr<DevdaxBacking> DevdaxPool::Recovered(const std::string& device, uint64_t size,
+                                                     uint64_t rdev, UniqueFd fd) const {
+  DevdaxBacking::Device d;
+  d.region = region_;
+  d.device = device;
+  d.size_bytes = size;
+  d.align_bytes = align_;
+  d.carved = dynamic_;
+  d.rdev = rdev;
+  return std::make_unique<DevdaxBacking>(control_, std::move(d), std::move(fd));
+}
+
+Status DevdaxPool::CheckFd(int fd, const std::string& device, uint64_t rdev) const {
+  return CheckDaxFd(*control_, fd, device, rdev);
 }
 
 // ---- BuildPools ---------------------------------------------------------------

@@ -150,6 +150,25 @@ class DevdaxPool final : public Pool {
   Result<uint64_t> RoundSize(uint64_t requested, bool hugetlb) const override;
   Result<std::unique_ptr<Backing>> Build(uint64_t size, bool hugetlb) const override;
 
+  // ---- restart (lease/lease_restart.cc) ----
+  // The device a journalled lease of this pool holds: `journalled` for a
+  // dynamic region's sub-device; a static pool's own device (older journals
+  // did not record it).
+  std::string LeaseDevice(const std::string& journalled) const;
+  // Does `device` exist now (the seam's DeviceNumber)?
+  bool DeviceExists(const std::string& device) const;
+  // A dynamic region's capacity is what was not carved at start. A
+  // sub-device the previous daemon carved for a journalled lease is counted
+  // back in (the lease then reserves it again, or is dropped and destroys it).
+  void CountCarvedAtStart(uint64_t bytes);
+  // The backing of a recovered lease: `fd` invalid while it awaits its
+  // holder's RECLAIM, else a device fd checked with CheckFd. A carved
+  // sub-device is destroyed when the backing is reclaimed.
+  std::unique_ptr<DevdaxBacking> Recovered(const std::string& device, uint64_t size, uint64_t rdev,
+                                           UniqueFd fd) const;
+  // Is `fd` the device `device` (journalled device number `rdev`)? See CheckDaxFd.
+  Status CheckFd(int fd, const std::string& device, uint64_t rdev) const;
+
  private:
   DaxControl* control_;
   std::string region_;

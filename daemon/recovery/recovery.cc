@@ -46,6 +46,8 @@ journal::LeaseRecord ToRecord(const DurableLease& d) {
   r.set_kind(d.kind);
   r.set_inode(d.inode);
   r.set_inode_dev(d.inode_dev);
+  r.set_dax_device(d.dax_device);
+  r.set_dax_rdev(d.dax_rdev);
   for (const HolderId& h : d.holders) {
     journal::Holder* x = r.add_holders();
     x->set_pid(static_cast<uint32_t>(h.pid));
@@ -77,6 +79,8 @@ DurableLease FromRecord(const journal::LeaseRecord& r) {
   d.kind = r.kind();
   d.inode = r.inode();
   d.inode_dev = r.inode_dev();
+  d.dax_device = r.dax_device();
+  d.dax_rdev = r.dax_rdev();
   for (const auto& h : r.holders()) {
     d.holders.push_back(HolderId{static_cast<pid_t>(h.pid()), h.start_time()});
   }

@@ -19,6 +19,7 @@
 
 #include "lease/restart.h"
 #include "recovery.h"
+#include "restart_fakes.h"
 #include "test_util.h"
 
 namespace cxlpool {
@@ -27,52 +28,8 @@ namespace {
 using testing::Harness;
 using testing::TwoSocketCxl;
 
-class FakeStore final : public LeaseStore {
- public:
-  Status ReserveIds(uint64_t next_id) override {
-    reserved.push_back(next_id);
-    return Status::Ok();
-  }
-  Status Put(const DurableLease& lease, int fd) override {
-    if (fail_puts) return Status(Code::kIo, "disk full");
-    leases[lease.id] = lease;
-    if (fd >= 0) stored_fds.insert(lease.id);
-    ++puts;
-    return Status::Ok();
-  }
-  Status Delete(uint64_t id) override {
-    leases.erase(id);
-    deleted.insert(id);
-    return Status::Ok();
-  }
-  std::map<uint64_t, DurableLease> leases;
-  std::set<uint64_t> stored_fds, deleted;
-  std::vector<uint64_t> reserved;
-  int puts = 0;
-  bool fail_puts = false;
-};
-
-class FakeProbe final : public ProcessProbe {
- public:
-  std::optional<uint64_t> StartTime(pid_t pid) const override {
-    auto it = start.find(pid);
-    if (it == start.end()) return std::nullopt;
-    return it->second;
-  }
-  Holding HoldsFile(pid_t pid, uint64_t, uint64_t ino) const override {
-    auto it = holds.find({pid, ino});
-    return it == holds.end() ? Holding::kUnknown : it->second;
-  }
-  // An eventfd stands in for the pidfd: the test makes it readable ("exited").
-  UniqueFd OpenPidfd(pid_t pid) const override {
-    auto it = pidfds.find(pid);
-    if (it == pidfds.end()) return UniqueFd();
-    return UniqueFd(::fcntl(it->second, F_DUPFD_CLOEXEC, 0));
-  }
-  std::map<pid_t, int> pidfds;
-  std::map<pid_t, uint64_t> start;
-  std::map<std::pair<pid_t, uint64_t>, Holding> holds;
-};
+using testing::FakeProbe;
+using testing::FakeStore;
 
 // A sealed memfd of `size` bytes and the journal record that matches it.
 struct TestMemfd {
@@ -239,6 +196,7 @@ TEST(LeaseRestartTest, RecoverDropsDeadOwnersAwaitsLiveOnesAndHoldsGrantsInGrace
   EXPECT_EQ(s->owner.pid, 600);
   // Releasing it frees the memory: the daemon truncates the memfd.
   ASSERT_TRUE(h.mgr->Release(1, 10).ok());
+  h.Drain();  // the reclaim runs on a worker
   struct stat st {};
   ASSERT_EQ(::fstat(live.fd.get(), &st), 0);
   EXPECT_EQ(st.st_size, 0);
