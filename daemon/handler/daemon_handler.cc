@@ -196,22 +196,27 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
       proto::RevokeRequest in;
       if (Status st = DecodeAs(req, &in); !st.ok()) return MakeErrorReply(st);
       if (Status st = NeedAdmin(*leases_, conn, "revoke"); !st.ok()) return MakeErrorReply(st);
-      auto holders = leases_->Revoke(conn, in.lease_id());
-      if (!holders.ok()) return MakeErrorReply(holders.status());
-      proto::LeaseEvent ev;
-      ev.set_lease_id(in.lease_id());
-      ev.set_event("revoked");
-      for (ConnectionId h : *holders) {
-        if (!push_) break;
-        Status st = push_(h, Encoded(ev));
-        if (!st.ok()) {
-          CXLPOOL_LOG(kInfo) << "revoke " << in.lease_id() << ": could not tell connection " << h
-                             << ": " << st.ToString();
+      // Answered (and the holders told) once the memory is truncated.
+      *deferred = true;
+      uint64_t id = in.lease_id();
+      leases_->Revoke(conn, id, [this, id, reply](Result<std::vector<ConnId>> holders) {
+        if (!holders.ok()) return reply(MakeErrorReply(holders.status()));
+        proto::LeaseEvent ev;
+        ev.set_lease_id(id);
+        ev.set_event("revoked");
+        for (ConnectionId h : *holders) {
+          if (!push_) break;
+          Status st = push_(h, Encoded(ev));
+          if (!st.ok()) {
+            CXLPOOL_LOG(kInfo) << "revoke " << id << ": could not tell connection " << h << ": "
+                               << st.ToString();
+          }
         }
-      }
-      CXLPOOL_LOG(kInfo) << "lease " << in.lease_id() << " revoked; " << holders->size()
-                         << " holder connection(s) told";
-      return Encoded(proto::RevokeReply());
+        CXLPOOL_LOG(kInfo) << "lease " << id << " revoked; " << holders->size()
+                           << " holder connection(s) told";
+        reply(Encoded(proto::RevokeReply()));
+      });
+      return {};
     }
     case proto::MSG_QUOTAS_REQUEST: {
       proto::QuotasRequest in;

@@ -78,10 +78,14 @@ DaemonMetrics::DaemonMetrics() {
   reg_.AddGauge("cxlpool_pool_warm_bytes", "Warm stock bytes per pool (ready and being built).");
   reg_.AddGauge("cxlpool_pool_free_bytes", "Bytes neither leased nor in warm stock per pool.");
   reg_.AddGauge("cxlpool_pool_leases", "Live leases per pool.");
+  reg_.AddGauge("cxlpool_pool_reclaiming_bytes",
+                "Bytes of released leases still being reclaimed per pool (not free yet).");
   reg_.AddGauge("cxlpool_leases", "Live leases.");
   reg_.AddGauge("cxlpool_shared_leases", "Live shared (named) leases.");
   reg_.AddGauge("cxlpool_connections", "Connected clients.");
   reg_.AddGauge("cxlpool_pending_builds", "Backings being built (leases and warm stock).");
+  reg_.AddGauge("cxlpool_pending_reclaims", "Released backings being reclaimed on workers.");
+  reg_.AddGauge("cxlpool_waiting_allocs", "Allocations waiting for reclaims in flight.");
   reg_.AddCounter(kGrants, "Leases granted, by pool and source (warm stock or cold build).");
   reg_.AddHistogram(kLatency, "Time from an ALLOC request to its grant, by pool and source.",
                     MetricsRegistry::LatencyBuckets());
@@ -115,7 +119,7 @@ void DaemonMetrics::OnGranted(const LeaseSnapshot& lease, int64_t latency_ns) {
 std::string DaemonMetrics::Render(const LeaseManager& leases, const ProcessFacts& facts) {
   for (const char* g :
        {"cxlpool_pool_capacity_bytes", "cxlpool_pool_leased_bytes", "cxlpool_pool_warm_bytes",
-        "cxlpool_pool_free_bytes", "cxlpool_pool_leases"}) {
+        "cxlpool_pool_free_bytes", "cxlpool_pool_leases", "cxlpool_pool_reclaiming_bytes"}) {
     reg_.ClearGauge(g);
   }
   for (const auto& p : leases.Pools()) {
@@ -125,6 +129,7 @@ std::string DaemonMetrics::Render(const LeaseManager& leases, const ProcessFacts
     reg_.Set("cxlpool_pool_warm_bytes", l, static_cast<double>(p.warm_bytes));
     reg_.Set("cxlpool_pool_free_bytes", l, static_cast<double>(p.free_bytes));
     reg_.Set("cxlpool_pool_leases", l, static_cast<double>(p.lease_count));
+    reg_.Set("cxlpool_pool_reclaiming_bytes", l, static_cast<double>(p.reclaiming_bytes));
   }
   auto gauges = leases.Gauges();
   auto gauge = [&](const char* key) {
@@ -135,6 +140,8 @@ std::string DaemonMetrics::Render(const LeaseManager& leases, const ProcessFacts
   reg_.Set("cxlpool_shared_leases", gauge("shared_leases"));
   reg_.Set("cxlpool_connections", gauge("connections"));
   reg_.Set("cxlpool_pending_builds", gauge("pending_builds"));
+  reg_.Set("cxlpool_pending_reclaims", gauge("pending_reclaims"));
+  reg_.Set("cxlpool_waiting_allocs", gauge("waiting_allocs"));
 
   // Every refusal reason and reclaim cause appears, at 0 until it happens.
   for (const char* r : {"capacity", "quota", "priority", "invalid", "not_found"}) {

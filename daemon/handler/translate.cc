@@ -43,6 +43,7 @@ void ToProto(const PoolSnapshot& s, proto::PoolInfo* out) {
   out->set_backing(s.backing);
   out->set_dynamic_region(s.dynamic_region);
   out->set_lease_count(s.lease_count);
+  out->set_reclaiming_bytes(s.reclaiming_bytes);
 }
 
 void ToProto(const QuotaUsage& q, proto::Quota* out) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
+#include <mutex>
 
 #include "cxlpool/common/log.h"
 #include "cxlpool/common/strings.h"
@@ -43,6 +44,12 @@ std::string PoolRoom(const Pool* p) {
 }
 }  // namespace
 
+struct LeaseManager::ReclaimChannel {
+  std::mutex mu;
+  bool open = true;  // guarded by mu
+  Executor loop;
+};
+
 LeaseManager::LeaseManager(const Topology* topo, std::vector<std::unique_ptr<Pool>> pools,
                            QuotaTable quotas, Executor loop, Executor workers, const Clock* clock)
     : topo_(topo),
@@ -52,11 +59,15 @@ LeaseManager::LeaseManager(const Topology* topo, std::vector<std::unique_ptr<Poo
       workers_(std::move(workers)),
       clock_(clock) {
   for (auto& p : pools_) pool_ptrs_.push_back(p.get());
+  reclaim_channel_ = std::make_shared<ReclaimChannel>();
+  reclaim_channel_->loop = loop_;
 }
 
 LeaseManager::~LeaseManager() {
   Shutdown();
   *alive_ = false;
+  std::lock_guard<std::mutex> lock(reclaim_channel_->mu);
+  reclaim_channel_->open = false;
 }
 
 void LeaseManager::Connect(ConnId conn, CallerInfo caller) {
@@ -92,6 +103,22 @@ void LeaseManager::Disconnect(ConnId conn) {
     }
   }
   conns_.erase(conn);
+  // Its allocations still waiting for reclaims: nobody to answer any more.
+  std::vector<Waiting> gone;
+  for (auto w = waiting_.begin(); w != waiting_.end();) {
+    if (w->conn == conn) {
+      gone.push_back(std::move(*w));
+      w = waiting_.erase(w);
+    } else {
+      ++w;
+    }
+  }
+  for (auto& w : gone) {
+    Count("abandoned_waits");
+    Count("refusals");
+    Count("refusals_unavailable");
+    w.done(Status(Code::kUnavailable, "connection closed while the allocation waited"));
+  }
 }
 
 void LeaseManager::DropRef(Lease& lease, ConnId conn, uint32_t n) {
@@ -106,7 +133,7 @@ void LeaseManager::DropRef(Lease& lease, ConnId conn, uint32_t n) {
   }
 }
 
-void LeaseManager::Free(uint64_t id, const char* counter) {
+void LeaseManager::Free(uint64_t id, const char* counter, std::function<void()> then) {
   auto it = leases_.find(id);
   CXLPOOL_CHECK(it != leases_.end());
   Lease& l = it->second;
@@ -115,8 +142,9 @@ void LeaseManager::Free(uint64_t id, const char* counter) {
     auto c = conns_.find(conn);
     if (c != conns_.end()) c->second.held.erase(id);
   }
-  l.backing->Reclaim();
-  l.pool->ReleaseLeased(l.size);
+  // The pool keeps counting the bytes (as reclaiming) until the worker has
+  // truncated them; the tenant's quota is free now.
+  l.pool->BeginReclaim(l.size);
   quotas_.Uncharge(TenantOf(l.owner), l.tier, l.size);
   if (!l.name.empty()) names_.erase(l.name);
   auto u = by_uid_.find(l.owner.uid);
@@ -125,9 +153,62 @@ void LeaseManager::Free(uint64_t id, const char* counter) {
     if (u->second.empty()) by_uid_.erase(u);
   }
   Pool* pool = l.pool;
+  uint64_t size = l.size;
+  std::unique_ptr<Backing> backing = std::move(l.backing);
   leases_.erase(it);
   Count(counter);
-  Refill(pool);
+  ReclaimBacking(pool, size, std::move(backing), std::move(then));
+}
+
+void LeaseManager::ReclaimBacking(Pool* pool, uint64_t size, std::unique_ptr<Backing> backing,
+                                  std::function<void()> then) {
+  ++pending_reclaims_;
+  std::weak_ptr<bool> alive = alive_;
+  // The worker touches only the backing and the channel: if the handler is
+  // dropped unrun (a stopped pool), destroying the backing still reclaims.
+  boost::asio::post(workers_, [this, alive, channel = reclaim_channel_, pool, size,
+                               backing = std::move(backing), then = std::move(then)]() mutable {
+    if (backing) backing->Reclaim();
+    backing.reset();
+    std::lock_guard<std::mutex> lock(channel->mu);
+    if (!channel->open) return;  // the manager is gone
+    boost::asio::post(channel->loop, [this, alive, pool, size, then = std::move(then)] {
+      auto a = alive.lock();
+      if (!a || !*a) return;
+      BackingReclaimed(pool, size);
+      if (then) then();
+    });
+  });
+}
+
+void LeaseManager::BackingReclaimed(Pool* pool, uint64_t size) {
+  CXLPOOL_CHECK(pending_reclaims_ > 0);
+  --pending_reclaims_;
+  pool->ReleaseLeased(size);
+  Count("reclaims_done");
+  // Waiting allocations first (in arrival order), so new warm stock cannot
+  // take the room they waited for; one that still only fits after the
+  // remaining reclaims waits again.
+  if (!waiting_.empty() && !stopping_) {
+    std::vector<Waiting> retry;
+    retry.swap(waiting_);
+    retrying_waiters_ = true;
+    for (auto& w : retry) Allocate(w.conn, std::move(w.params), std::move(w.done));
+    retrying_waiters_ = false;
+  }
+  if (waiting_.empty()) {
+    for (Pool* p : pool_ptrs_) Refill(p);
+  }
+}
+
+void LeaseManager::RefuseWaiting(const Status& why) {
+  std::vector<Waiting> gone;
+  gone.swap(waiting_);
+  for (auto& w : gone) {
+    Count("refusals");
+    Count(std::string("refusals_") + RefusalReason(why.code()));
+    w.done(why);
+  }
 }
 
 uint64_t LeaseManager::Insert(ConnId conn, const AllocParams& p, Pool* pool, uint64_t size,
@@ -190,7 +271,7 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
     // warm stock and libraries' own. Maps: the same leases, plus the
     // process's ordinary mappings.
     constexpr uint64_t kFdReserve = 128, kMapReserve = 1024;
-    const uint64_t per_lease = leases_.size() + pending_builds_;
+    const uint64_t per_lease = leases_.size() + pending_builds_ + pending_reclaims_;
     if (per_lease + conns_.size() + kFdReserve >= limits_.max_fds) {
       return refuse(
           Status(Code::kResourceExhausted, "daemon fd limit: " + std::to_string(leases_.size()) +
@@ -255,13 +336,22 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
       quotas_.Charge(tenant, tier, *size);
       Count("warm_hits");
       uint64_t id = Insert(conn, p, pool, *size, std::move(b), true, reason);
-      Refill(pool);
       if (!PersistGrant(id, done)) return;
       Granted g{Snapshot(leases_.at(id)), leases_.at(id).backing->fd()};
       done(std::move(g));
+      // Only now (the reply is on the socket): a worker prefaulting the
+      // replacement must not compete with sending it.
+      Refill(pool);
       return;
     }
     if (!pool->TryReserve(*size)) {
+      if (pool->FitsAfterReclaims(*size)) {
+        // Room is coming back from released leases: wait for it here rather
+        // than refuse, or fall back to a pool the caller did not prefer.
+        if (!retrying_waiters_) Count("waits_for_reclaim");
+        waiting_.push_back(Waiting{conn, std::move(p), std::move(done)});
+        return;
+      }
       why_not += (why_not.empty() ? "" : "; ") + PoolRoom(pool);
       note("capacity");
       continue;
@@ -411,21 +501,25 @@ Result<std::vector<LeaseSnapshot>> LeaseManager::List(ConnId conn, bool all) con
   return out;
 }
 
-Result<std::vector<ConnId>> LeaseManager::Revoke(ConnId conn, uint64_t id) {
-  if (!IsAdmin(conn)) return Status(Code::kPermissionDenied, "revoke needs admin");
+void LeaseManager::Revoke(ConnId conn, uint64_t id, RevokeDone done) {
+  if (!IsAdmin(conn)) return done(Status(Code::kPermissionDenied, "revoke needs admin"));
   auto it = leases_.find(id);
   if (it == leases_.end()) {
-    if (revoked_.count(id))
-      return Status(Code::kRevoked, "lease " + std::to_string(id) + " was already revoked");
-    return Status(Code::kNotFound, "no lease " + std::to_string(id));
+    if (revoked_.count(id)) {
+      return done(Status(Code::kRevoked, "lease " + std::to_string(id) + " was already revoked"));
+    }
+    return done(Status(Code::kNotFound, "no lease " + std::to_string(id)));
   }
   std::vector<ConnId> holders;
   for (const auto& [h, n] : it->second.holders) holders.push_back(h);
   std::sort(holders.begin(), holders.end());
-  Free(id, "revokes");
   if (revoked_.size() >= kMaxRevokedRemembered) revoked_.clear();
   revoked_.insert(id);
-  return holders;
+  // The holders hear of it only once the memory is truncated, so their next
+  // access after the event SIGBUSes.
+  Free(id, "revokes", [done = std::move(done), holders = std::move(holders)]() mutable {
+    done(std::move(holders));
+  });
 }
 
 Status LeaseManager::SetQuota(ConnId conn, const QuotaRule& rule) {
@@ -470,6 +564,7 @@ std::vector<PoolSnapshot> LeaseManager::Pools() const {
     s.backing = p->backing();
     s.dynamic_region = p->dynamic_region();
     s.lease_count = p->lease_count();
+    s.reclaiming_bytes = p->reclaiming_bytes();
     out.push_back(std::move(s));
   }
   return out;
@@ -480,14 +575,18 @@ std::map<std::string, uint64_t> LeaseManager::Gauges() const {
   g["live_leases"] = leases_.size();
   g["connections"] = conns_.size();
   g["pending_builds"] = pending_builds_;
+  g["pending_reclaims"] = pending_reclaims_;
+  g["waiting_allocs"] = waiting_.size();
   g["shared_leases"] = names_.size();
-  uint64_t leased = 0, warm = 0, cap = 0;
+  uint64_t leased = 0, warm = 0, cap = 0, reclaiming = 0;
   for (const Pool* p : pool_ptrs_) {
     leased += p->leased_bytes() + p->reserved_bytes();
     warm += p->warm_bytes();
     cap += p->capacity();
+    reclaiming += p->reclaiming_bytes();
   }
   g["leased_bytes"] = leased;
+  g["reclaiming_bytes"] = reclaiming;
   g["warm_bytes"] = warm;
   g["capacity_bytes"] = cap;
   return g;
@@ -498,7 +597,9 @@ void LeaseManager::StartWarmStock() {
 }
 
 void LeaseManager::Refill(Pool* pool) {
-  if (stopping_) return;
+  // Allocations waiting for reclaims come first: stock is built once they
+  // are served (BackingReclaimed).
+  if (stopping_ || retrying_waiters_ || !waiting_.empty()) return;
   for (uint64_t size : pool->PlanRefill()) {
     ++pending_builds_;
     std::weak_ptr<bool> alive = alive_;
@@ -524,6 +625,8 @@ void LeaseManager::Refill(Pool* pool) {
 }
 
 void LeaseManager::Shutdown() {
+  // Also after a hand-over: nobody will make room for these any more.
+  RefuseWaiting(Status(Code::kUnavailable, "daemon is shutting down"));
   if (stopping_ || handed_over_) return;
   stopping_ = true;
   std::vector<uint64_t> ids;

@@ -7,11 +7,20 @@
 //
 // Nothing here knows protobuf or sockets; the handler translates.
 //
+// Releasing is asynchronous: a freed lease leaves the table, its names and
+// its tenant's quota at once, but its memory (truncate, unmap, close of the
+// backing) is reclaimed on `workers`. Until that finishes the pool counts
+// the bytes as reclaiming (still used: never overcommitted); an Allocate that
+// only fits once those reclaims finish waits for them instead of being
+// refused.
+//
 // Thread safety: every public method must be called on the event-loop
-// executor `loop`. Builds run on `workers` and post their results back to
-// `loop`; no lease state is touched from a worker. The owner must stop the
-// workers (join the pool) before destroying the manager, and must keep the
-// Topology alive as long as the manager.
+// executor `loop`. Builds and reclaims run on `workers` and post their
+// results back to `loop`; no lease state is touched from a worker. The owner
+// must stop the workers (join the pool) before destroying the manager (so
+// builds and reclaims in flight finish; reclaims never touch the manager),
+// must destroy the manager before the `loop` executor's context, and must
+// keep the Topology alive as long as the manager.
 #pragma once
 
 #include <sys/types.h>
@@ -110,12 +119,14 @@ struct PoolSnapshot {
   std::string backing;
   bool dynamic_region = false;
   uint32_t lease_count = 0;
+  uint64_t reclaiming_bytes = 0;  // ended leases still being reclaimed (not free yet)
 };
 
 class LeaseManager {
  public:
   using Executor = boost::asio::any_io_executor;
   using AllocDone = std::function<void(Result<Granted>)>;
+  using RevokeDone = std::function<void(Result<std::vector<ConnId>>)>;
 
   LeaseManager(const Topology* topo, std::vector<std::unique_ptr<Pool>> pools, QuotaTable quotas,
                Executor loop, Executor workers, const Clock* clock);
@@ -125,13 +136,14 @@ class LeaseManager {
 
   void Connect(ConnId conn, CallerInfo caller);
   // Drops every reference the connection held; leases nobody holds any more
-  // are reclaimed (truncated, unmapped, closed). Unknown ids are ignored.
+  // are reclaimed (truncated, unmapped, closed on a worker). Allocations of
+  // the connection waiting for reclaims are answered UNAVAILABLE.
   void Disconnect(ConnId conn);
 
   // Calls `done` exactly once: now (warm stock, refusal) or later on the
-  // loop (after a build). Errors: INVALID_ARGUMENT (size 0, bad tier, ...),
-  // NOT_FOUND (GPU/node), ALREADY_EXISTS (name), RESOURCE_EXHAUSTED (capacity
-  // or quota, naming the limit and usage), and build errors.
+  // loop (after a build, or after reclaims in flight made room). Errors: INVALID_ARGUMENT (size 0,
+  // bad tier, ...), NOT_FOUND (GPU/node), ALREADY_EXISTS (name), RESOURCE_EXHAUSTED (capacity or
+  // quota, naming the limit and usage), and build errors.
   void Allocate(ConnId conn, AllocParams params, AllocDone done);
   // NOT_FOUND, REVOKED, PERMISSION_DENIED (not held by this connection).
   Status Release(ConnId conn, uint64_t id);
@@ -141,9 +153,10 @@ class LeaseManager {
   Result<LeaseSnapshot> Stat(ConnId conn, uint64_t id) const;
   // Own leases (owner uid or held), or all (admin only).
   Result<std::vector<LeaseSnapshot>> List(ConnId conn, bool all) const;
-  // Admin only: frees the lease now (clients' next access SIGBUSes) and
-  // returns the connections that held it, to be told with a LeaseEvent.
-  Result<std::vector<ConnId>> Revoke(ConnId conn, uint64_t id);
+  // Admin only: frees the lease now (it leaves the table at once) and calls
+  // `done` with the connections that held it, to be told with a LeaseEvent,
+  // once its memory is truncated (their next access SIGBUSes); errors now.
+  void Revoke(ConnId conn, uint64_t id, RevokeDone done);
   // Admin only: add/replace a quota rule.
   Status SetQuota(ConnId conn, const QuotaRule& rule);
 
@@ -173,8 +186,11 @@ class LeaseManager {
   // Stops refills and reclaims every lease and all stock (daemon exit).
   void Shutdown();
 
-  // For tests: builds in flight (leases and stock).
+  // For tests: builds in flight (leases and stock), reclaims in flight, and
+  // allocations waiting for reclaims.
   uint32_t pending_builds() const { return pending_builds_; }
+  uint32_t pending_reclaims() const { return pending_reclaims_; }
+  size_t waiting_allocs() const { return waiting_.size(); }
 
   // ---- restart support (lease/lease_restart.cc, docs/daemon.md) ----
   // Journals every grant, holder change and free through `store` (before
@@ -252,7 +268,17 @@ class LeaseManager {
 
   uint64_t Insert(ConnId conn, const AllocParams& p, Pool* pool, uint64_t size,
                   std::unique_ptr<Backing> backing, bool from_warm, std::string reason);
-  void Free(uint64_t id, const char* counter);
+  // Ends a lease: bookkeeping now, memory reclaimed on a worker (ReclaimBacking).
+  // `then` runs on the loop once the memory is truncated (or never, when
+  // the manager is gone by then).
+  void Free(uint64_t id, const char* counter, std::function<void()> then = nullptr);
+  void ReclaimBacking(Pool* pool, uint64_t size, std::unique_ptr<Backing> backing,
+                      std::function<void()> then);
+  // Back on the loop after a reclaim: the bytes are free; waiting
+  // allocations run again, then warm stock refills.
+  void BackingReclaimed(Pool* pool, uint64_t size);
+  // Refuses every waiting allocation (shutdown, hand-over).
+  void RefuseWaiting(const Status& why);
   void DropRef(Lease& lease, ConnId conn, uint32_t n);
   void Refill(Pool* pool);
   LeaseSnapshot Snapshot(const Lease& l) const;
@@ -292,6 +318,20 @@ class LeaseManager {
   DaemonLimits limits_;
   // Flipped when the manager dies so late completions do nothing.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  // How a reclaim on a worker reaches the loop without touching the
+  // manager: closed (under its mutex) when the manager dies, after which
+  // finished reclaims post nothing.
+  struct ReclaimChannel;
+  std::shared_ptr<ReclaimChannel> reclaim_channel_;
+  uint32_t pending_reclaims_ = 0;
+  // Allocations that fit once reclaims in flight finish, in arrival order.
+  struct Waiting {
+    ConnId conn = 0;
+    AllocParams params;
+    AllocDone done;
+  };
+  std::vector<Waiting> waiting_;
+  bool retrying_waiters_ = false;
 
   std::unordered_map<uint64_t, Lease> leases_;
   std::unordered_map<std::string, uint64_t> names_;  // 0: being built

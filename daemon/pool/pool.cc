@@ -48,10 +48,23 @@ void Pool::CommitReserve(uint64_t bytes) {
   ++lease_count_;
 }
 
-void Pool::ReleaseLeased(uint64_t bytes) {
+void Pool::BeginReclaim(uint64_t bytes) {
   CXLPOOL_CHECK(leased_ >= bytes && lease_count_ > 0);
   leased_ -= bytes;
+  reclaiming_ += bytes;
   --lease_count_;
+}
+
+void Pool::ReleaseLeased(uint64_t bytes) {
+  CXLPOOL_CHECK(reclaiming_ >= bytes);
+  reclaiming_ -= bytes;
+}
+
+bool Pool::FitsAfterReclaims(uint64_t bytes) const {
+  if (reclaiming_ == 0 || bytes > capacity_) return false;
+  uint64_t ready = 0;  // stock MakeRoom may drop; stock being built stays
+  for (const auto& [size, slot] : slots_) ready += size * slot.ready.size();
+  return leased_ + reserved_ + (warm_ - ready) + bytes <= capacity_;
 }
 
 void Pool::SetWarmClasses(std::vector<WarmClass> classes) {
@@ -74,7 +87,7 @@ void Pool::SetWarmClasses(std::vector<WarmClass> classes) {
 }
 
 bool Pool::SetCapacity(uint64_t capacity) {
-  if (capacity < leased_ + reserved_) return false;
+  if (capacity < leased_ + reserved_ + reclaiming_) return false;
   uint64_t old = capacity_;
   capacity_ = capacity;
   if (used_bytes() > capacity_ && !MakeRoom(0)) {

@@ -4,8 +4,9 @@
 // prefaulted memfds in a few size classes.
 //
 // Accounting: used = reserved (builds in flight for leases) + leased + warm
-// (ready stock plus stock being built). Admission never lets used exceed
-// capacity.
+// (ready stock plus stock being built) + reclaiming (ended leases whose
+// memory a worker is still truncating and unmapping). Admission never lets
+// used exceed capacity.
 //
 // Thread safety: accounting and warm-stock methods belong to the event-loop
 // thread. RoundSize/Build and the getters of fixed facts are const and safe
@@ -56,7 +57,8 @@ class Pool {
   uint64_t leased_bytes() const { return leased_; }
   uint64_t warm_bytes() const { return warm_; }
   uint64_t reserved_bytes() const { return reserved_; }
-  uint64_t used_bytes() const { return leased_ + warm_ + reserved_; }
+  uint64_t reclaiming_bytes() const { return reclaiming_; }
+  uint64_t used_bytes() const { return leased_ + warm_ + reserved_ + reclaiming_; }
   uint64_t free_bytes() const { return capacity_ - used_bytes(); }
   uint32_t lease_count() const { return lease_count_; }
 
@@ -65,9 +67,16 @@ class Pool {
   bool TryReserve(uint64_t bytes);
   void CancelReserve(uint64_t bytes);
   void CommitReserve(uint64_t bytes);  // the build succeeded: reserved -> leased
-  void ReleaseLeased(uint64_t bytes);  // a lease ended
-  // A new capacity (config reload). False, nothing changed, when leases and
-  // builds in flight already use more; ready warm stock is dropped to fit.
+  // A lease ended: its bytes move from leased to reclaiming and stay used
+  // until its reclaim finishes on a worker; then ReleaseLeased frees them.
+  void BeginReclaim(uint64_t bytes);
+  void ReleaseLeased(uint64_t bytes);  // reclaiming -> free
+  // Does a build of `bytes` that TryReserve just refused fit once every
+  // reclaim in flight has finished (and ready warm stock is dropped)? False
+  // when nothing is being reclaimed: waiting would not help.
+  bool FitsAfterReclaims(uint64_t bytes) const;
+  // A new capacity (config reload). False, nothing changed, when leases,
+  // builds and reclaims in flight already use more; ready warm stock is dropped to fit.
   bool SetCapacity(uint64_t capacity);
 
   // ---- warm stock (event-loop thread) ----
@@ -108,6 +117,7 @@ class Pool {
   uint64_t leased_ = 0;
   uint64_t warm_ = 0;
   uint64_t reserved_ = 0;
+  uint64_t reclaiming_ = 0;
   uint32_t lease_count_ = 0;
   std::vector<WarmClass> warm_classes_;
   std::map<uint64_t, WarmSlot> slots_;  // size -> slot

@@ -150,6 +150,17 @@ TEST_F(DaemonMetricsTest, GrantsRefusalsReclaimsAndGauges) {
   EXPECT_TRUE(Has(text, R"(cxlpool_reclaims_total{cause="disconnect"} 1)"));
   EXPECT_TRUE(Has(text, R"(cxlpool_grants_total{kind="dram",pool="node0",source="cold"} 1)"));
   EXPECT_TRUE(Has(text, "cxlpool_leases 0"));
+  // Its memory is reclaimed on a worker: counted until then, free after.
+  EXPECT_TRUE(Has(
+      text, R"(cxlpool_pool_reclaiming_bytes{kind="dram",pool="node0",tier="unknown"} 2097152)"))
+      << text;
+  EXPECT_TRUE(Has(text, "cxlpool_pending_reclaims 1"));
+  h_.Drain();
+  text = handler_->MetricsText();
+  EXPECT_TRUE(
+      Has(text, R"(cxlpool_pool_reclaiming_bytes{kind="dram",pool="node0",tier="unknown"} 0)"));
+  EXPECT_TRUE(Has(text, "cxlpool_pending_reclaims 0"));
+  EXPECT_TRUE(Has(text, "cxlpool_waiting_allocs 0"));
   EXPECT_EQ(handler_->metrics().registry().HistogramCount("cxlpool_grant_latency_seconds",
                                                           {{"pool", "node0"}, {"source", "cold"}}),
             1u);

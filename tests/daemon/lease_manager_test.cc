@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <boost/asio/thread_pool.hpp>
+
 #include "test_util.h"
 
 namespace cxlpool {
@@ -20,6 +22,24 @@ off_t FdSize(int fd) {
   struct stat st;
   if (fstat(fd, &st) != 0) return -1;
   return st.st_size;
+}
+
+// Revokes and runs the loop until the reclaim has answered.
+Result<std::vector<ConnId>> RevokeNow(Harness& h, ConnId conn, uint64_t id) {
+  std::optional<Result<std::vector<ConnId>>> out;
+  h.mgr->Revoke(conn, id, [&](Result<std::vector<ConnId>> r) { out.emplace(std::move(r)); });
+  h.Drain();
+  CXLPOOL_CHECK(out.has_value());
+  return std::move(*out);
+}
+
+// Used bytes never exceed any pool's capacity, reclaiming included.
+void ExpectNoOvercommit(Harness& h) {
+  for (const auto& p : h.mgr->Pools()) {
+    EXPECT_EQ(p.capacity_bytes, p.leased_bytes + p.warm_bytes + p.reclaiming_bytes + p.free_bytes)
+        << p.name;
+    EXPECT_LE(p.leased_bytes + p.warm_bytes + p.reclaiming_bytes, p.capacity_bytes) << p.name;
+  }
 }
 
 TEST(LeaseManagerTest, AdmissionNeverExceedsCapacity) {
@@ -56,8 +76,9 @@ TEST(LeaseManagerTest, AdmissionNeverExceedsCapacity) {
   EXPECT_EQ(big.status().code(), Code::kResourceExhausted);
   // Zero: invalid.
   EXPECT_EQ(h.Alloc(1, 0).status().code(), Code::kInvalidArgument);
-  // Release one and the room is back.
+  // Release one and the room is back once it is reclaimed.
   ASSERT_TRUE(h.mgr->Release(1, ids[0]).ok());
+  h.Drain();
   EXPECT_EQ(h.Pool("node0").free_bytes, 4 * kMiB);
   EXPECT_EQ(h.mgr->Release(1, ids[0]).code(), Code::kNotFound);
 }
@@ -102,6 +123,7 @@ TEST(LeaseManagerTest, DisconnectReleasesEverythingAndTruncates) {
   // A client that leaked the fd: keep a dup of it.
   UniqueFd leaked(::dup(a->fd));
   h.mgr->Disconnect(1);
+  h.Drain();
   EXPECT_EQ(h.Pool("node0").leased_bytes, 1 * kMiB);
   EXPECT_EQ(h.Pool("node1").leased_bytes, 0u);
   EXPECT_EQ(FdSize(leaked.get()), 0) << "reclaim must truncate even a leaked fd";
@@ -195,7 +217,7 @@ TEST(LeaseManagerTest, SharedLeaseRefcountsAndAcl) {
   auto s = h.mgr->Stat(2, g->lease.id);
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(s->holders, 1u);
-  // The last holder disconnects: freed, name reusable.
+  // The last holder disconnects: freed, name reusable at once.
   h.mgr->Disconnect(2);
   EXPECT_EQ(h.Pool("node0").leased_bytes, 0u);
   EXPECT_TRUE(h.Alloc(1, p).ok());
@@ -208,8 +230,8 @@ TEST(LeaseManagerTest, RevokeIsAdminOnlyAndReportsHolders) {
   auto g = h.Alloc(1, 2 * kMiB);
   ASSERT_TRUE(g.ok());
   UniqueFd client_copy(::dup(g->fd));
-  EXPECT_EQ(h.mgr->Revoke(1, g->lease.id).status().code(), Code::kPermissionDenied);
-  auto holders = h.mgr->Revoke(9, g->lease.id);
+  EXPECT_EQ(RevokeNow(h, 1, g->lease.id).status().code(), Code::kPermissionDenied);
+  auto holders = RevokeNow(h, 9, g->lease.id);
   ASSERT_TRUE(holders.ok());
   EXPECT_EQ(*holders, (std::vector<ConnId>{1}));
   EXPECT_EQ(FdSize(client_copy.get()), 0);
@@ -323,6 +345,7 @@ TEST(LeaseManagerTest, DevdaxDynamicRegionCarvesAndDestroys) {
   EXPECT_EQ(g->lease.requested_bytes, 3 * kMiB);
   EXPECT_EQ(dax.regions["dax_region0"].state.devices.size(), 1u);
   ASSERT_TRUE(h.mgr->Release(1, g->lease.id).ok());
+  h.Drain();
   EXPECT_EQ(dax.destroyed, (std::vector<std::string>{"dax0.1"}));
   // Static region: leased whole, once.
   p.numa_node = 3;
@@ -352,6 +375,280 @@ TEST(LeaseManagerTest, MissingDevdaxRegionIsAStartupError) {
   auto pools = BuildPools(t, cfg, o, nullptr);
   ASSERT_FALSE(pools.ok());
   EXPECT_NE(pools.status().message().find("devdax[0].region"), std::string::npos);
+}
+
+// ---- asynchronous release (reclaim on a worker) -------------------------------
+
+TEST(LeaseManagerReclaimTest, ReleaseReturnsBeforeTheReclaimAndCountsItUntilDone) {
+  Harness h(TwoSocketCxl(16 * kMiB));
+  h.Connect(1);
+  auto g = h.Alloc(1, 4 * kMiB, 0);
+  ASSERT_TRUE(g.ok());
+  UniqueFd client_copy(::dup(g->fd));
+  ASSERT_TRUE(h.mgr->Release(1, g->lease.id).ok());
+  // Release has answered; the worker has not run yet (the harness's loop and
+  // workers share one io_context that nobody ran since).
+  EXPECT_EQ(FdSize(client_copy.get()), static_cast<off_t>(4 * kMiB)) << "not truncated yet";
+  auto pool = h.Pool("node0");
+  EXPECT_EQ(pool.leased_bytes, 0u);
+  EXPECT_EQ(pool.lease_count, 0u);
+  EXPECT_EQ(pool.reclaiming_bytes, 4 * kMiB);
+  EXPECT_EQ(pool.free_bytes, 12 * kMiB) << "reclaiming bytes are not free";
+  EXPECT_EQ(h.mgr->pending_reclaims(), 1u);
+  EXPECT_EQ(h.mgr->Gauges()["reclaiming_bytes"], 4 * kMiB);
+  EXPECT_EQ(h.mgr->Gauges()["live_leases"], 0u) << "the table forgets it at once";
+  EXPECT_EQ(h.mgr->Release(1, g->lease.id).code(), Code::kNotFound);
+  ExpectNoOvercommit(h);
+  h.Drain();
+  EXPECT_EQ(FdSize(client_copy.get()), 0);
+  pool = h.Pool("node0");
+  EXPECT_EQ(pool.reclaiming_bytes, 0u);
+  EXPECT_EQ(pool.free_bytes, 16 * kMiB);
+  EXPECT_EQ(h.mgr->pending_reclaims(), 0u);
+  EXPECT_EQ(h.mgr->Gauges()["reclaiming_bytes"], 0u);
+  EXPECT_EQ(h.mgr->Counters()["reclaims_done"], 1u);
+}
+
+TEST(LeaseManagerReclaimTest, QuotaIsFreeAtOnce) {
+  DaemonConfig cfg = TestConfig();
+  QuotaRule q;
+  q.scope = QuotaScope::kUid;
+  q.id = 1000;
+  q.subject = "1000";
+  q.max_bytes = 4 * kMiB;
+  cfg.quotas.push_back(q);
+  Harness h(TwoSocketCxl(), cfg);
+  h.Connect(1);
+  auto g = h.Alloc(1, 4 * kMiB, 0);
+  ASSERT_TRUE(g.ok());
+  ASSERT_TRUE(h.mgr->Release(1, g->lease.id).ok());
+  for (const auto& u : h.mgr->Quotas()) EXPECT_EQ(u.used_bytes, 0u);
+  EXPECT_EQ(h.Pool("node0").reclaiming_bytes, 4 * kMiB);
+  h.Drain();
+}
+
+TEST(LeaseManagerReclaimTest, AllocThatNeedsReclaimingBytesWaitsThenSucceeds) {
+  Harness h(TwoSocketCxl(16 * kMiB));
+  h.Connect(1);
+  h.Connect(2);
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 4; ++i) {
+    auto g = h.Alloc(1, 4 * kMiB, 0);
+    ASSERT_TRUE(g.ok());
+    ids.push_back(g->lease.id);
+  }
+  ASSERT_TRUE(h.mgr->Release(1, ids[0]).ok());
+  ASSERT_TRUE(h.mgr->Release(1, ids[1]).ok());
+  EXPECT_EQ(h.Pool("node0").reclaiming_bytes, 8 * kMiB);
+  // Would not fit even once the reclaims finish: refused at once, as before.
+  AllocParams too_big;
+  too_big.size_bytes = 12 * kMiB;
+  too_big.numa_node = 0;
+  too_big.strict = true;
+  std::optional<Result<Granted>> refused;
+  h.mgr->Allocate(2, too_big, [&](Result<Granted> g) { refused.emplace(std::move(g)); });
+  ASSERT_TRUE(refused.has_value()) << "answered on the request path";
+  EXPECT_EQ(refused->status().code(), Code::kResourceExhausted);
+  // Fits once they finish: waits (not refused, and not moved to another
+  // node), then is built.
+  AllocParams p;
+  p.size_bytes = 8 * kMiB;
+  p.numa_node = 0;
+  std::optional<Result<Granted>> out;
+  h.mgr->Allocate(2, p, [&](Result<Granted> g) { out.emplace(std::move(g)); });
+  EXPECT_FALSE(out.has_value());
+  EXPECT_EQ(h.mgr->waiting_allocs(), 1u);
+  EXPECT_EQ(h.mgr->Gauges()["waiting_allocs"], 1u);
+  ExpectNoOvercommit(h);
+  // Run the loop one handler at a time: no state in between overcommits.
+  for (int i = 0; i < 100 && !out.has_value(); ++i) {
+    h.io.restart();
+    h.io.run_one();
+    ExpectNoOvercommit(h);
+  }
+  h.Drain();
+  ASSERT_TRUE(out.has_value());
+  ASSERT_TRUE(out->ok()) << out->status().ToString();
+  EXPECT_EQ((*out)->lease.pool, "node0");
+  EXPECT_EQ(h.mgr->waiting_allocs(), 0u);
+  auto pool = h.Pool("node0");
+  EXPECT_EQ(pool.leased_bytes, 16 * kMiB);
+  EXPECT_EQ(pool.reclaiming_bytes, 0u);
+  EXPECT_EQ(h.mgr->Counters()["waits_for_reclaim"], 1u);
+  EXPECT_EQ(h.mgr->Counters()["refusals"], 1u);
+  ExpectNoOvercommit(h);
+}
+
+TEST(LeaseManagerReclaimTest, WaitingAllocIsAnsweredWhenItsConnectionCloses) {
+  Harness h(TwoSocketCxl(16 * kMiB));
+  h.Connect(1);
+  h.Connect(2);
+  auto g = h.Alloc(1, 16 * kMiB, 0);
+  ASSERT_TRUE(g.ok());
+  ASSERT_TRUE(h.mgr->Release(1, g->lease.id).ok());
+  std::optional<Result<Granted>> out;
+  h.mgr->Allocate(2, AllocParams{.size_bytes = 16 * kMiB, .numa_node = 0},
+                  [&](Result<Granted> r) { out.emplace(std::move(r)); });
+  ASSERT_FALSE(out.has_value());
+  h.mgr->Disconnect(2);
+  ASSERT_TRUE(out.has_value());
+  EXPECT_EQ(out->status().code(), Code::kUnavailable);
+  h.Drain();
+  EXPECT_EQ(h.Pool("node0").free_bytes, 16 * kMiB);
+  EXPECT_EQ(h.mgr->Gauges()["live_leases"], 0u);
+}
+
+TEST(LeaseManagerReclaimTest, ShutdownRefusesWaitingAllocs) {
+  Harness h(TwoSocketCxl(16 * kMiB));
+  h.Connect(1);
+  auto g = h.Alloc(1, 16 * kMiB, 0);
+  ASSERT_TRUE(g.ok());
+  ASSERT_TRUE(h.mgr->Release(1, g->lease.id).ok());
+  std::optional<Result<Granted>> out;
+  h.mgr->Allocate(1, AllocParams{.size_bytes = 16 * kMiB, .numa_node = 0},
+                  [&](Result<Granted> r) { out.emplace(std::move(r)); });
+  ASSERT_FALSE(out.has_value());
+  h.mgr->Shutdown();
+  ASSERT_TRUE(out.has_value());
+  EXPECT_EQ(out->status().code(), Code::kUnavailable);
+  h.Drain();
+  EXPECT_EQ(h.Pool("node0").reclaiming_bytes, 0u);
+}
+
+TEST(LeaseManagerReclaimTest, DisconnectWithManyLeases) {
+  Harness h(TwoSocketCxl(64 * kMiB));
+  h.Connect(1);
+  h.Connect(2);
+  std::vector<UniqueFd> copies;
+  for (int i = 0; i < 200; ++i) {
+    auto g = h.Alloc(1, 64 * 1024, i % 2);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    copies.emplace_back(::dup(g->fd));
+  }
+  auto other = h.Alloc(2, kMiB, 0);
+  ASSERT_TRUE(other.ok());
+  h.mgr->Disconnect(1);
+  EXPECT_EQ(h.mgr->pending_reclaims(), 200u);
+  EXPECT_EQ(h.mgr->Gauges()["reclaiming_bytes"], 200 * 64 * 1024u);
+  EXPECT_EQ(h.mgr->Gauges()["leased_bytes"], kMiB);
+  EXPECT_EQ(h.mgr->Counters()["disconnect_reclaims"], 200u);
+  ExpectNoOvercommit(h);
+  h.Drain();
+  for (const auto& fd : copies) ASSERT_EQ(FdSize(fd.get()), 0);
+  EXPECT_EQ(h.mgr->pending_reclaims(), 0u);
+  EXPECT_EQ(h.mgr->Gauges()["reclaiming_bytes"], 0u);
+  EXPECT_EQ(h.Pool("node0").free_bytes, 63 * kMiB);
+  EXPECT_EQ(h.Pool("node1").free_bytes, 64 * kMiB);
+  EXPECT_EQ(h.Pool("node0").lease_count, 1u);
+}
+
+TEST(LeaseManagerReclaimTest, RevokeAnswersOnlyAfterTheTruncate) {
+  Harness h(TwoSocketCxl());
+  h.Connect(1);
+  h.Connect(9, 0, 0, /*admin=*/true);
+  auto g = h.Alloc(1, 2 * kMiB);
+  ASSERT_TRUE(g.ok());
+  UniqueFd client_copy(::dup(g->fd));
+  std::optional<Result<std::vector<ConnId>>> out;
+  h.mgr->Revoke(9, g->lease.id, [&](Result<std::vector<ConnId>> r) {
+    // The holders are told from here: the memory must already be gone.
+    EXPECT_EQ(FdSize(client_copy.get()), 0);
+    out.emplace(std::move(r));
+  });
+  EXPECT_FALSE(out.has_value());
+  EXPECT_EQ(h.mgr->Release(1, g->lease.id).code(), Code::kRevoked) << "revoked at once";
+  h.Drain();
+  ASSERT_TRUE(out.has_value());
+  ASSERT_TRUE(out->ok());
+  EXPECT_EQ(**out, (std::vector<ConnId>{1}));
+}
+
+TEST(LeaseManagerReclaimTest, WarmRefillStartsAfterTheGrantIsAnswered) {
+  Harness h(TwoSocketCxl(16 * kMiB), TestConfig({{2 * kMiB, 1}}));
+  h.Connect(1);
+  h.mgr->StartWarmStock();
+  h.Drain();
+  ASSERT_EQ(h.Pool("node0").warm_bytes, 2 * kMiB);
+  std::optional<uint32_t> builds_at_reply;
+  AllocParams p;
+  p.size_bytes = 2 * kMiB;
+  p.numa_node = 0;
+  h.mgr->Allocate(1, p, [&](Result<Granted> g) {
+    ASSERT_TRUE(g.ok());
+    EXPECT_TRUE(g->lease.from_warm_stock);
+    builds_at_reply = h.mgr->pending_builds();
+  });
+  ASSERT_TRUE(builds_at_reply.has_value());
+  EXPECT_EQ(*builds_at_reply, 0u) << "no refill posted before the reply";
+  EXPECT_EQ(h.mgr->pending_builds(), 1u) << "refill posted right after";
+  h.Drain();
+  EXPECT_EQ(h.Pool("node0").warm_bytes, 2 * kMiB);
+}
+
+TEST(LeaseManagerReclaimTest, WarmStockWaitsForWaitingAllocs) {
+  // A refill must not take the room an allocation is waiting for.
+  Harness h(TwoSocketCxl(16 * kMiB), TestConfig({{4 * kMiB, 1}}));
+  h.Connect(1);
+  h.mgr->StartWarmStock();
+  h.Drain();
+  auto a = h.Alloc(1, 4 * kMiB, 0);  // the warm one; its refill lands
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(a->lease.from_warm_stock);
+  auto b = h.Alloc(1, 8 * kMiB, 0);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(h.Pool("node0").free_bytes, 0u);
+  ASSERT_TRUE(h.mgr->Release(1, a->lease.id).ok());
+  ASSERT_TRUE(h.mgr->Release(1, b->lease.id).ok());
+  // Needs the whole pool: the ready stock is dropped and both reclaims must
+  // finish. After the first one a refill would fit, and would take the room.
+  std::optional<Result<Granted>> out;
+  h.mgr->Allocate(1, AllocParams{.size_bytes = 16 * kMiB, .numa_node = 0, .strict = true},
+                  [&](Result<Granted> r) { out.emplace(std::move(r)); });
+  EXPECT_FALSE(out.has_value());
+  h.Drain();
+  ASSERT_TRUE(out.has_value());
+  ASSERT_TRUE(out->ok()) << out->status().ToString();
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 16 * kMiB);
+  ExpectNoOvercommit(h);
+}
+
+TEST(LeaseManagerReclaimTest, DestroyedManagerStillReclaimsOnItsWorkers) {
+  Topology topo = TwoSocketCxl();
+  PoolBuildOptions o;
+  o.bind = false;
+  DaemonConfig cfg = TestConfig();
+  auto pools = BuildPools(topo, cfg, o, nullptr);
+  ASSERT_TRUE(pools.ok());
+  boost::asio::io_context loop;
+  boost::asio::thread_pool workers(1);
+  FakeClock clock;
+  auto mgr = std::make_unique<LeaseManager>(&topo, std::move(*pools), QuotaTable(cfg.quotas),
+                                            loop.get_executor(), workers.get_executor(), &clock);
+  CallerInfo ci;
+  ci.pid = 101;
+  ci.uid = 1000;
+  ci.gid = 1000;
+  mgr->Connect(1, ci);
+  std::vector<UniqueFd> copies;
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 8; ++i) {
+    std::optional<Result<Granted>> out;
+    mgr->Allocate(1, AllocParams{.size_bytes = kMiB},
+                  [&](Result<Granted> g) { out.emplace(std::move(g)); });
+    while (!out.has_value()) {
+      loop.restart();
+      loop.run_one();
+    }
+    ASSERT_TRUE(out->ok()) << out->status().ToString();
+    copies.emplace_back(::dup((*out)->fd));
+    ids.push_back((*out)->lease.id);
+  }
+  for (size_t i = 0; i < 4; ++i) ASSERT_TRUE(mgr->Release(1, ids[i]).ok());
+  mgr.reset();  // the rest are freed by its Shutdown
+  workers.join();
+  for (const auto& fd : copies) EXPECT_EQ(FdSize(fd.get()), 0) << "memory not leaked";
+  loop.restart();
+  loop.run();  // late completions find the manager gone and do nothing
 }
 
 }  // namespace

@@ -25,6 +25,7 @@ nlohmann::ordered_json PoolJson(const proto::PoolInfo& p) {
   j["backing"] = p.backing();
   j["dynamic_region"] = p.dynamic_region();
   j["lease_count"] = p.lease_count();
+  j["reclaiming_bytes"] = p.reclaiming_bytes();
   return j;
 }
 
