@@ -405,10 +405,11 @@ TEST_F(ClientKillTest, AccountingAndMemoryReturnAfterEveryKill) {
           auto a = ReadAccounting(*admin);
           if (!a.ok()) return false;
           last = "warm " + std::to_string(a->Gauge("warm_bytes")) + " pending " +
-                 std::to_string(a->Gauge("pending_builds")) + " connections " +
+                 std::to_string(a->Gauge("pending_builds")) + " reclaiming " +
+                 std::to_string(a->Gauge("reclaiming_bytes")) + " connections " +
                  std::to_string(a->Gauge("connections"));
           return a->Gauge("pending_builds") == 0 && a->Gauge("warm_bytes") == warm &&
-                 a->Gauge("connections") == 1;
+                 a->Gauge("reclaiming_bytes") == 0 && a->Gauge("connections") == 1;
         },
         20000, 5);
     ASSERT_TRUE(settled) << "daemon did not settle after batch " << batch << ": " << last;

@@ -248,7 +248,8 @@ TEST(LoadTest, ManyClientsNearCapacityNeverOvercommit) {
     for (const auto& q : a->quotas) {
       if (q.used_bytes() != 0 || q.used_leases() != 0) last += "quota still used; ";
     }
-    return last.empty() && a->leases.empty() && a->Gauge("leased_bytes") == 0;
+    return last.empty() && a->leases.empty() && a->Gauge("leased_bytes") == 0 &&
+           a->Gauge("reclaiming_bytes") == 0;
   })) << last;
   auto a = ReadAccounting(*probe);
   ASSERT_TRUE(a.ok());

@@ -114,14 +114,18 @@ uint64_t Accounting::LeaseBytes() const {
 std::string Accounting::Overcommit() const {
   std::ostringstream why;
   for (const auto& p : pools) {
-    if (p.leased_bytes() + p.warm_bytes() > p.capacity_bytes()) {
+    // Released leases still being reclaimed are used too.
+    if (p.leased_bytes() + p.warm_bytes() + p.reclaiming_bytes() > p.capacity_bytes()) {
       why << "pool " << p.name() << " overcommitted: leased " << p.leased_bytes() << " + warm "
-          << p.warm_bytes() << " > capacity " << p.capacity_bytes() << "; ";
+          << p.warm_bytes() << " + reclaiming " << p.reclaiming_bytes() << " > capacity "
+          << p.capacity_bytes() << "; ";
     }
   }
-  if (Gauge("leased_bytes") + Gauge("warm_bytes") > Gauge("capacity_bytes")) {
+  if (Gauge("leased_bytes") + Gauge("warm_bytes") + Gauge("reclaiming_bytes") >
+      Gauge("capacity_bytes")) {
     why << "gauges overcommitted: leased " << Gauge("leased_bytes") << " + warm "
-        << Gauge("warm_bytes") << " > capacity " << Gauge("capacity_bytes") << "; ";
+        << Gauge("warm_bytes") << " + reclaiming " << Gauge("reclaiming_bytes") << " > capacity "
+        << Gauge("capacity_bytes") << "; ";
   }
   for (const auto& q : quotas) {
     if ((q.max_bytes() != 0 && q.used_bytes() > q.max_bytes()) ||

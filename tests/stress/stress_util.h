@@ -79,7 +79,7 @@ struct Accounting {
   // Sum of size_bytes over `leases`.
   uint64_t LeaseBytes() const;
   // Invariants that hold within each reply, even under load: no pool uses
-  // more than its capacity (leased + being built + warm), the gauges' totals
+  // more than its capacity (leased + being built + warm + reclaiming), the gauges' totals
   // neither, and no quota rule is above its limit. Empty when none is broken.
   std::string Overcommit() const;
   // Overcommit() plus agreement between the replies (lease list, gauges,
