@@ -19,6 +19,12 @@
  *       hold it until stdin reaches EOF (or a line is read), then release.
  *   cxlpool-vm-client share-read NAME [--expect-node N]
  *       Attach to NAME from another process, check the pattern and the node.
+ *   cxlpool-vm-client hold --size B [--tier LIST] [--strict] [--expect-backing B]
+ *                          [--touch-mib M]
+ *       Lease, write a pattern, print "READY <id>" and wait for a line on
+ *       stdin (the daemon may be killed and restarted meanwhile: the library
+ *       reconnects and hands the lease back). Then check the pattern is
+ *       intact, the lease is not revoked and the daemon takes its RELEASE.
  * Common option: --socket PATH. Exit 0 when the check holds, 1 otherwise
  * (reason on stderr), 2 on bad usage. Single-threaded. */
 #define _GNU_SOURCE
@@ -48,7 +54,7 @@ typedef struct {
 
 static int Usage(void) {
   fprintf(stderr,
-          "usage: cxlpool-vm-client place|refuse|share-write|share-read [NAME] [--socket P]\n"
+          "usage: cxlpool-vm-client place|refuse|share-write|share-read|hold [NAME] [--socket P]\n"
           "       [--size B] [--node N] [--tier LIST] [--strict] [--expect-node N]\n"
           "       [--expect-backing B] [--expect-size B] [--touch-mib M]\n");
   return 2;
@@ -206,6 +212,43 @@ static int ShareRead(cxlpool_client* c, const Args* a) {
   return ok ? 0 : 1;
 }
 
+static int Hold(cxlpool_client* c, const Args* a) {
+  cxlpool_alloc_opts o;
+  cxlpool_alloc_opts_init(&o);
+  o.size_bytes = a->size;
+  o.numa_node = a->node;
+  o.near_gpu = -1;
+  o.flags = a->strict ? CXLPOOL_ALLOC_STRICT : 0;
+  o.label = "vm-hold";
+  o.tier_preference = a->tier;
+  cxlpool_lease* l = NULL;
+  int rc = cxlpool_alloc(c, &o, &l);
+  if (rc != CXLPOOL_OK) return Fail("alloc", rc);
+  char backing[32];
+  Describe(l, backing, sizeof backing);
+  if (a->expect_backing != NULL && strcmp(backing, a->expect_backing) != 0) {
+    fprintf(stderr, "lease backing '%s', expected '%s'\n", backing, a->expect_backing);
+    cxlpool_release(l);
+    return 1;
+  }
+  unsigned char* p = cxlpool_lease_ptr(l);
+  uint64_t n = cxlpool_lease_size(l);
+  if (a->touch != 0 && a->touch < n) n = a->touch;
+  for (uint64_t i = 0; i < n; ++i) p[i] = Pattern(i, 0x3c);
+  printf("READY %" PRIu64 "\n", cxlpool_lease_id(l));
+  fflush(stdout);
+  char line[16];
+  (void)!fgets(line, sizeof line, stdin);
+  uint64_t bad = 0;
+  for (uint64_t i = 0; i < n; ++i) bad += p[i] != Pattern(i, 0x3c);
+  int revoked = cxlpool_lease_revoked(l);
+  rc = cxlpool_release(l);
+  printf("HELD bytes=%" PRIu64 " corrupt=%" PRIu64 " revoked=%d release=%s\n", n, bad, revoked,
+         cxlpool_strerror(rc));
+  fflush(stdout);
+  return bad == 0 && !revoked && rc == CXLPOOL_OK ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   Args a = {.node = -1, .expect_node = -1, .size = 4u << 20};
   if (argc < 2) return Usage();
@@ -256,6 +299,8 @@ int main(int argc, char** argv) {
     out = ShareWrite(c, &a);
   } else if (strcmp(a.cmd, "share-read") == 0) {
     out = ShareRead(c, &a);
+  } else if (strcmp(a.cmd, "hold") == 0) {
+    out = Hold(c, &a);
   } else {
     out = Usage();
   }
