@@ -31,6 +31,7 @@
 #include "http/http_server.h"
 #include "lease/lease_manager.h"
 #include "lease/restart.h"
+#include "lease/thread_priority.h"
 #include "pool/pool.h"
 #include "recovery.h"
 #include "reload/reload.h"
@@ -210,6 +211,10 @@ int RunDaemon(const DaemonFlags& flags) {
   std::unique_ptr<FileSystem> fs = MakeRootedFileSystem(root);
   std::unique_ptr<FileSystem> proc = MakeRootedFileSystem("/");
   boost::asio::thread_pool workers(cfg->workers);
+  boost::asio::thread_pool stock(cfg->stock_workers);
+  if (Status st = SetPoolNice(stock, cfg->stock_workers, cfg->stock_nice); !st.ok()) {
+    CXLPOOL_LOG(kWarning) << "warm-stock threads keep the daemon's priority: " << st.ToString();
+  }
 
   // Topology discovery scans sysfs (and may load NVML): a worker does it.
   std::promise<Topology> topo_promise;
@@ -293,6 +298,7 @@ int RunDaemon(const DaemonFlags& flags) {
   LeaseManager leases(&topo, std::move(*pools), QuotaTable(cfg->quotas), io.get_executor(),
                       workers.get_executor(), &SystemClock::Get());
   leases.SetDaemonLimits(DaemonLimitsNow(*proc));
+  leases.SetStockExecutor(stock.get_executor());
   // Leases survive every exit of this function (an error return as well as
   // SIGTERM): destroyed before `leases`, this hands them over, never frees.
   struct HandOverAtExit {
@@ -425,6 +431,7 @@ int RunDaemon(const DaemonFlags& flags) {
   io.run();
   server->reset();
   workers.join();  // builds in flight finish; their results are dropped
+  stock.join();
   return 0;
 }
 

@@ -418,6 +418,13 @@ Status Build(const toml::table& root, DaemonConfig* cfg) {
     CXLPOOL_RETURN_IF_ERROR(r.ReadUint("workers", 256, &workers));
     if (workers == 0) return Bad("daemon.workers", "must be at least 1");
     cfg->workers = static_cast<uint32_t>(workers);
+    uint64_t stock_workers = cfg->stock_workers;
+    CXLPOOL_RETURN_IF_ERROR(r.ReadUint("stock_workers", 64, &stock_workers));
+    if (stock_workers == 0) return Bad("daemon.stock_workers", "must be at least 1");
+    cfg->stock_workers = static_cast<uint32_t>(stock_workers);
+    uint64_t stock_nice = static_cast<uint64_t>(cfg->stock_nice);
+    CXLPOOL_RETURN_IF_ERROR(r.ReadUint("stock_nice", 19, &stock_nice));
+    cfg->stock_nice = static_cast<int>(stock_nice);
     CXLPOOL_RETURN_IF_ERROR(r.CheckUnknown());
   }
   std::map<int, const toml::table*> overrides;

@@ -90,6 +90,11 @@ struct DaemonConfig {
   std::optional<gid_t> admin_gid;  // resolved admin_group
   LogLevel log_level = LogLevel::kInfo;
   uint32_t workers = 2;
+  // Warm-stock refills run on their own threads at a lower CPU priority, so
+  // request-path work (the event loop, cold builds, clients mapping what they
+  // were just granted) wins the CPU over restocking.
+  uint32_t stock_workers = 1;
+  int stock_nice = 10;  // nice value of those threads (0..19)
   PoolConfig pool_defaults;
   std::map<int, PoolConfig> node_pools;  // node id -> effective settings
   std::vector<DevdaxPoolConfig> devdax;

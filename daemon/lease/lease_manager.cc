@@ -603,7 +603,7 @@ void LeaseManager::Refill(Pool* pool) {
   for (uint64_t size : pool->PlanRefill()) {
     ++pending_builds_;
     std::weak_ptr<bool> alive = alive_;
-    boost::asio::post(workers_, [this, alive, pool, size] {
+    boost::asio::post(stock_ ? *stock_ : workers_, [this, alive, pool, size] {
       auto built = pool->Build(size, false);
       boost::asio::post(loop_, [this, alive, pool, size, built = std::move(built)]() mutable {
         auto a = alive.lock();

@@ -14,10 +14,15 @@
 // only fits once those reclaims finish waits for them instead of being
 // refused.
 //
+// Warm-stock refills run on the `stock` executor when one is set
+// (SetStockExecutor; the daemon gives it low-priority threads), else on
+// `workers`.
+//
 // Thread safety: every public method must be called on the event-loop
-// executor `loop`. Builds and reclaims run on `workers` and post their
-// results back to `loop`; no lease state is touched from a worker. The owner
-// must stop the workers (join the pool) before destroying the manager (so
+// executor `loop`. Builds and reclaims run on `workers` (refills on `stock`)
+// and post their results back to `loop`; no lease state is touched from a
+// worker. The owner must stop the workers and the stock threads (join the
+// pools) before destroying the manager (so
 // builds and reclaims in flight finish; reclaims never touch the manager),
 // must destroy the manager before the `loop` executor's context, and must
 // keep the Topology alive as long as the manager.
@@ -183,6 +188,8 @@ class LeaseManager {
     uint64_t max_maps = UINT64_MAX;  // vm.max_map_count
   };
   void SetDaemonLimits(DaemonLimits limits) { limits_ = limits; }
+  // Where warm-stock refills run from now on (default: the workers).
+  void SetStockExecutor(Executor stock) { stock_ = std::move(stock); }
   // Stops refills and reclaims every lease and all stock (daemon exit).
   void Shutdown();
 
@@ -311,6 +318,7 @@ class LeaseManager {
   QuotaTable quotas_;
   Executor loop_;
   Executor workers_;
+  std::optional<Executor> stock_;
   const Clock* clock_;
   bool stopping_ = false;
   uint64_t next_id_ = 1;

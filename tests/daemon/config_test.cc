@@ -19,6 +19,8 @@ TEST(ConfigTest, EmbeddedDefaultParsesAndMatchesShippedFile) {
   EXPECT_EQ(cfg->pool_defaults.warm_stock[0].size_bytes, 2u << 20);
   EXPECT_EQ(cfg->socket_mode, 0660u);
   EXPECT_EQ(cfg->workers, 2u);
+  EXPECT_EQ(cfg->stock_workers, 1u);
+  EXPECT_EQ(cfg->stock_nice, 10);
   // The shipped daemon/cxlpoold.toml is exactly what is compiled in.
   const char* src = std::getenv("CXLPOOL_SOURCE_DIR");
   if (src != nullptr) {
@@ -104,6 +106,9 @@ TEST(ConfigTest, BadKeysAndValuesNameTheKey) {
   ExpectError("[pools]\ncapacty = \"50%\"\n", "pools.capacty: unknown key");
   ExpectError("[daemon]\nworkers = 0\n", "daemon.workers");
   ExpectError("[daemon]\nworkers = \"two\"\n", "daemon.workers");
+  ExpectError("[daemon]\nstock_workers = 0\n", "daemon.stock_workers");
+  ExpectError("[daemon]\nstock_nice = 20\n", "daemon.stock_nice");
+  ExpectError("[daemon]\nstock_nice = -1\n", "daemon.stock_nice");
   ExpectError("[daemon]\nlog_level = \"loud\"\n", "daemon.log_level");
   ExpectError("[daemon]\nsocket = \"relative.sock\"\n", "daemon.socket");
   ExpectError("[daemon]\nsocket_mode = \"999\"\n", "daemon.socket_mode");

@@ -1,0 +1,29 @@
+// Thread priority for the daemon's background threads: the warm-stock
+// refills run on their own boost::asio::thread_pool whose threads are
+// reniced, so the work a client is waiting for wins the CPU over restocking.
+//
+// Linux keeps a nice value per thread (setpriority(PRIO_PROCESS, tid)).
+// Raising it needs no privilege; lowering it below the current one needs
+// CAP_SYS_NICE.
+//
+// Thread safety: SetThreadNice affects only the calling thread.
+// LowerPoolPriority must not be called from one of the pool's own threads.
+#pragma once
+
+#include <boost/asio/thread_pool.hpp>
+
+#include "cxlpool/common/status.h"
+
+namespace cxlpool {
+
+// Sets the calling thread's nice value (-20..19).
+Status SetThreadNice(int nice);
+// The calling thread's nice value, as the kernel reports it.
+Result<int> ThreadNice();
+
+// Runs SetThreadNice(nice) once on each of the `threads` threads of `pool`
+// (a pool built with exactly that many threads) and waits for all of them.
+// Returns the first failure.
+Status SetPoolNice(boost::asio::thread_pool& pool, unsigned threads, int nice);
+
+}  // namespace cxlpool
