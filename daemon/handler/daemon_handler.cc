@@ -115,8 +115,14 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
       auto params = FromProto(in);
       if (!params.ok()) return MakeErrorReply(params.status());
       const CallerInfo* caller = leases_->Caller(conn);
-      if (options_.topology_is_local && caller != nullptr && caller->pid > 0) {
-        if (auto cpu = LastCpuOf(*proc_, caller->pid)) {
+      // The caller's node matters only when the request names neither a node
+      // nor a GPU; with one node that has CPUs it is that node, so /proc is
+      // read only where the answer can differ.
+      const bool placed = params->numa_node.has_value() || !params->gpu.empty();
+      if (options_.topology_is_local && caller != nullptr && caller->pid > 0 && !placed) {
+        if (auto only = OnlyCpuNode(leases_->topology())) {
+          params->home_node = *only;
+        } else if (auto cpu = LastCpuOf(*proc_, caller->pid)) {
           params->home_node = NodeOfCpu(leases_->topology(), *cpu);
         }
       }

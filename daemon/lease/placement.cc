@@ -15,6 +15,16 @@ std::optional<int> NodeOfCpu(const Topology& topo, int cpu) {
   return std::nullopt;
 }
 
+std::optional<int> OnlyCpuNode(const Topology& topo) {
+  std::optional<int> only;
+  for (const auto& n : topo.numa_nodes) {
+    if (n.cpus.empty()) continue;
+    if (only) return std::nullopt;
+    only = n.id;
+  }
+  return only;
+}
+
 std::optional<int> LastCpuOf(const FileSystem& proc, pid_t pid) {
   auto text = proc.ReadFile("/proc/" + std::to_string(pid) + "/stat");
   if (!text.ok()) return std::nullopt;

@@ -49,6 +49,8 @@ Result<std::vector<Candidate>> PlanPlacement(const Topology& topo, const std::ve
 
 // The NUMA node of `cpu` in the topology, or nullopt.
 std::optional<int> NodeOfCpu(const Topology& topo, int cpu);
+// The only NUMA node with CPUs, or nullopt when there are none or several.
+std::optional<int> OnlyCpuNode(const Topology& topo);
 
 // Reads the CPU a process last ran on (/proc/<pid>/stat field 39) through
 // `proc` (a FileSystem rooted at "/").

@@ -154,6 +154,49 @@ TEST_F(HandlerTest, RevokePushesLeaseEventToHolders) {
   EXPECT_EQ(ErrorOf(Call(1, rel)).code(), Code::kRevoked);
 }
 
+// On a local topology an unplaced request goes near the CPU the caller last
+// ran on (/proc/<pid>/stat field 39); a request naming a node goes there.
+TEST_F(HandlerTest, UnplacedAllocGoesToTheCallersNode) {
+  HandlerOptions o;
+  o.instance_id = "local";
+  o.topology_is_local = true;
+  DaemonHandler local(h_.mgr.get(), &proc_, o);
+  std::string stat = "600 (t x) S";
+  for (int field = 4; field <= 38; ++field) stat += " 0";
+  stat += " 3 0 0\n";  // field 39: cpu 3, on node 1
+  proc_.AddFile("/proc/600/stat", stat);
+  PeerInfo p;
+  p.pid = 600;
+  p.uid = 1000;
+  p.gid = 1000;
+  p.comm = "t";
+  local.OnConnect(9, p);
+  auto call = [&](const proto::AllocRequest& a) {
+    Request r;
+    r.type = wire::TypeOf<proto::AllocRequest>();
+    r.request_id = 3;
+    r.payload = *wire::Encode(a);
+    std::optional<Reply> out;
+    local.OnRequest(9, std::move(r), [&](Reply x) { out = std::move(x); });
+    h_.Drain();
+    CXLPOOL_CHECK(out.has_value());
+    proto::AllocReply rep;
+    EXPECT_EQ(out->type, proto::MSG_ALLOC_REPLY);
+    EXPECT_TRUE(wire::Decode(out->payload, &rep).ok());
+    return rep.lease();
+  };
+  proto::AllocRequest a;
+  a.set_size_bytes(1 << 20);
+  auto near = call(a);
+  EXPECT_EQ(near.numa_node(), 1);
+  EXPECT_NE(near.placement_reason().find("caller's NUMA node 1"), std::string::npos)
+      << near.placement_reason();
+  a.set_numa_node(0);
+  EXPECT_EQ(call(a).numa_node(), 0);
+  local.OnDisconnect(9);
+  h_.Drain();
+}
+
 TEST_F(HandlerTest, PoolsStatsMetricsAndTopology) {
   Connect(1, 200, 1000);
   proto::PoolsReply pools;

@@ -80,6 +80,12 @@ TEST_F(PlacementTest, HomeNodeByDistance) {
   EXPECT_EQ(Nodes(r), (std::vector<int>{0, 1, 2, 3}));
   EXPECT_EQ(NodeOfCpu(topo_, 3), 1);
   EXPECT_EQ(NodeOfCpu(topo_, 99), std::nullopt);
+  EXPECT_EQ(OnlyCpuNode(topo_), std::nullopt);  // two nodes have CPUs
+  Topology one = topo_;
+  one.numa_nodes[1].cpus.clear();
+  EXPECT_EQ(OnlyCpuNode(one), 0);
+  one.numa_nodes[0].cpus.clear();
+  EXPECT_EQ(OnlyCpuNode(one), std::nullopt);  // none
 }
 
 TEST_F(PlacementTest, Errors) {
