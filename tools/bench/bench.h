@@ -145,7 +145,8 @@ class WireClient {
   Status Release(uint64_t id);
   Result<proto::StatsReply> GetStats();
   Result<proto::PoolsReply> GetPools();
-  // Waits (polling STATS) until no backing is being built: warm stock ready.
+  // Waits (polling STATS) until no backing is being built (warm stock ready)
+  // and no released lease is still being reclaimed.
   Status WaitIdle(int timeout_ms = 120000);
   int fd() const { return sock_.get(); }
 

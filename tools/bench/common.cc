@@ -422,10 +422,15 @@ Status WireClient::WaitIdle(int timeout_ms) {
     if (it == s->gauges().end()) {
       return Status(Code::kUnsupported, "daemon STATS has no pending_builds gauge");
     }
-    if (it->second == 0) return Status();
+    // Released leases still being reclaimed (daemons since the reclaim moved
+    // off the event loop) hold memory a baseline may need.
+    auto rec = s->gauges().find("pending_reclaims");
+    bool reclaiming = rec != s->gauges().end() && rec->second != 0;
+    if (it->second == 0 && !reclaiming) return Status();
     if (NowNs() > deadline) {
       return Status(Code::kUnavailable,
-                    "warm stock still building after " + std::to_string(timeout_ms / 1000) + " s");
+                    "warm stock still building or leases still reclaiming after " +
+                        std::to_string(timeout_ms / 1000) + " s");
     }
     ::usleep(2000);
   }
