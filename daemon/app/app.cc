@@ -299,6 +299,7 @@ int RunDaemon(const DaemonFlags& flags) {
                       workers.get_executor(), &SystemClock::Get());
   leases.SetDaemonLimits(DaemonLimitsNow(*proc));
   leases.SetStockExecutor(stock.get_executor());
+  leases.SetInlineMax(cfg->inline_max_bytes);
   // Leases survive every exit of this function (an error return as well as
   // SIGTERM): destroyed before `leases`, this hands them over, never frees.
   struct HandOverAtExit {

@@ -425,6 +425,14 @@ Status Build(const toml::table& root, DaemonConfig* cfg) {
     uint64_t stock_nice = static_cast<uint64_t>(cfg->stock_nice);
     CXLPOOL_RETURN_IF_ERROR(r.ReadUint("stock_nice", 19, &stock_nice));
     cfg->stock_nice = static_cast<int>(stock_nice);
+    std::optional<uint64_t> inline_max;
+    CXLPOOL_RETURN_IF_ERROR(r.ReadBytes("inline_max", &inline_max));
+    if (inline_max) {
+      if (*inline_max > (16ull << 20)) {
+        return Bad("daemon.inline_max", "at most 16M (the event loop must not stall)");
+      }
+      cfg->inline_max_bytes = *inline_max;
+    }
     CXLPOOL_RETURN_IF_ERROR(r.CheckUnknown());
   }
   std::map<int, const toml::table*> overrides;

@@ -95,6 +95,9 @@ struct DaemonConfig {
   // were just granted) wins the CPU over restocking.
   uint32_t stock_workers = 1;
   int stock_nice = 10;  // nice value of those threads (0..19)
+  // Leases up to this size are built and reclaimed on the event-loop thread:
+  // a few syscalls cost less than handing the work to a worker and back.
+  uint64_t inline_max_bytes = 256 * 1024;
   PoolConfig pool_defaults;
   std::map<int, PoolConfig> node_pools;  // node id -> effective settings
   std::vector<DevdaxPoolConfig> devdax;

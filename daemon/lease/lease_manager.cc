@@ -164,6 +164,19 @@ void LeaseManager::ReclaimBacking(Pool* pool, uint64_t size, std::unique_ptr<Bac
                                   std::function<void()> then) {
   ++pending_reclaims_;
   std::weak_ptr<bool> alive = alive_;
+  if (size <= inline_max_) {
+    // Small: truncating here costs less than a hand-off; the bookkeeping is
+    // still posted, so every path sees the same order as from a worker.
+    if (backing) backing->Reclaim();
+    backing.reset();
+    boost::asio::post(loop_, [this, alive, pool, size, then = std::move(then)] {
+      auto a = alive.lock();
+      if (!a || !*a) return;
+      BackingReclaimed(pool, size);
+      if (then) then();
+    });
+    return;
+  }
   // The worker touches only the backing and the channel: if the handler is
   // dropped unrun (a stopped pool), destroying the backing still reclaims.
   boost::asio::post(workers_, [this, alive, channel = reclaim_channel_, pool, size,
@@ -356,7 +369,8 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
       note("capacity");
       continue;
     }
-    // Build on a worker; quota and capacity are held meanwhile.
+    // Build (on a worker, or here when small); quota and capacity are held
+    // meanwhile.
     quotas_.Charge(tenant, tier, *size);
     if (!p.name.empty()) names_[p.name] = 0;
     Count("warm_misses");
@@ -365,38 +379,50 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
     bool hugetlb = p.hugetlb;
     Tenant owner = tenant;
     std::weak_ptr<bool> alive = alive_;
+    // Runs on the loop once the backing is built.
+    auto complete = [this, alive, pool, sz, conn, p = std::move(p), reason = std::move(reason),
+                     done = std::move(done), tier,
+                     owner](Result<std::unique_ptr<Backing>> built) mutable {
+      auto a = alive.lock();
+      if (!a || !*a) return;  // manager gone; `built` reclaims itself
+      --pending_builds_;
+      auto conn_it = conns_.find(conn);
+      if (!built.ok() || conn_it == conns_.end() || stopping_) {
+        pool->CancelReserve(sz);
+        // The charge was made against the caller at request time.
+        quotas_.Uncharge(owner, tier, sz);
+        if (!p.name.empty()) names_.erase(p.name);
+        Count(built.ok() ? "abandoned_builds" : "build_failures");
+        Count("refusals");
+        Count(built.ok() ? "refusals_unavailable" : "refusals_build_failed");
+        if (!built.ok()) {
+          done(built.status());
+        } else {
+          done(Status(Code::kUnavailable, "connection closed before the lease was ready"));
+        }
+        Refill(pool);
+        return;
+      }
+      pool->CommitReserve(sz);
+      uint64_t id = Insert(conn, p, pool, sz, std::move(*built), false, std::move(reason));
+      if (!PersistGrant(id, done)) return;
+      const Lease& l = leases_.at(id);
+      done(Granted{Snapshot(l), l.backing->fd()});
+    };
+    if (sz <= inline_max_) {
+      // Small: a few syscalls here cost less than a hand-off to a worker and
+      // back. The completion is posted, as it would be from a worker.
+      auto built = std::make_shared<Result<std::unique_ptr<Backing>>>(pool->Build(sz, hugetlb));
+      boost::asio::post(loop_, [complete = std::move(complete), built]() mutable {
+        complete(std::move(*built));
+      });
+      return;
+    }
     boost::asio::post(
-        workers_, [this, alive, pool, sz, hugetlb, conn, p = std::move(p),
-                   reason = std::move(reason), done = std::move(done), tier, owner]() mutable {
-          auto built = pool->Build(sz, hugetlb);
-          boost::asio::post(loop_, [this, alive, pool, sz, conn, p = std::move(p),
-                                    reason = std::move(reason), done = std::move(done), tier, owner,
-                                    built = std::move(built)]() mutable {
-            auto a = alive.lock();
-            if (!a || !*a) return;  // manager gone; `built` reclaims itself
-            --pending_builds_;
-            auto conn_it = conns_.find(conn);
-            if (!built.ok() || conn_it == conns_.end() || stopping_) {
-              pool->CancelReserve(sz);
-              // The charge was made against the caller at request time.
-              quotas_.Uncharge(owner, tier, sz);
-              if (!p.name.empty()) names_.erase(p.name);
-              Count(built.ok() ? "abandoned_builds" : "build_failures");
-              Count("refusals");
-              Count(built.ok() ? "refusals_unavailable" : "refusals_build_failed");
-              if (!built.ok()) {
-                done(built.status());
-              } else {
-                done(Status(Code::kUnavailable, "connection closed before the lease was ready"));
-              }
-              Refill(pool);
-              return;
-            }
-            pool->CommitReserve(sz);
-            uint64_t id = Insert(conn, p, pool, sz, std::move(*built), false, std::move(reason));
-            if (!PersistGrant(id, done)) return;
-            const Lease& l = leases_.at(id);
-            done(Granted{Snapshot(l), l.backing->fd()});
+        workers_, [this, pool, sz, hugetlb, complete = std::move(complete)]() mutable {
+          auto built = std::make_shared<Result<std::unique_ptr<Backing>>>(pool->Build(sz, hugetlb));
+          boost::asio::post(loop_, [complete = std::move(complete), built]() mutable {
+            complete(std::move(*built));
           });
         });
     return;

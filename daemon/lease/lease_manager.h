@@ -190,6 +190,9 @@ class LeaseManager {
   void SetDaemonLimits(DaemonLimits limits) { limits_ = limits; }
   // Where warm-stock refills run from now on (default: the workers).
   void SetStockExecutor(Executor stock) { stock_ = std::move(stock); }
+  // Leases up to `bytes` are built and reclaimed on the loop thread itself
+  // (their completion is still posted, as from a worker). Default 0: never.
+  void SetInlineMax(uint64_t bytes) { inline_max_ = bytes; }
   // Stops refills and reclaims every lease and all stock (daemon exit).
   void Shutdown();
 
@@ -319,6 +322,7 @@ class LeaseManager {
   Executor loop_;
   Executor workers_;
   std::optional<Executor> stock_;
+  uint64_t inline_max_ = 0;
   const Clock* clock_;
   bool stopping_ = false;
   uint64_t next_id_ = 1;

@@ -109,6 +109,8 @@ TEST(ConfigTest, BadKeysAndValuesNameTheKey) {
   ExpectError("[daemon]\nstock_workers = 0\n", "daemon.stock_workers");
   ExpectError("[daemon]\nstock_nice = 20\n", "daemon.stock_nice");
   ExpectError("[daemon]\nstock_nice = -1\n", "daemon.stock_nice");
+  ExpectError("[daemon]\ninline_max = \"1G\"\n", "daemon.inline_max");
+  ExpectError("[daemon]\ninline_max = \"lots\"\n", "daemon.inline_max");
   ExpectError("[daemon]\nlog_level = \"loud\"\n", "daemon.log_level");
   ExpectError("[daemon]\nsocket = \"relative.sock\"\n", "daemon.socket");
   ExpectError("[daemon]\nsocket_mode = \"999\"\n", "daemon.socket_mode");

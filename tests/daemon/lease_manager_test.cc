@@ -653,3 +653,77 @@ TEST(LeaseManagerReclaimTest, DestroyedManagerStillReclaimsOnItsWorkers) {
 
 }  // namespace
 }  // namespace cxlpool
+
+namespace cxlpool {
+namespace {
+
+// Leases up to the inline size are built and reclaimed on the loop thread:
+// with workers that never run, a small lease is still granted and reclaimed;
+// a larger one waits for the workers.
+TEST(LeaseManagerInlineTest, SmallLeasesNeverWaitForAWorker) {
+  Topology topo = testing::TwoSocketCxl(16 * kMiB);
+  PoolBuildOptions o;
+  o.bind = false;
+  auto pools = BuildPools(topo, testing::TestConfig(), o, nullptr);
+  ASSERT_TRUE(pools.ok());
+  boost::asio::io_context loop;
+  boost::asio::io_context workers;  // run only when the test says so
+  FakeClock clock;
+  LeaseManager mgr(&topo, std::move(*pools), QuotaTable(std::vector<QuotaRule>{}),
+                   loop.get_executor(), workers.get_executor(), &clock);
+  mgr.SetInlineMax(64 * 1024);
+  CallerInfo ci;
+  ci.pid = 100;
+  ci.uid = 1000;
+  ci.gid = 1000;
+  mgr.Connect(1, ci);
+  auto run_loop = [&] {
+    loop.restart();
+    loop.run();
+  };
+  auto node0 = [&] {
+    for (const auto& p : mgr.Pools())
+      if (p.name == "node0") return p;
+    return PoolSnapshot{};
+  };
+  auto alloc = [&](uint64_t size) {
+    std::optional<Result<Granted>> out;
+    AllocParams p;
+    p.size_bytes = size;
+    p.numa_node = 0;
+    mgr.Allocate(1, p, [&](Result<Granted> g) { out.emplace(std::move(g)); });
+    run_loop();
+    return out;
+  };
+  auto small = alloc(64 * 1024);
+  ASSERT_TRUE(small.has_value()) << "built on the loop";
+  ASSERT_TRUE(small->ok()) << small->status().ToString();
+  struct stat st;
+  ASSERT_EQ(fstat((*small)->fd, &st), 0);
+  EXPECT_EQ(st.st_size, 64 * 1024);
+  EXPECT_EQ(mgr.pending_builds(), 0u);
+  auto big = alloc(64 * 1024 + 4096);
+  EXPECT_FALSE(big.has_value()) << "over the inline size: a worker builds it";
+  EXPECT_EQ(mgr.pending_builds(), 1u);
+  workers.run();
+  run_loop();
+  EXPECT_EQ(mgr.pending_builds(), 0u);
+  ASSERT_TRUE(mgr.Release(1, (*small)->lease.id).ok());
+  run_loop();
+  EXPECT_EQ(mgr.pending_reclaims(), 0u) << "reclaimed on the loop";
+  EXPECT_EQ(node0().reclaiming_bytes, 0u);
+  EXPECT_EQ(node0().leased_bytes, 64 * 1024 + 4096u);
+  mgr.Disconnect(1);  // the big one: a worker reclaims it
+  run_loop();
+  EXPECT_EQ(mgr.pending_reclaims(), 1u);
+  EXPECT_EQ(node0().reclaiming_bytes, 64 * 1024 + 4096u);
+  workers.restart();
+  workers.run();
+  run_loop();
+  EXPECT_EQ(mgr.pending_reclaims(), 0u);
+  EXPECT_EQ(node0().leased_bytes + node0().reclaiming_bytes, 0u);
+  mgr.Shutdown();
+}
+
+}  // namespace
+}  // namespace cxlpool
