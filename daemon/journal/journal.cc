@@ -260,9 +260,11 @@ Status LeaseJournal::Compact() {
   return Status::Ok();
 }
 
-Status LeaseJournal::MaybeCompact(double factor) {
+Status LeaseJournal::MaybeCompact(double factor, uint64_t min_records) {
   double live = static_cast<double>(state_.leases.size() + 1);
-  if (static_cast<double>(file_records_) > factor * live && file_records_ > 64) return Compact();
+  if (static_cast<double>(file_records_) > factor * live && file_records_ >= min_records) {
+    return Compact();
+  }
   return Status::Ok();
 }
 

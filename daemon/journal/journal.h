@@ -67,8 +67,11 @@ class LeaseJournal {
 
   // Rewrites the journal with only the live state.
   Status Compact();
-  // Compact when the file holds more than `factor` times the live records.
-  Status MaybeCompact(double factor = 4.0);
+  // Compact when the file holds more than `factor` times the live records and
+  // at least `min_records` (about 1 MiB by default: a daemon with few live
+  // leases and many short ones must not rewrite and fsync the file every few
+  // dozen grants, on its event loop).
+  Status MaybeCompact(double factor = 4.0, uint64_t min_records = 8192);
 
   uint64_t file_records() const { return file_records_; }
   const std::string& path() const { return path_; }
