@@ -18,16 +18,16 @@
 namespace cxlpool::restart {
 namespace {
 
-using stress::Accounting;
-using stress::Daemon;
-using stress::kMiB;
-using stress::PollUntil;
-using stress::RawClient;
+using testsupport::Accounting;
+using testsupport::Daemon;
+using testsupport::kMiB;
+using testsupport::PollUntil;
+using testsupport::RawClient;
 
 Result<Accounting> Snapshot(const std::string& socket) {
   auto admin = RawClient::Connect(socket, "restart-checker");
   if (!admin.ok()) return admin.status();
-  return stress::ReadAccounting(*admin);
+  return testsupport::ReadAccounting(*admin);
 }
 
 bool InGrace(const std::string& socket) {
@@ -96,11 +96,12 @@ struct RawHolder {
 class RestartTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    stress::SkipWithoutDaemon();
+    testsupport::SkipWithoutDaemon();
     ASSERT_FALSE(state_.path.empty());
-    ASSERT_TRUE(daemon_.Start(kConfig, {"--state-dir", state_.path, "--grace-period", "60s"}).ok());
+    ASSERT_TRUE(
+        daemon_.Start(kRestartConfig, {"--state-dir", state_.path, "--grace-period", "60s"}).ok());
   }
-  TempDir state_;
+  TempDir state_{"restart"};
   Daemon daemon_;
 };
 
@@ -279,7 +280,7 @@ TEST_F(RestartTest, AnIdleLibraryClientIsReclaimedByItsWatcher) {
   auto id = w.Ask('a');
   ASSERT_TRUE(id && *id);
   daemon_.Kill();
-  uint64_t t0 = stress::NowMicros();
+  uint64_t t0 = testsupport::NowMicros();
   ASSERT_TRUE(daemon_.Restart().ok());
   // The client makes no call: its watcher notices, reconnects and reclaims.
   std::string last;
@@ -300,7 +301,7 @@ TEST_F(RestartTest, AnIdleLibraryClientIsReclaimedByItsWatcher) {
       20000, 5);
   ASSERT_TRUE(back) << last;
   std::printf("restart: idle client reclaimed %llu ms after the SIGKILL\n",
-              static_cast<unsigned long long>((stress::NowMicros() - t0) / 1000));
+              static_cast<unsigned long long>((testsupport::NowMicros() - t0) / 1000));
   EXPECT_EQ(w.Ask('v'), 1u);  // same mapping, same data, not revoked
   EXPECT_EQ(w.Ask('x'), 1u);
   auto a = Snapshot(sock);

@@ -12,7 +12,7 @@
 //     every id granted), and the daemon lists nothing nobody holds;
 //   * every client keeps its memory (pattern checked before each release and
 //     at each pause) or gets a clear error (non-empty message);
-//   * the daemon's accounting agrees with itself (stress::Inconsistencies).
+//   * the daemon's accounting agrees with itself (Accounting::Inconsistencies).
 // It reports cycles, grants and the reclaim latency after each restart.
 // CXLPOOL_RESTART_SELFTEST=1 runs the same loop against a daemon without a
 // journal (no --state-dir): the checker must then find lost leases, and the
@@ -22,7 +22,7 @@
 #include <atomic>
 #include <map>
 #include <random>
-#include <sstream>
+#include <set>
 
 #include "cxlpool/client.hpp"
 #include "restart_util.h"
@@ -30,10 +30,13 @@
 namespace cxlpool::restart {
 namespace {
 
-using stress::Daemon;
-using stress::kKiB;
-using stress::PollUntil;
-using stress::RawClient;
+using testsupport::Accounting;
+using testsupport::Daemon;
+using testsupport::kKiB;
+using testsupport::kRestartConfig;
+using testsupport::SharedBlock;
+using testsupport::TempDir;
+using testsupport::Workers;
 
 constexpr int kWorkers = 4;
 constexpr int kCycles = 60;
@@ -119,137 +122,84 @@ struct Shared {
 }
 
 TEST(RestartKillLoopTest, NoLeaseLostOrGrantedTwiceAcrossSigkillsWithTheLibrary) {
-  stress::SkipWithoutDaemon();
-  TempDir state;
+  testsupport::SkipWithoutDaemon();
+  TempDir state("restart");
   ASSERT_FALSE(state.path.empty());
   const char* self = std::getenv("CXLPOOL_RESTART_SELFTEST");
   const bool selftest = self != nullptr && std::string(self) == "1";
   Daemon daemon;
   std::vector<std::string> args = {"--state-dir", state.path, "--grace-period", "20s"};
   if (selftest) args.clear();
-  ASSERT_TRUE(daemon.Start(kConfig, args).ok());
-  void* mem =
-      ::mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  ASSERT_NE(mem, MAP_FAILED);
-  auto* sh = new (mem) Shared();
+  ASSERT_TRUE(daemon.Start(kRestartConfig, args).ok());
+  SharedBlock<Shared> block;
+  ASSERT_NE(block.get(), nullptr);
+  Shared* sh = block.get();
   std::mt19937_64 rng{std::random_device{}()};
   const std::string socket = daemon.socket();
-  pid_t pids[kWorkers];
-  std::fflush(nullptr);
+  Workers workers;
   for (int i = 0; i < kWorkers; ++i) {
     uint64_t seed = rng();
-    pids[i] = ::fork();
-    if (pids[i] == 0) WorkerMain(sh, i, socket, seed);
+    workers.Fork([&, i, seed] { WorkerMain(sh, i, socket, seed); });
   }
-  auto worker_failure = [&]() -> std::string {
-    for (int i = 0; i < kWorkers; ++i) {
-      int status = 0;
-      if (pids[i] > 0 && ::waitpid(pids[i], &status, WNOHANG) == pids[i]) {
-        pids[i] = -1;
-        return std::string("worker exited: ") + sh->slots[i].failure;
-      }
-    }
-    return "";
-  };
+  auto failure_of = [&](int i) { return std::string(sh->slots[i].failure); };
   // Every worker connects before the first kill (a first connect is not a
   // reconnect: the library does not retry it).
-  std::string not_ready;
-  ASSERT_TRUE(PollUntil(
-      [&] {
-        if (!(not_ready = worker_failure()).empty()) return true;
-        for (int i = 0; i < kWorkers; ++i) {
-          if (sh->slots[i].ready.load() == 0) return false;
-        }
-        return true;
-      },
-      30000, 2));
-  ASSERT_EQ(not_ready, "");
+  ASSERT_EQ(workers.WaitAll([&](int i) { return sh->slots[i].ready.load() != 0; }, failure_of,
+                            30000, "workers did not connect"),
+            "");
   std::vector<uint64_t> latency_ms;
   uint64_t leases_checked = 0;
   std::string failure;
   uint32_t epoch = 0;
-  const uint64_t started = stress::NowMicros();
+  const uint64_t started = testsupport::NowMicros();
   int cycles = 0;
   for (; cycles < kCycles && failure.empty(); ++cycles) {
     ::usleep(static_cast<useconds_t>(rng() % 30000));
     daemon.Kill();
     Status st = daemon.Restart();
-    uint64_t t0 = stress::NowMicros();
+    uint64_t t0 = testsupport::NowMicros();
     if (!st.ok()) {
       failure = "restart " + std::to_string(cycles + 1) + ": " + st.ToString();
       break;
     }
     sh->pause.store(++epoch, std::memory_order_release);
-    std::string wf;
-    bool paused = PollUntil(
-        [&] {
-          if (!(wf = worker_failure()).empty()) return true;
-          for (int i = 0; i < kWorkers; ++i) {
-            if (sh->slots[i].ack.load(std::memory_order_acquire) != epoch) return false;
-          }
-          return true;
-        },
-        60000, 2);
-    if (!wf.empty() || !paused) {
-      failure = !wf.empty() ? wf : "workers did not pause";
-      break;
-    }
+    failure = workers.WaitAll(
+        [&](int i) { return sh->slots[i].ack.load(std::memory_order_acquire) == epoch; },
+        failure_of, 60000, "workers did not pause");
+    if (!failure.empty()) break;
     std::map<uint64_t, int> want;  // id -> worker
+    std::set<uint64_t> held;
     for (int i = 0; i < kWorkers; ++i) {
       for (uint32_t k = 0; k < sh->slots[i].held_count; ++k) {
         uint64_t id = sh->slots[i].held[k];
         if (want.count(id)) failure += "lease " + std::to_string(id) + " held by two workers; ";
         want[id] = i;
+        held.insert(id);
       }
     }
     std::string last;
-    bool ok = PollUntil(
-        [&] {
-          auto admin = RawClient::Connect(socket, "kill-loop-checker");
-          if (!admin.ok()) {
-            last = admin.status().ToString();
-            return false;
-          }
-          if (admin->hello().in_grace_period()) {
-            last = "still in grace period";
-            return false;
-          }
-          auto a = stress::ReadAccounting(*admin);
-          if (!a.ok()) {
-            last = a.status().ToString();
-            return false;
-          }
-          std::ostringstream d;
-          d << a->Inconsistencies();
+    bool ok = testsupport::PollUntilAccountingAgrees(
+        socket, "kill-loop-checker",
+        [&](const Accounting& a, std::ostream& d) {
           for (const auto& [id, w] : want) {
-            auto it = a->leases.find(id);
-            if (it == a->leases.end()) {
-              d << "lease " << id << " lost; ";
-            } else if (it->second.holders() != 1 ||
-                       it->second.owner_pid() != static_cast<uint32_t>(pids[w])) {
+            auto it = a.leases.find(id);
+            if (it != a.leases.end() &&
+                (it->second.holders() != 1 ||
+                 it->second.owner_pid() != static_cast<uint32_t>(workers.pid(w)))) {
               d << "lease " << id << " has " << it->second.holders() << " holders, owner "
                 << it->second.owner_pid() << "; ";
             }
           }
-          for (const auto& [id, l] : a->leases) {
-            if (!want.count(id)) d << "lease " << id << " listed but held by no worker; ";
-          }
-          last = d.str();
-          return last.empty();
+          testsupport::CompareLeases(a, held, d);
         },
-        selftest ? 2000 : 30000, 5);
-    latency_ms.push_back((stress::NowMicros() - t0) / 1000);
+        selftest ? 2000 : 30000, &last);
+    latency_ms.push_back((testsupport::NowMicros() - t0) / 1000);
     leases_checked += want.size();
     if (!ok) failure += "after restart " + std::to_string(cycles + 1) + ": " + last;
     if (sh->granted_twice.load() != 0) failure += " a lease id was granted twice;";
     sh->pause.store(0, std::memory_order_release);
   }
-  for (int i = 0; i < kWorkers; ++i) {
-    if (pids[i] > 0) {
-      ::kill(pids[i], SIGKILL);
-      ::waitpid(pids[i], nullptr, 0);
-    }
-  }
+  workers.KillAll();
   uint64_t grants = 0, releases = 0, errors = 0;
   for (auto& s : sh->slots) {
     grants += s.grants;
@@ -263,21 +213,19 @@ TEST(RestartKillLoopTest, NoLeaseLostOrGrantedTwiceAcrossSigkillsWithTheLibrary)
       "restart kill loop: %d SIGKILL+restart cycles in %llu s, %llu grants, %llu releases, "
       "%llu leases checked held across restarts, %llu clear errors, reclaim after restart: "
       "median %llu ms, worst %llu ms\n",
-      cycles, static_cast<unsigned long long>((stress::NowMicros() - started) / 1000000),
+      cycles, static_cast<unsigned long long>((testsupport::NowMicros() - started) / 1000000),
       static_cast<unsigned long long>(grants), static_cast<unsigned long long>(releases),
       static_cast<unsigned long long>(leases_checked), static_cast<unsigned long long>(errors),
       static_cast<unsigned long long>(median), static_cast<unsigned long long>(worst));
   if (selftest) {
     std::printf("self-test: the checker reported: %s\n", failure.c_str());
     EXPECT_FALSE(failure.empty()) << "without a journal the checker must find lost leases";
-    ::munmap(mem, sizeof(Shared));
     return;
   }
   EXPECT_TRUE(failure.empty()) << failure;
   EXPECT_EQ(cycles, kCycles);
   EXPECT_EQ(sh->granted_twice.load(), 0u);
   EXPECT_GT(grants, static_cast<uint64_t>(kCycles));
-  ::munmap(mem, sizeof(Shared));
 }
 
 }  // namespace

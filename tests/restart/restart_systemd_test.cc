@@ -14,14 +14,15 @@
 #include <map>
 #include <vector>
 
+#include "cxlpool/proto/socket.h"
 #include "restart_util.h"
 
 namespace cxlpool::restart {
 namespace {
 
-using stress::kMiB;
-using stress::PollUntil;
-using stress::RawClient;
+using testsupport::kMiB;
+using testsupport::PollUntil;
+using testsupport::RawClient;
 
 // A fake systemd notification socket collecting stored fds by name.
 class FakeNotify {
@@ -102,7 +103,7 @@ pid_t SpawnLikeSystemd(const std::vector<std::string>& args, const std::string& 
     ::setenv("LISTEN_PID", std::to_string(::getpid()).c_str(), 1);
   }
   std::vector<char*> argv;
-  std::string bin = stress::DaemonBinary();
+  std::string bin = testsupport::DaemonBinary();
   argv.push_back(bin.data());
   std::vector<std::string> copy = args;
   for (auto& a : copy) argv.push_back(a.data());
@@ -118,19 +119,25 @@ void KillAndReap(pid_t& pid) {
     pid = -1;
   }
 }
+// Kills and reaps `pid` when the test ends, also on a failed ASSERT (a
+// process left running would keep ctest waiting on its output).
+struct ReapAtExit {
+  pid_t& pid;
+  ~ReapAtExit() { KillAndReap(pid); }
+};
 
 bool WaitHello(const std::string& sock) {
   return PollUntil([&] { return RawClient::Connect(sock, "probe", 2000).ok(); }, 10000, 5);
 }
 
 TEST(RestartSystemdTest, FdStoreGivesLeasesBackWithoutAnyClientReclaim) {
-  stress::SkipWithoutDaemon();
-  TempDir dir;
+  testsupport::SkipWithoutDaemon();
+  TempDir dir("restart");
   ASSERT_FALSE(dir.path.empty());
   std::string conf = dir.path + "/cxlpoold.toml";
   FILE* f = std::fopen(conf.c_str(), "w");
   ASSERT_NE(f, nullptr);
-  std::fputs(kConfig, f);
+  std::fputs(kRestartConfig, f);
   std::fclose(f);
   const std::string sock = dir.path + "/cxlpool.sock";
   FakeNotify notify(dir.path + "/notify");
@@ -139,6 +146,7 @@ TEST(RestartSystemdTest, FdStoreGivesLeasesBackWithoutAnyClientReclaim) {
       "--foreground",      "--socket",       sock, "--config", conf, "--state-dir",
       dir.path + "/state", "--grace-period", "60s"};
   pid_t d = SpawnLikeSystemd(args, notify.path(), {});
+  ReapAtExit reap_d{d};
   ASSERT_TRUE(WaitHello(sock));
 
   // A holder that never reclaims (raw protocol, no library).
@@ -179,7 +187,7 @@ TEST(RestartSystemdTest, FdStoreGivesLeasesBackWithoutAnyClientReclaim) {
     auto admin = RawClient::Connect(sock, "fdstore-check");
     ASSERT_TRUE(admin.ok());
     EXPECT_FALSE(admin->hello().in_grace_period());  // the memory is already back
-    auto a = stress::ReadAccounting(*admin);
+    auto a = testsupport::ReadAccounting(*admin);
     ASSERT_TRUE(a.ok());
     ASSERT_TRUE(a->leases.count(*id));
     EXPECT_EQ(a->leases.at(*id).owner_pid(), static_cast<uint32_t>(holder.pid()));
@@ -196,7 +204,7 @@ TEST(RestartSystemdTest, FdStoreGivesLeasesBackWithoutAnyClientReclaim) {
       [&] {
         auto admin = RawClient::Connect(sock, "fdstore-check");
         if (!admin.ok()) return false;
-        auto a = stress::ReadAccounting(*admin);
+        auto a = testsupport::ReadAccounting(*admin);
         if (!a.ok()) return false;
         notify.Drain();
         last = std::to_string(a->leases.size()) + " leases, store has " +
@@ -209,17 +217,17 @@ TEST(RestartSystemdTest, FdStoreGivesLeasesBackWithoutAnyClientReclaim) {
 }
 
 TEST(RestartSystemdTest, SocketActivationServesTheFirstClient) {
-  stress::SkipWithoutDaemon();
+  testsupport::SkipWithoutDaemon();
   const char* activate = "/usr/bin/systemd-socket-activate";
-  if (::access(activate, X_OK) != 0) stress::Skip("no /usr/bin/systemd-socket-activate");
-  TempDir dir;
+  if (::access(activate, X_OK) != 0) testsupport::Skip("no /usr/bin/systemd-socket-activate");
+  TempDir dir("restart");
   std::string conf = dir.path + "/cxlpoold.toml";
   FILE* f = std::fopen(conf.c_str(), "w");
   ASSERT_NE(f, nullptr);
-  std::fputs(kConfig, f);
+  std::fputs(kRestartConfig, f);
   std::fclose(f);
   const std::string sock = dir.path + "/activated.sock";
-  std::string bin = stress::DaemonBinary();
+  std::string bin = testsupport::DaemonBinary();
   std::string state = dir.path + "/state";
   std::fflush(nullptr);
   pid_t pid = ::fork();
@@ -229,9 +237,14 @@ TEST(RestartSystemdTest, SocketActivationServesTheFirstClient) {
     std::_Exit(127);
   }
   ASSERT_GT(pid, 0);
-  // The socket exists before the daemon does; the first connection starts it.
-  ASSERT_TRUE(PollUntil([&] { return ::access(sock.c_str(), F_OK) == 0; }, 10000, 2));
-  auto c = RawClient::Connect(sock, "activated-client", 20000);
+  ReapAtExit reap{pid};
+  // The socket exists before the daemon does; the first connection starts
+  // it. Connecting is retried only while the socket does not accept yet
+  // (not bound or not listening: refused connections start nothing).
+  Result<UniqueFd> conn = Status(Code::kUnavailable, "not tried");
+  ASSERT_TRUE(PollUntil([&] { return (conn = wire::ConnectUnix(sock)).ok(); }, 10000, 2))
+      << conn.status().ToString();
+  auto c = RawClient::Handshake(std::move(*conn), "activated-client", 20000);
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   UniqueFd fd;
   auto l = c->Alloc(kMiB, &fd);

@@ -1,63 +1,31 @@
-// Shared pieces of the restart integration tests (tests/restart/): a temp
-// state directory, a forked helper process driven over pipes (one command
-// byte in, a 64-bit answer out, every wait bounded), the test config, and
-// the lease pattern. Real daemons come from tests/stress/stress_util.h.
+// Shared pieces of the restart integration tests (tests/restart/): a forked
+// helper process driven over pipes (one command byte in, a 64-bit answer
+// out, every wait bounded). Real daemons, temp dirs, the test config and the
+// lease pattern come from tests/support (test_support.h, kill_loop.h).
 //
 // Thread safety: none; the tests fork processes instead of threads.
 #pragma once
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
 #include <cstdint>
-#include <cstring>
-#include <filesystem>
+#include <cstdio>
 #include <functional>
 #include <optional>
-#include <string>
 
-#include "stress_util.h"
+#include "kill_loop.h"
+#include "test_support.h"
 
 namespace cxlpool::restart {
 
-inline const char* kConfig = R"(
-[daemon]
-socket_mode = "0666"
-log_level = "warning"
-[pools]
-capacity = "256M"
-warm_stock = []
-)";
-
-struct TempDir {
-  TempDir() {
-    char tmpl[] = "/tmp/cxlpool-restart-XXXXXX";
-    if (::mkdtemp(tmpl) != nullptr) path = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path.empty()) std::filesystem::remove_all(path, ec);
-  }
-  std::string path;
-};
-
-// The pattern written into a lease: `tag` at every 4 KiB.
-inline void Fill(void* m, uint64_t size, uint64_t tag) {
-  auto* p = static_cast<uint8_t*>(m);
-  for (uint64_t off = 0; off + sizeof tag <= size; off += 4096)
-    std::memcpy(p + off, &tag, sizeof tag);
-}
-inline bool Intact(const void* m, uint64_t size, uint64_t tag) {
-  auto* p = static_cast<const uint8_t*>(m);
-  for (uint64_t off = 0; off + sizeof tag <= size; off += 4096) {
-    if (std::memcmp(p + off, &tag, sizeof tag) != 0) return false;
-  }
-  return true;
-}
+using testsupport::Fill;
+using testsupport::Intact;
+using testsupport::kRestartConfig;
+using testsupport::TempDir;
 
 // A helper process. Its body gets the command it was sent and returns the
 // answer; command 'q' ends it (exit 0).

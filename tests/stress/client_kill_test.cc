@@ -28,9 +28,9 @@
 #include <set>
 #include <sstream>
 
-#include "stress_util.h"
+#include "test_support.h"
 
-namespace cxlpool::stress {
+namespace cxlpool::testsupport {
 namespace {
 
 constexpr int kWorkers = 6;
@@ -464,4 +464,4 @@ TEST_F(ClientKillTest, AccountingAndMemoryReturnAfterEveryKill) {
 }
 
 }  // namespace
-}  // namespace cxlpool::stress
+}  // namespace cxlpool::testsupport

@@ -26,21 +26,17 @@
 // lost, ids are granted again after the restart).
 #include <gtest/gtest.h>
 #include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <csignal>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <random>
 #include <set>
-#include <sstream>
 
-#include "stress_util.h"
+#include "kill_loop.h"
 
-namespace cxlpool::stress {
+namespace cxlpool::testsupport {
 namespace {
 
 constexpr int kWorkers = 4;
@@ -85,37 +81,7 @@ bool RestartForced() {
   Skip(msg);
 }
 
-std::string RunCapture(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  ::pclose(p);
-  return out;
-}
-
-const char* kConfig = R"(
-[daemon]
-socket_mode = "0666"
-log_level = "warning"
-[pools]
-capacity = "256M"
-warm_stock = []
-)";
-
-// The pattern a worker writes into a lease: the id at every 4 KiB.
-void Fill(uint8_t* m, uint64_t size, uint64_t id) {
-  for (uint64_t off = 0; off + sizeof id <= size; off += 4096) std::memcpy(m + off, &id, sizeof id);
-}
-bool Intact(const uint8_t* m, uint64_t size, uint64_t id) {
-  for (uint64_t off = 0; off + sizeof id <= size; off += 4096) {
-    if (std::memcmp(m + off, &id, sizeof id) != 0) return false;
-  }
-  return true;
-}
-
+// A worker writes the lease's id into it (Fill) as its pattern.
 struct Held {
   proto::LeaseInfo info;
   UniqueFd fd;
@@ -277,14 +243,14 @@ struct Held {
 
 // Probes restart support; returns only if it is there.
 void RequireRestartSupport() {
-  std::string help = RunCapture(DaemonBinary() + " --help 2>&1");
+  std::string help = RunShell(DaemonBinary() + " --help 2>&1").second;
   if (help.find("--state-dir") == std::string::npos)
     NoRestart("cxlpoold --help has no --state-dir");
   Daemon d;
-  char tmpl[] = "/tmp/cxlpool-stress-state-XXXXXX";
-  if (::mkdtemp(tmpl) == nullptr) NoRestart("mkdtemp");
-  std::string state = tmpl;
-  if (!d.Start(kConfig, {"--state-dir", state}).ok())
+  TempDir state_dir("stress-state");
+  if (state_dir.path.empty()) NoRestart("mkdtemp");
+  const std::string& state = state_dir.path;
+  if (!d.Start(kRestartConfig, {"--state-dir", state}).ok())
     NoRestart("cxlpoold --state-dir did not start");
   auto c = RawClient::Connect(d.socket());
   UniqueFd fd;
@@ -307,7 +273,6 @@ void RequireRestartSupport() {
   n = RawClient();
   c = RawClient();
   d.Kill();
-  std::filesystem::remove_all(state);
 }
 
 TEST(DaemonRestartTest, NoLeaseLostOrGrantedTwiceAcrossSigkills) {
@@ -317,36 +282,23 @@ TEST(DaemonRestartTest, NoLeaseLostOrGrantedTwiceAcrossSigkills) {
   if (!checker_selftest) RequireRestartSupport();
   const int kills_wanted = checker_selftest ? 20 : kKills;
 
-  char tmpl[] = "/tmp/cxlpool-stress-state-XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  std::string state = tmpl;
+  TempDir state("stress-state");
+  ASSERT_FALSE(state.path.empty());
   Daemon daemon;
   std::vector<std::string> args;
-  if (!checker_selftest) args = {"--state-dir", state};
-  ASSERT_TRUE(daemon.Start(kConfig, args).ok());
-  void* mem =
-      ::mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  ASSERT_NE(mem, MAP_FAILED);
-  auto* sh = new (mem) Shared();
+  if (!checker_selftest) args = {"--state-dir", state.path};
+  ASSERT_TRUE(daemon.Start(kRestartConfig, args).ok());
+  SharedBlock<Shared> block;
+  ASSERT_NE(block.get(), nullptr);
+  Shared* sh = block.get();
   std::mt19937_64 rng{std::random_device{}()};
-  pid_t pids[kWorkers];
   std::string socket = daemon.socket();
-  std::fflush(nullptr);
+  Workers workers;
   for (int i = 0; i < kWorkers; ++i) {
     uint64_t seed = rng();
-    pids[i] = ::fork();
-    if (pids[i] == 0) WorkerMain(sh, i, socket, seed, !checker_selftest);
+    workers.Fork([&, i, seed] { WorkerMain(sh, i, socket, seed, !checker_selftest); });
   }
-  auto worker_failure = [&]() -> std::string {
-    for (int i = 0; i < kWorkers; ++i) {
-      int status = 0;
-      if (pids[i] > 0 && ::waitpid(pids[i], &status, WNOHANG) == pids[i]) {
-        pids[i] = -1;
-        return std::string("worker exited: ") + sh->slots[i].failure;
-      }
-    }
-    return "";
-  };
+  auto failure_of = [&](int i) { return std::string(sh->slots[i].failure); };
   const char* gl = std::getenv("CXLPOOL_STRESS_GRACE_LIMIT_MS");
   int grace_limit_ms = gl != nullptr ? std::atoi(gl) : 60000;
   uint32_t epoch = 0;
@@ -364,55 +316,29 @@ TEST(DaemonRestartTest, NoLeaseLostOrGrantedTwiceAcrossSigkills) {
     uint64_t t0 = NowMicros();
     // Pause the workers once each has reclaimed on the new daemon.
     sh->pause.store(++epoch, std::memory_order_release);
-    std::string wf;
-    bool paused = PollUntil(
-        [&] {
-          if (!(wf = worker_failure()).empty()) return true;
-          for (int i = 0; i < kWorkers; ++i) {
-            if (sh->slots[i].ack.load(std::memory_order_acquire) != epoch) return false;
-          }
-          return true;
-        },
-        60000, 2);
-    if (!wf.empty() || !paused) {
-      failure = !wf.empty() ? wf : "workers did not pause";
-      break;
-    }
+    failure = workers.WaitAll(
+        [&](int i) { return sh->slots[i].ack.load(std::memory_order_acquire) == epoch; },
+        failure_of, 60000, "workers did not pause");
+    if (!failure.empty()) break;
     // Out of grace, then the daemon's leases must be exactly the workers'.
     std::map<uint64_t, uint32_t> want;
+    std::set<uint64_t> held;
     for (int i = 0; i < kWorkers; ++i) {
-      for (uint32_t k = 0; k < sh->slots[i].held_count; ++k) ++want[sh->slots[i].held[k]];
+      for (uint32_t k = 0; k < sh->slots[i].held_count; ++k) {
+        ++want[sh->slots[i].held[k]];
+        held.insert(sh->slots[i].held[k]);
+      }
     }
     std::string last;
-    bool ok = PollUntil(
-        [&] {
-          auto admin = RawClient::Connect(socket, "stress-checker");
-          if (!admin.ok()) {
-            last = admin.status().ToString();
-            return false;
-          }
-          if (admin->hello().in_grace_period()) {
-            last = "still in grace period";
-            return false;
-          }
-          auto a = ReadAccounting(*admin);
-          if (!a.ok()) {
-            last = a.status().ToString();
-            return false;
-          }
-          std::ostringstream d;
-          d << a->Inconsistencies();
+    bool ok = PollUntilAccountingAgrees(
+        socket, "stress-checker",
+        [&](const Accounting& a, std::ostream& d) {
           for (const auto& [id, n] : want) {
             if (n > 1) d << "lease " << id << " held by " << n << " workers (granted twice); ";
-            if (!a->leases.count(id)) d << "lease " << id << " lost; ";
           }
-          for (const auto& [id, l] : a->leases) {
-            if (!want.count(id)) d << "lease " << id << " listed but held by no worker; ";
-          }
-          last = d.str();
-          return last.empty();
+          CompareLeases(a, held, d);
         },
-        grace_limit_ms, 5);
+        grace_limit_ms, &last);
     max_grace_ms = std::max(max_grace_ms, (NowMicros() - t0) / 1000);
     if (!ok) failure = "after restart " + std::to_string(kills + 1) + ": " + last;
     if (sh->granted_twice.load() != 0 && !checker_selftest) {
@@ -420,12 +346,7 @@ TEST(DaemonRestartTest, NoLeaseLostOrGrantedTwiceAcrossSigkills) {
     }
     sh->pause.store(0, std::memory_order_release);
   }
-  for (int i = 0; i < kWorkers; ++i) {
-    if (pids[i] > 0) {
-      ::kill(pids[i], SIGKILL);
-      ::waitpid(pids[i], nullptr, 0);
-    }
-  }
+  workers.KillAll();
   uint64_t grants = 0, reclaimed = 0, rejected = 0, lost = 0, waits = 0;
   for (auto& s : sh->slots) {
     grants += s.grants;
@@ -444,10 +365,8 @@ TEST(DaemonRestartTest, NoLeaseLostOrGrantedTwiceAcrossSigkills) {
   EXPECT_TRUE(failure.empty()) << failure;
   EXPECT_EQ(sh->granted_twice.load(), 0u);
   EXPECT_EQ(kills, kills_wanted);
-  ::munmap(mem, sizeof(Shared));
   daemon.Kill();
-  std::filesystem::remove_all(state);
 }
 
 }  // namespace
-}  // namespace cxlpool::stress
+}  // namespace cxlpool::testsupport

@@ -29,9 +29,9 @@
 #include <cstring>
 
 #include "cxlpool/proto/socket.h"
-#include "stress_util.h"
+#include "test_support.h"
 
-namespace cxlpool::stress {
+namespace cxlpool::testsupport {
 namespace {
 
 constexpr uid_t kTenantB = 4000;
@@ -618,4 +618,4 @@ TEST_F(HostileTest, DaemonFdsOutOfReachOfAnotherUid) {
 }
 
 }  // namespace
-}  // namespace cxlpool::stress
+}  // namespace cxlpool::testsupport

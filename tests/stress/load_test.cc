@@ -26,9 +26,9 @@
 #include <cstring>
 #include <random>
 
-#include "stress_util.h"
+#include "test_support.h"
 
-namespace cxlpool::stress {
+namespace cxlpool::testsupport {
 namespace {
 
 constexpr int kClients = 256;
@@ -280,4 +280,4 @@ TEST(LoadTest, ManyClientsNearCapacityNeverOvercommit) {
 }
 
 }  // namespace
-}  // namespace cxlpool::stress
+}  // namespace cxlpool::testsupport

@@ -1,20 +1,26 @@
-// Shared pieces of the stress tests (tests/stress/): a real cxlpoold process
-// on a temporary socket (pid tracked, never killall), a blocking protocol
-// client over cxlpool_ipc, the daemon's accounting as one snapshot, node and
-// process memory counters, and helpers to run code in a forked child (as
-// another uid where asked).
+// The shared test-support library (cxlpool_test_support) of the tests that
+// run real daemons (tests/integration, tests/tenants, tests/restart,
+// tests/stress): a real cxlpoold process on a temporary socket (pid tracked,
+// never killall), a blocking protocol client over cxlpool_ipc, the daemon's
+// accounting as one snapshot, node and process memory counters, helpers to
+// run code in a forked child (as another uid where asked), bounded polls,
+// temp dirs and shell commands. kill_loop.h adds the pieces of the daemon
+// SIGKILL+restart loops.
 //
 // Thread safety: none of this is meant to be shared between threads; the
-// stress tests fork processes instead. A RawClient is a single-owner value.
+// tests fork processes instead. A RawClient and a Daemon are single-owner
+// values.
 #pragma once
 
 #include <sys/types.h>
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cxlpool.pb.h"
@@ -23,7 +29,7 @@
 #include "cxlpool/proto/codec.h"
 #include "cxlpool/proto/ipc.h"
 
-namespace cxlpool::stress {
+namespace cxlpool::testsupport {
 
 inline constexpr uint64_t kKiB = 1ull << 10;
 inline constexpr uint64_t kMiB = 1ull << 20;
@@ -31,17 +37,26 @@ inline constexpr uid_t kNobody = 65534;
 
 // $CXLPOOL_BINARY_DIR/daemon/cxlpoold (the build tree's daemon).
 std::string DaemonBinary();
+// $CXLPOOL_BINARY_DIR/tools/cxlpoolctl (the build tree's admin CLI).
+std::string CtlBinary();
 // Exits 77 (ctest: skipped) with `why` on stderr.
 [[noreturn]] void Skip(const std::string& why);
 // Exits 77 unless the daemon binary exists and node0's meminfo is readable.
 void SkipWithoutDaemon();
+// True when running as root (tests that switch uids need it).
+bool IsRoot();
 
-// A blocking protocol client. Server pushes (LeaseEvent) are counted and
-// dropped. Every wait is bounded by `timeout_ms`.
+// A blocking protocol client. Server pushes (LeaseEvent) that arrive while
+// a call waits for its reply are counted and kept aside for NextEvent().
+// Every wait is bounded by `timeout_ms`.
 class RawClient {
  public:
   static Result<RawClient> Connect(const std::string& socket, const std::string& name = "stress",
                                    int timeout_ms = 10000);
+  // HELLO over a socket that is already connected (e.g. to a listener that
+  // hands the connection on, as systemd-socket-activate does).
+  static Result<RawClient> Handshake(UniqueFd sock, const std::string& name = "stress",
+                                     int timeout_ms = 10000);
 
   template <typename Req, typename Rep>
   Status Call(const Req& req, Rep* out, std::vector<UniqueFd>* fds_out = nullptr,
@@ -53,8 +68,13 @@ class RawClient {
   Result<proto::LeaseInfo> Attach(const std::string& name, UniqueFd* fd);
   Status Release(uint64_t id);
 
+  // The next server push: one kept aside by an earlier call, else the next
+  // frame read from the socket (bounded by the client's timeout).
+  Result<proto::LeaseEvent> NextEvent();
+
   int fd() const { return sock_.get(); }
   const proto::HelloReply& hello() const { return hello_; }
+  bool is_admin() const { return hello_.is_admin(); }
   uint64_t pushes() const { return pushes_; }
 
  private:
@@ -62,6 +82,7 @@ class RawClient {
   uint64_t next_id_ = 1;
   int timeout_ms_ = 10000;
   uint64_t pushes_ = 0;
+  std::deque<proto::LeaseEvent> events_;
   proto::HelloReply hello_;
 };
 
@@ -88,38 +109,72 @@ struct Accounting {
 };
 Result<Accounting> ReadAccounting(RawClient& admin);
 
-// One cxlpoold child process.
+// One cxlpoold child process in its own temp dir.
 class Daemon {
  public:
   Daemon() = default;
-  ~Daemon();  // SIGKILL + reap if still running; removes the temp dir
+  ~Daemon();  // SIGKILL + reap if still running; removes the temp dir and all in it
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
 
-  // Makes a temp dir (mode 0755) with cxlpoold.toml = `config`, starts the
-  // daemon in the foreground on <dir>/cxlpool.sock and waits (10 s at most)
-  // until it answers HELLO.
+  // Makes the temp dir (mode 0755) if there is none yet, so that a config
+  // can name paths inside it (dir()) before Start.
+  Status MakeDir();
+  // MakeDir, writes cxlpoold.toml = `config`, starts the daemon in the
+  // foreground on <dir>/cxlpool.sock and waits (10 s at most) until it
+  // answers HELLO.
   Status Start(const std::string& config, const std::vector<std::string>& extra_args = {});
-  // Starts again in the same dir with the same config and args.
+  // Starts again in the same dir with the same config file and args;
+  // SIGKILLs the running one first, if any.
   Status Restart();
+  // Rewrites <dir>/cxlpoold.toml (e.g. before a SIGHUP).
+  Status WriteConfig(const std::string& config);
   // SIGTERM; OK if it exited 0.
   Status Stop();
   // SIGKILL and reap.
   void Kill();
   // True if the process is still running (reaps it if it exited).
   bool Alive();
+  // True while a started process has not been stopped, killed or reaped
+  // (does not look at the process).
+  bool started() const { return pid_ > 0; }
+
+  // When set before Start, the daemon's stderr is appended to log_path().
+  void set_log_to_file(bool on) { log_to_file_ = on; }
+  std::string log_path() const { return dir_ + "/cxlpoold.log"; }
+  // What the daemon logged so far (log_to_file only; empty otherwise).
+  std::string Log() const;
 
   pid_t pid() const { return pid_; }
   const std::string& socket() const { return socket_; }
   const std::string& dir() const { return dir_; }
+  std::string config_path() const { return dir_ + "/cxlpoold.toml"; }
 
  private:
   Status Spawn();
   std::string dir_;
   std::string socket_;
   std::vector<std::string> args_;
+  bool log_to_file_ = false;
   pid_t pid_ = -1;
 };
+
+// A temp dir (/tmp/cxlpool-<tag>-XXXXXX), removed with everything in it at
+// destruction. `path` is empty if it could not be made.
+struct TempDir {
+  explicit TempDir(const std::string& tag = "test");
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string path;
+};
+
+// The whole content of a file; empty if it cannot be read.
+std::string ReadFileOrEmpty(const std::string& path);
+
+// Runs `cmd` with /bin/sh; returns its exit code (-1 if it did not exit)
+// and its stdout (add 2>&1 to the command for stderr too).
+std::pair<int, std::string> RunShell(const std::string& cmd);
 
 // Sum of `field` (e.g. "Shmem", "MemFree") over every node's
 // /sys/devices/system/node/node*/meminfo, in bytes; nullopt if unreadable.
@@ -152,6 +207,8 @@ Status RawClient::Call(const Req& req, Rep* out, std::vector<UniqueFd>* fds_out,
     if (!f.ok()) return f.status();
     if (f->type() == proto::MSG_LEASE_EVENT) {
       ++pushes_;
+      proto::LeaseEvent ev;
+      if (wire::Decode(f->payload, &ev).ok()) events_.push_back(std::move(ev));
       continue;
     }
     if (f->request_id() != id) {
@@ -164,4 +221,4 @@ Status RawClient::Call(const Req& req, Rep* out, std::vector<UniqueFd>* fds_out,
   }
 }
 
-}  // namespace cxlpool::stress
+}  // namespace cxlpool::testsupport

@@ -1,4 +1,4 @@
-#include "stress_util.h"
+#include "test_support.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -11,18 +11,25 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "cxlpool/proto/socket.h"
 
-namespace cxlpool::stress {
+namespace cxlpool::testsupport {
 
-std::string DaemonBinary() {
+namespace {
+std::string BinaryDir() {
   const char* bin = std::getenv("CXLPOOL_BINARY_DIR");
-  return std::string(bin != nullptr ? bin : ".") + "/daemon/cxlpoold";
+  return bin != nullptr ? bin : ".";
 }
+}  // namespace
+
+std::string DaemonBinary() { return BinaryDir() + "/daemon/cxlpoold"; }
+
+std::string CtlBinary() { return BinaryDir() + "/tools/cxlpoolctl"; }
 
 void Skip(const std::string& why) {
   std::fprintf(stderr, "SKIPPED: %s\n", why.c_str());
@@ -37,14 +44,20 @@ void SkipWithoutDaemon() {
   }
 }
 
+bool IsRoot() { return ::geteuid() == 0; }
+
 // ---- RawClient ----
 
 Result<RawClient> RawClient::Connect(const std::string& socket, const std::string& name,
                                      int timeout_ms) {
   auto fd = wire::ConnectUnix(socket);
   if (!fd.ok()) return fd.status();
+  return Handshake(std::move(*fd), name, timeout_ms);
+}
+
+Result<RawClient> RawClient::Handshake(UniqueFd sock, const std::string& name, int timeout_ms) {
   RawClient c;
-  c.sock_ = std::move(*fd);
+  c.sock_ = std::move(sock);
   c.timeout_ms_ = timeout_ms;
   proto::HelloRequest h;
   h.set_min_version(1);
@@ -84,6 +97,20 @@ Result<proto::LeaseInfo> RawClient::Attach(const std::string& name, UniqueFd* fd
   }
   if (fd != nullptr) *fd = std::move(fds[0]);
   return r.lease();
+}
+
+Result<proto::LeaseEvent> RawClient::NextEvent() {
+  if (!events_.empty()) {
+    proto::LeaseEvent ev = std::move(events_.front());
+    events_.pop_front();
+    return ev;
+  }
+  auto f = wire::RecvFrame(sock_.get(), {}, timeout_ms_);
+  if (!f.ok()) return f.status();
+  if (f->type() == proto::MSG_LEASE_EVENT) ++pushes_;
+  proto::LeaseEvent ev;
+  CXLPOOL_RETURN_IF_ERROR(wire::DecodeReply(*f, &ev));
+  return ev;
 }
 
 Status RawClient::Release(uint64_t id) {
@@ -201,25 +228,33 @@ Result<Accounting> ReadAccounting(RawClient& admin) {
 Daemon::~Daemon() {
   Kill();
   if (!dir_.empty()) {
-    ::unlink((dir_ + "/cxlpoold.toml").c_str());
-    ::unlink(socket_.c_str());
-    // A state dir the daemon may have written (restart test) is removed by
-    // its owner; rmdir fails harmlessly if anything is left.
-    ::rmdir(dir_.c_str());
+    // Everything in it: config, socket, log, and any state dir put there.
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
   }
 }
 
-Status Daemon::Start(const std::string& config, const std::vector<std::string>& extra_args) {
-  char tmpl[] = "/tmp/cxlpool-stress-XXXXXX";
+Status Daemon::MakeDir() {
+  if (!dir_.empty()) return Status::Ok();
+  char tmpl[] = "/tmp/cxlpool-test-XXXXXX";
   if (::mkdtemp(tmpl) == nullptr) return Status::FromErrno(errno, "mkdtemp");
   dir_ = tmpl;
   ::chmod(dir_.c_str(), 0755);
   socket_ = dir_ + "/cxlpool.sock";
-  {
-    std::ofstream f(dir_ + "/cxlpoold.toml");
-    f << config;
-    if (!f) return Status(Code::kIo, "cannot write " + dir_ + "/cxlpoold.toml");
-  }
+  return Status::Ok();
+}
+
+Status Daemon::WriteConfig(const std::string& config) {
+  CXLPOOL_RETURN_IF_ERROR(MakeDir());
+  std::ofstream f(config_path(), std::ios::trunc);
+  f << config;
+  f.close();
+  if (!f) return Status(Code::kIo, "cannot write " + config_path());
+  return Status::Ok();
+}
+
+Status Daemon::Start(const std::string& config, const std::vector<std::string>& extra_args) {
+  CXLPOOL_RETURN_IF_ERROR(WriteConfig(config));
   args_ = extra_args;
   return Spawn();
 }
@@ -229,14 +264,22 @@ Status Daemon::Restart() {
   return Spawn();
 }
 
+std::string Daemon::Log() const { return ReadFileOrEmpty(log_path()); }
+
 Status Daemon::Spawn() {
   std::vector<std::string> argv = {"cxlpoold", "--foreground", "--socket",
-                                   socket_,    "--config",     dir_ + "/cxlpoold.toml"};
+                                   socket_,    "--config",     config_path()};
   argv.insert(argv.end(), args_.begin(), args_.end());
   std::string bin = DaemonBinary();
+  std::string log = log_to_file_ ? log_path() : "";
+  std::fflush(nullptr);
   pid_ = ::fork();
   if (pid_ < 0) return Status::FromErrno(errno, "fork");
   if (pid_ == 0) {
+    if (!log.empty()) {
+      int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+      if (fd >= 0) ::dup2(fd, 2);
+    }
     std::vector<char*> cargv;
     for (auto& a : argv) cargv.push_back(a.data());
     cargv.push_back(nullptr);
@@ -249,8 +292,9 @@ Status Daemon::Spawn() {
         return RawClient::Connect(socket_, "stress-probe", 2000).ok();
       },
       10000, 5);
-  if (!Alive()) return Status(Code::kUnavailable, "cxlpoold exited during start");
-  if (!up) return Status(Code::kUnavailable, "cxlpoold did not answer on " + socket_);
+  std::string log_note = log_to_file_ ? ": " + Log() : "";
+  if (!Alive()) return Status(Code::kUnavailable, "cxlpoold exited during start" + log_note);
+  if (!up) return Status(Code::kUnavailable, "cxlpoold did not answer on " + socket_ + log_note);
   return Status::Ok();
 }
 
@@ -281,6 +325,37 @@ void Daemon::Kill() {
   ::kill(pid_, SIGKILL);
   ::waitpid(pid_, nullptr, 0);
   pid_ = -1;
+}
+
+// ---- files and commands ----
+
+TempDir::TempDir(const std::string& tag) {
+  std::string tmpl = "/tmp/cxlpool-" + tag + "-XXXXXX";
+  if (::mkdtemp(tmpl.data()) != nullptr) path = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  if (!path.empty()) std::filesystem::remove_all(path, ec);
+}
+
+std::string ReadFileOrEmpty(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+std::pair<int, std::string> RunShell(const std::string& cmd) {
+  std::string out;
+  std::fflush(nullptr);
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return {-1, ""};
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int rc = ::pclose(p);
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, out};
 }
 
 // ---- memory and process counters ----
@@ -372,4 +447,4 @@ uint64_t NowMicros() {
                                    .count());
 }
 
-}  // namespace cxlpool::stress
+}  // namespace cxlpool::testsupport
