@@ -4,7 +4,6 @@
 // mapping SIGBUSes; quota refusals; hostile frames, then a good client is
 // served; a non-admin uid is refused admin operations and cannot open lease
 // fds through /proc/<daemon>/fd.
-#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -13,114 +12,33 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <csignal>
 #include <cstring>
-#include <fstream>
-#include <thread>
 
 #include "cxlpool/proto/codec.h"
 #include "cxlpool/proto/ipc.h"
 #include "cxlpool/proto/socket.h"
+#include "test_support.h"
 
 namespace cxlpool {
 namespace {
 
-constexpr uid_t kNobody = 65534;
-constexpr uint64_t kMiB = 1ull << 20;
+using testsupport::IsRoot;
+using testsupport::kMiB;
+using testsupport::kNobody;
+using testsupport::RunInChild;
 
 // A blocking protocol client; server pushes (LeaseEvent) are kept aside.
-class Client {
- public:
-  static Result<Client> Connect(const std::string& path) {
-    auto fd = wire::ConnectUnix(path);
-    if (!fd.ok()) return fd.status();
-    Client c;
-    c.sock_ = std::move(*fd);
-    proto::HelloRequest h;
-    h.set_min_version(1);
-    h.set_max_version(1);
-    h.set_client_name("integration-test");
-    proto::HelloReply r;
-    Status st = c.Call(h, &r);
-    if (!st.ok()) return st;
-    c.is_admin_ = r.is_admin();
-    return c;
-  }
-  template <typename Req, typename Rep>
-  Status Call(const Req& req, Rep* out, std::vector<UniqueFd>* fds = nullptr) {
-    uint64_t id = next_id_++;
-    CXLPOOL_RETURN_IF_ERROR(wire::SendMessage(sock_.get(), req, id, {}, 10000));
-    for (;;) {
-      auto f = wire::RecvFrame(sock_.get(), {}, 10000);
-      if (!f.ok()) return f.status();
-      if (f->type() == proto::MSG_LEASE_EVENT) {
-        proto::LeaseEvent ev;
-        if (wire::Decode(f->payload, &ev).ok()) events_.push_back(ev);
-        continue;
-      }
-      if (f->request_id() != id) return Status(Code::kProtocol, "wrong request id");
-      Status st = wire::DecodeReply(*f, out);
-      if (st.ok() && fds != nullptr) *fds = std::move(f->fds);
-      return st;
-    }
-  }
-  Result<proto::LeaseInfo> Alloc(uint64_t size, UniqueFd* fd, const std::string& name = "",
-                                 std::vector<uint32_t> acl_uids = {}) {
-    proto::AllocRequest a;
-    a.set_size_bytes(size);
-    a.set_name(name);
-    for (auto u : acl_uids) a.add_acl_uids(u);
-    proto::AllocReply r;
-    std::vector<UniqueFd> fds;
-    Status st = Call(a, &r, &fds);
-    if (!st.ok()) return st;
-    if (fds.size() != 1) return Status(Code::kProtocol, "alloc reply without exactly one fd");
-    if (fd != nullptr) *fd = std::move(fds[0]);
-    return r.lease();
-  }
-  // Waits for a server push.
-  Result<proto::LeaseEvent> NextEvent() {
-    if (!events_.empty()) {
-      auto e = events_.front();
-      events_.erase(events_.begin());
-      return e;
-    }
-    auto f = wire::RecvFrame(sock_.get(), {}, 10000);
-    if (!f.ok()) return f.status();
-    proto::LeaseEvent ev;
-    CXLPOOL_RETURN_IF_ERROR(wire::DecodeReply(*f, &ev));
-    return ev;
-  }
-  int fd() const { return sock_.get(); }
-  bool is_admin() const { return is_admin_; }
-
- private:
-  UniqueFd sock_;
-  uint64_t next_id_ = 1;
-  bool is_admin_ = false;
-  std::vector<proto::LeaseEvent> events_;
-};
+Result<testsupport::RawClient> Connect(const std::string& path) {
+  return testsupport::RawClient::Connect(path, "integration-test");
+}
 
 class DaemonTest : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    const char* bin = std::getenv("CXLPOOL_BINARY_DIR");
-    binary_ = std::string(bin ? bin : ".") + "/daemon/cxlpoold";
-    if (::access(binary_.c_str(), X_OK) != 0) {
-      std::fprintf(stderr, "no cxlpoold at %s\n", binary_.c_str());
-      std::exit(77);
-    }
-    if (::access("/sys/devices/system/node/node0/meminfo", R_OK) != 0) std::exit(77);
-  }
+  static void SetUpTestSuite() { testsupport::SkipWithoutDaemon(); }
 
   void SetUp() override {
-    char tmpl[] = "/tmp/cxlpool-it-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    ::chmod(dir_.c_str(), 0755);
-    socket_ = dir_ + "/cxlpool.sock";
-    std::ofstream(dir_ + "/cxlpoold.toml") << R"(
+    Status st = daemon_.Start(R"(
 [daemon]
 socket_mode = "0666"
 log_level = "warning"
@@ -133,46 +51,22 @@ max_leases = 2
 [[quota]]
 uid = 4322
 max_bytes = "4M"
-)";
-    Start();
-  }
-
-  void Start() {
-    pid_ = ::fork();
-    ASSERT_GE(pid_, 0);
-    if (pid_ == 0) {
-      std::string cfg = dir_ + "/cxlpoold.toml";
-      ::execl(binary_.c_str(), "cxlpoold", "--foreground", "--socket", socket_.c_str(), "--config",
-              cfg.c_str(), static_cast<char*>(nullptr));
-      std::_Exit(127);
-    }
-    for (int i = 0; i < 1000; ++i) {  // up to 10 s for the socket to accept
-      if (Client::Connect(socket_).ok()) return;
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        FAIL() << "cxlpoold exited during start, status " << status;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    FAIL() << "cxlpoold did not start listening on " << socket_;
+)");
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    socket_ = daemon_.socket();
   }
 
   void TearDown() override {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGTERM);
-      int status = 0;
-      ::waitpid(pid_, &status, 0);
-      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+    if (daemon_.started()) {
+      Status st = daemon_.Stop();
+      EXPECT_TRUE(st.ok()) << st.ToString();
       EXPECT_NE(::access(socket_.c_str(), F_OK), 0) << "socket removed at exit";
     }
-    ::unlink((dir_ + "/cxlpoold.toml").c_str());
-    ::rmdir(dir_.c_str());
   }
 
   // The daemon's gauges, through an admin connection.
   std::map<std::string, uint64_t> Gauges() {
-    auto c = Client::Connect(socket_);
+    auto c = Connect(socket_);
     EXPECT_TRUE(c.ok());
     proto::StatsReply r;
     EXPECT_TRUE(c->Call(proto::StatsRequest(), &r).ok());
@@ -180,33 +74,11 @@ max_bytes = "4M"
   }
   // Polls (no fixed sleeps) until leased bytes reach `want`, up to 10 s.
   bool WaitLeased(uint64_t want) {
-    for (int i = 0; i < 1000; ++i) {
-      if (Gauges()["leased_bytes"] == want) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
+    return testsupport::PollUntil([&] { return Gauges()["leased_bytes"] == want; }, 10000, 10);
   }
 
-  // Runs `fn` in a child process as `uid` (if given); returns its exit code,
-  // or 128+signal.
-  template <typename Fn>
-  int InChild(Fn fn, std::optional<uid_t> uid = std::nullopt) {
-    pid_t p = ::fork();
-    if (p == 0) {
-      if (uid && (::setgid(*uid) != 0 || ::setuid(*uid) != 0)) std::_Exit(90);
-      std::_Exit(fn());
-    }
-    int status = 0;
-    ::waitpid(p, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-
-  static bool Root() { return ::geteuid() == 0; }
-
-  static inline std::string binary_;
-  std::string dir_;
+  testsupport::Daemon daemon_;
   std::string socket_;
-  pid_t pid_ = -1;
 };
 
 TEST_F(DaemonTest, SigkilledClientsLeasesReturnToZero) {
@@ -215,7 +87,7 @@ TEST_F(DaemonTest, SigkilledClientsLeasesReturnToZero) {
   pid_t child = ::fork();
   if (child == 0) {
     ::close(ready[0]);
-    auto c = Client::Connect(socket_);
+    auto c = Connect(socket_);
     if (!c.ok()) std::_Exit(1);
     UniqueFd a, b;
     if (!c->Alloc(8 * kMiB, &a).ok() || !c->Alloc(4 * kMiB, &b).ok()) std::_Exit(2);
@@ -239,7 +111,7 @@ TEST_F(DaemonTest, SharedLeaseSeenByTwoProcesses) {
   ASSERT_EQ(::pipe(done), 0);
   pid_t owner = ::fork();
   if (owner == 0) {
-    auto c = Client::Connect(socket_);
+    auto c = Connect(socket_);
     UniqueFd fd;
     if (!c.ok() || !c->Alloc(2 * kMiB, &fd, "shared-weights").ok()) std::_Exit(1);
     void* p = ::mmap(nullptr, 2 * kMiB, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
@@ -252,8 +124,8 @@ TEST_F(DaemonTest, SharedLeaseSeenByTwoProcesses) {
   }
   char x = 0;
   ASSERT_EQ(::read(go[0], &x, 1), 1);
-  int rc = InChild([&] {
-    auto c = Client::Connect(socket_);
+  int rc = RunInChild([&] {
+    auto c = Connect(socket_);
     if (!c.ok()) return 1;
     proto::AttachRequest a;
     a.set_name("shared-weights");
@@ -272,8 +144,8 @@ TEST_F(DaemonTest, SharedLeaseSeenByTwoProcesses) {
 }
 
 TEST_F(DaemonTest, RevokePushesEventAndClientMappingFaults) {
-  if (!Root()) GTEST_SKIP() << "revoke needs an admin; this test runs its admin as root";
-  auto admin = Client::Connect(socket_);
+  if (!IsRoot()) GTEST_SKIP() << "revoke needs an admin; this test runs its admin as root";
+  auto admin = Connect(socket_);
   ASSERT_TRUE(admin.ok());
   ASSERT_TRUE(admin->is_admin());
   int go[2], id_pipe[2];
@@ -281,7 +153,7 @@ TEST_F(DaemonTest, RevokePushesEventAndClientMappingFaults) {
   ASSERT_EQ(::pipe(id_pipe), 0);
   pid_t victim = ::fork();
   if (victim == 0) {
-    auto c = Client::Connect(socket_);
+    auto c = Connect(socket_);
     UniqueFd fd;
     auto l = c.ok() ? c->Alloc(2 * kMiB, &fd) : Result<proto::LeaseInfo>(c.status());
     if (!l.ok()) std::_Exit(1);
@@ -309,10 +181,10 @@ TEST_F(DaemonTest, RevokePushesEventAndClientMappingFaults) {
 }
 
 TEST_F(DaemonTest, QuotaRefusalsNameLimitAndUsage) {
-  if (!Root()) GTEST_SKIP() << "needs root to act as the quota'd uids";
-  int rc = InChild(
+  if (!IsRoot()) GTEST_SKIP() << "needs root to act as the quota'd uids";
+  int rc = RunInChild(
       [&] {
-        auto c = Client::Connect(socket_);
+        auto c = Connect(socket_);
         if (!c.ok()) return 1;
         UniqueFd a, b, d;
         if (!c->Alloc(kMiB, &a).ok() || !c->Alloc(kMiB, &b).ok()) return 2;
@@ -327,9 +199,9 @@ TEST_F(DaemonTest, QuotaRefusalsNameLimitAndUsage) {
       },
       4321);
   EXPECT_EQ(rc, 0);
-  rc = InChild(
+  rc = RunInChild(
       [&] {
-        auto c = Client::Connect(socket_);
+        auto c = Connect(socket_);
         if (!c.ok()) return 1;
         UniqueFd a;
         auto r = c->Alloc(6 * kMiB, &a);
@@ -372,7 +244,7 @@ TEST_F(DaemonTest, HostileFramesThenAGoodClientIsServed) {
     (void)!::send(fd->get(), frame.data(), 40, MSG_NOSIGNAL);
   }
   {  // a valid frame with a garbage payload after hello
-    auto c = Client::Connect(socket_);
+    auto c = Connect(socket_);
     ASSERT_TRUE(c.ok());
     ASSERT_TRUE(wire::SendFrame(c->fd(), proto::MSG_ALLOC_REQUEST, 9, "\xff\xff\xff\xff").ok());
     auto f = wire::RecvFrame(c->fd(), {}, 5000);
@@ -387,7 +259,7 @@ TEST_F(DaemonTest, HostileFramesThenAGoodClientIsServed) {
     auto huge = c->Alloc(1ull << 40, &lease);
     EXPECT_EQ(huge.status().code(), Code::kResourceExhausted);
   }
-  auto good = Client::Connect(socket_);
+  auto good = Connect(socket_);
   ASSERT_TRUE(good.ok());
   UniqueFd fd;
   auto l = good->Alloc(3 * kMiB, &fd);
@@ -399,10 +271,10 @@ TEST_F(DaemonTest, HostileFramesThenAGoodClientIsServed) {
 }
 
 TEST_F(DaemonTest, NonAdminIsRefusedAdminOps) {
-  if (!Root()) GTEST_SKIP() << "needs root to switch to uid nobody";
-  int rc = InChild(
+  if (!IsRoot()) GTEST_SKIP() << "needs root to switch to uid nobody";
+  int rc = RunInChild(
       [&] {
-        auto c = Client::Connect(socket_);
+        auto c = Connect(socket_);
         if (!c.ok()) return 1;
         if (c->is_admin()) return 2;
         proto::RevokeRequest rv;
@@ -426,13 +298,13 @@ TEST_F(DaemonTest, NonAdminIsRefusedAdminOps) {
 }
 
 TEST_F(DaemonTest, OtherUidCannotOpenLeaseFdsThroughProc) {
-  if (!Root()) GTEST_SKIP() << "needs root to switch to uid nobody";
-  auto c = Client::Connect(socket_);
+  if (!IsRoot()) GTEST_SKIP() << "needs root to switch to uid nobody";
+  auto c = Connect(socket_);
   ASSERT_TRUE(c.ok());
   UniqueFd fd;
   ASSERT_TRUE(c->Alloc(2 * kMiB, &fd).ok());
-  std::string fd_dir = "/proc/" + std::to_string(pid_) + "/fd";
-  int rc = InChild(
+  std::string fd_dir = "/proc/" + std::to_string(daemon_.pid()) + "/fd";
+  int rc = RunInChild(
       [&] {
         int opened = 0, tried = 0;
         for (int n = 0; n < 256; ++n) {
