@@ -9,75 +9,29 @@
 //     with 77 without promtool), and the loopback HTTP endpoint serves the
 //     same families and series.
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
-#include <thread>
 
 #include "cxlpool/proto/codec.h"
-#include "cxlpool/proto/ipc.h"
-#include "cxlpool/proto/socket.h"
+#include "test_support.h"
 
 namespace cxlpool {
 namespace {
 
-constexpr uint64_t kMiB = 1ull << 20;
+using testsupport::kMiB;
+using testsupport::ReadFileOrEmpty;
 
-class Client {
- public:
-  static Result<Client> Connect(const std::string& path) {
-    auto fd = wire::ConnectUnix(path);
-    if (!fd.ok()) return fd.status();
-    Client c;
-    c.sock_ = std::move(*fd);
-    proto::HelloRequest h;
-    h.set_min_version(1);
-    h.set_max_version(1);
-    h.set_client_name("tenants-test");
-    proto::HelloReply r;
-    CXLPOOL_RETURN_IF_ERROR(c.Call(h, &r));
-    return c;
-  }
-  template <typename Req, typename Rep>
-  Status Call(const Req& req, Rep* out, std::vector<UniqueFd>* fds = nullptr) {
-    uint64_t id = next_id_++;
-    CXLPOOL_RETURN_IF_ERROR(wire::SendMessage(sock_.get(), req, id, {}, 10000));
-    for (;;) {
-      auto f = wire::RecvFrame(sock_.get(), {}, 10000);
-      if (!f.ok()) return f.status();
-      if (f->type() == proto::MSG_LEASE_EVENT) continue;
-      if (f->request_id() != id) return Status(Code::kProtocol, "wrong request id");
-      Status st = wire::DecodeReply(*f, out);
-      if (st.ok() && fds != nullptr) *fds = std::move(f->fds);
-      return st;
-    }
-  }
-  Result<proto::LeaseInfo> Alloc(uint64_t size, UniqueFd* fd) {
-    proto::AllocRequest a;
-    a.set_size_bytes(size);
-    proto::AllocReply r;
-    std::vector<UniqueFd> fds;
-    CXLPOOL_RETURN_IF_ERROR(Call(a, &r, &fds));
-    if (fds.size() != 1) return Status(Code::kProtocol, "alloc reply without one fd");
-    *fd = std::move(fds[0]);
-    return r.lease();
-  }
-
- private:
-  UniqueFd sock_;
-  uint64_t next_id_ = 1;
-};
+Result<testsupport::RawClient> Connect(const std::string& path) {
+  return testsupport::RawClient::Connect(path, "tenants-test");
+}
 
 uint16_t FreeLoopbackPort() {
   UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -90,13 +44,6 @@ uint16_t FreeLoopbackPort() {
     return 0;
   }
   return ntohs(a.sin_port);
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
 }
 
 // "name{labels} value" lines -> the set of "name{labels}".
@@ -114,78 +61,56 @@ std::set<std::string> Series(const std::string& text) {
 class TenantsDaemonTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const char* bin = std::getenv("CXLPOOL_BINARY_DIR");
-    std::string b = bin ? bin : ".";
-    daemon_ = b + "/daemon/cxlpoold";
-    ctl_ = b + "/tools/cxlpoolctl";
-    if (::access(daemon_.c_str(), X_OK) != 0 || ::access(ctl_.c_str(), X_OK) != 0) {
-      std::fprintf(stderr, "no cxlpoold/cxlpoolctl under %s\n", b.c_str());
-      std::exit(77);
+    if (::access(testsupport::CtlBinary().c_str(), X_OK) != 0) {
+      testsupport::Skip("no cxlpoolctl at " + testsupport::CtlBinary());
     }
-    if (::access("/sys/devices/system/node/node0/meminfo", R_OK) != 0) std::exit(77);
+    testsupport::SkipWithoutDaemon();
   }
 
   void SetUp() override {
-    char tmpl[] = "/tmp/cxlpool-tenants-it-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    socket_ = dir_ + "/cxlpool.sock";
-    config_ = dir_ + "/cxlpoold.toml";
-    log_ = dir_ + "/cxlpoold.log";
+    ASSERT_TRUE(daemon_.MakeDir().ok());
+    dir_ = daemon_.dir();
+    socket_ = daemon_.socket();
+    log_ = daemon_.log_path();
+    daemon_.set_log_to_file(true);
     port_ = FreeLoopbackPort();
     ASSERT_NE(port_, 0);
-    WriteConfig("");
-    Start();
+    Status st = daemon_.Start(Config(""));
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+
+  std::string Config(const std::string& extra) {
+    std::ostringstream c;
+    c << "[daemon]\nsocket_mode = \"0600\"\nlog_level = \"info\"\n"
+      << "admin_group = \"" << ::getegid() << "\"\n"
+      << "state_dir = \"" << dir_ << "/state\"\n"
+      << "[pools]\ncapacity = \"64M\"\npin = false\nwarm_stock = []\n"
+      << "[metrics]\nhttp_listen = \"127.0.0.1:" << port_ << "\"\n"
+      << extra;
+    return c.str();
   }
 
   void WriteConfig(const std::string& extra) {
-    std::ofstream(config_) << "[daemon]\nsocket_mode = \"0600\"\nlog_level = \"info\"\n"
-                           << "admin_group = \"" << ::getegid() << "\"\n"
-                           << "state_dir = \"" << dir_ << "/state\"\n"
-                           << "[pools]\ncapacity = \"64M\"\npin = false\nwarm_stock = []\n"
-                           << "[metrics]\nhttp_listen = \"127.0.0.1:" << port_ << "\"\n"
-                           << extra;
+    ASSERT_TRUE(daemon_.WriteConfig(Config(extra)).ok());
   }
 
+  // Starts the daemon again over the same dir (state dir included).
   void Start() {
-    pid_ = ::fork();
-    ASSERT_GE(pid_, 0);
-    if (pid_ == 0) {
-      int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-      if (fd >= 0) ::dup2(fd, 2);
-      ::execl(daemon_.c_str(), "cxlpoold", "--foreground", "--socket", socket_.c_str(), "--config",
-              config_.c_str(), static_cast<char*>(nullptr));
-      std::_Exit(127);
-    }
-    for (int i = 0; i < 1000; ++i) {
-      if (Client::Connect(socket_).ok()) return;
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        pid_ = -1;
-        FAIL() << "cxlpoold exited during start: " << ReadAll(log_);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    FAIL() << "cxlpoold did not start listening: " << ReadAll(log_);
+    Status st = daemon_.Restart();
+    ASSERT_TRUE(st.ok()) << st.ToString();
   }
 
   void Stop() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGTERM);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
-    pid_ = -1;
+    if (!daemon_.started()) return;
+    Status st = daemon_.Stop();
+    EXPECT_TRUE(st.ok()) << st.ToString();
   }
 
-  void TearDown() override {
-    Stop();
-    (void)!std::system(("rm -rf '" + dir_ + "'").c_str());
-  }
+  void TearDown() override { Stop(); }
 
   Status SetQuota(const std::string& scope, const std::string& subject, uint64_t max_bytes,
                   uint64_t max_leases) {
-    auto c = Client::Connect(socket_);
+    auto c = Connect(socket_);
     if (!c.ok()) return c.status();
     proto::QuotaSetRequest req;
     req.mutable_quota()->set_scope(scope);
@@ -197,7 +122,7 @@ class TenantsDaemonTest : public ::testing::Test {
   }
 
   uint64_t LeasedBytes() {
-    auto c = Client::Connect(socket_);
+    auto c = Connect(socket_);
     if (!c.ok()) return UINT64_MAX;
     proto::StatsReply r;
     if (!c->Call(proto::StatsRequest(), &r).ok()) return UINT64_MAX;
@@ -206,7 +131,7 @@ class TenantsDaemonTest : public ::testing::Test {
   }
 
   std::vector<proto::Quota> Quotas() {
-    auto c = Client::Connect(socket_);
+    auto c = Connect(socket_);
     EXPECT_TRUE(c.ok());
     proto::QuotasReply r;
     EXPECT_TRUE(c->Call(proto::QuotasRequest(), &r).ok());
@@ -214,25 +139,13 @@ class TenantsDaemonTest : public ::testing::Test {
   }
 
   // Polls (no fixed sleep) until `pred`, up to 10 s.
-  template <typename Pred>
-  static bool WaitFor(Pred pred) {
-    for (int i = 0; i < 1000; ++i) {
-      if (pred()) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return false;
+  static bool WaitFor(const std::function<bool()>& pred) {
+    return testsupport::PollUntil(pred, 10000, 10);
   }
 
-  // Runs a shell command, returns its exit code and output.
+  // Runs a shell command, returns its exit code and output (stderr too).
   static std::pair<int, std::string> Sh(const std::string& cmd) {
-    std::string out;
-    FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-    if (p == nullptr) return {-1, ""};
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    int rc = ::pclose(p);
-    return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, out};
+    return testsupport::RunShell(cmd + " 2>&1");
   }
 
   std::string HttpGet(const std::string& path) {
@@ -253,17 +166,16 @@ class TenantsDaemonTest : public ::testing::Test {
     return in;
   }
 
-  static inline std::string daemon_, ctl_;
-  std::string dir_, socket_, config_, log_;
+  testsupport::Daemon daemon_;
+  std::string dir_, socket_, log_;
   uint16_t port_ = 0;
-  pid_t pid_ = -1;
 };
 
 TEST_F(TenantsDaemonTest, QuotaSetIsEnforcedPersistedAndSurvivesRestart) {
   std::string me = std::to_string(::geteuid());
   ASSERT_TRUE(SetQuota("uid", me, 0, 1).ok());
   auto check = [&] {
-    auto c = Client::Connect(socket_);
+    auto c = Connect(socket_);
     ASSERT_TRUE(c.ok());
     UniqueFd a, b;
     ASSERT_TRUE(c->Alloc(kMiB, &a).ok());
@@ -275,7 +187,7 @@ TEST_F(TenantsDaemonTest, QuotaSetIsEnforcedPersistedAndSurvivesRestart) {
         << second.status().message();
   };
   check();
-  std::string stored = ReadAll(dir_ + "/state/quotas.toml");
+  std::string stored = ReadFileOrEmpty(dir_ + "/state/quotas.toml");
   EXPECT_NE(stored.find("uid = "), std::string::npos) << stored;
   EXPECT_NE(stored.find(me), std::string::npos) << stored;
   // A cgroup rule goes through the same path; a bad one is refused.
@@ -296,15 +208,15 @@ TEST_F(TenantsDaemonTest, QuotaSetIsEnforcedPersistedAndSurvivesRestart) {
 }
 
 TEST_F(TenantsDaemonTest, SighupReloadsGoodConfigAndKeepsOldOnBad) {
-  auto holder = Client::Connect(socket_);
+  auto holder = Connect(socket_);
   ASSERT_TRUE(holder.ok());
   UniqueFd fd;
   auto lease = holder->Alloc(2 * kMiB, &fd);
   ASSERT_TRUE(lease.ok()) << lease.status().ToString();
   std::string me = std::to_string(::geteuid());
   WriteConfig("[[quota]]\nuid = " + me + "\nmax_bytes = \"3M\"\npriority = 4\n");
-  ASSERT_EQ(::kill(pid_, SIGHUP), 0);
-  ASSERT_TRUE(WaitFor([&] { return Quotas().size() == 1; })) << ReadAll(log_);
+  ASSERT_EQ(::kill(daemon_.pid(), SIGHUP), 0);
+  ASSERT_TRUE(WaitFor([&] { return Quotas().size() == 1; })) << ReadFileOrEmpty(log_);
   auto q = Quotas()[0];
   EXPECT_EQ(q.max_bytes(), 3 * kMiB);
   EXPECT_EQ(q.priority(), 4);
@@ -313,12 +225,13 @@ TEST_F(TenantsDaemonTest, SighupReloadsGoodConfigAndKeepsOldOnBad) {
   auto refused = holder->Alloc(2 * kMiB, &over);
   EXPECT_EQ(refused.status().code(), Code::kResourceExhausted);
 
-  std::ofstream(config_) << "[pools]\ncapacity = \"lots\"\n";
-  ASSERT_EQ(::kill(pid_, SIGHUP), 0);
+  ASSERT_TRUE(daemon_.WriteConfig("[pools]\ncapacity = \"lots\"\n").ok());
+  ASSERT_EQ(::kill(daemon_.pid(), SIGHUP), 0);
   ASSERT_TRUE(WaitFor([&] {
-    return ReadAll(log_).find("SIGHUP: config not reloaded") != std::string::npos;
-  })) << ReadAll(log_);
-  EXPECT_NE(ReadAll(log_).find("pools.capacity"), std::string::npos) << ReadAll(log_);
+    return ReadFileOrEmpty(log_).find("SIGHUP: config not reloaded") != std::string::npos;
+  })) << ReadFileOrEmpty(log_);
+  EXPECT_NE(ReadFileOrEmpty(log_).find("pools.capacity"), std::string::npos)
+      << ReadFileOrEmpty(log_);
   ASSERT_EQ(Quotas().size(), 1u) << "the running config stays";
   proto::StatRequest st;
   st.set_lease_id(lease->id());
@@ -331,11 +244,11 @@ TEST_F(TenantsDaemonTest, PromtoolAcceptsMetricsAndHttpServesTheSame) {
     std::fprintf(stderr, "promtool missing (Debian package prometheus): skipped\n");
     std::exit(77);
   }
-  auto c = Client::Connect(socket_);
+  auto c = Connect(socket_);
   ASSERT_TRUE(c.ok());
   UniqueFd a;
   ASSERT_TRUE(c->Alloc(3 * kMiB, &a).ok());
-  auto [rc, text] = Sh("'" + ctl_ + "' metrics --socket '" + socket_ + "'");
+  auto [rc, text] = Sh("'" + testsupport::CtlBinary() + "' metrics --socket '" + socket_ + "'");
   ASSERT_EQ(rc, 0) << text;
   EXPECT_NE(text.find("cxlpool_grants_total{"), std::string::npos) << text;
   EXPECT_NE(text.find("cxlpool_dumpable 0\n"), std::string::npos) << "PR_SET_DUMPABLE 0";
