@@ -271,11 +271,7 @@ TEST(LeaseManagerTest, WarmStockServesExactSizesAndCountsAgainstCapacity) {
   EXPECT_EQ(pool.free_bytes, 8 * kMiB);
   EXPECT_EQ(h.mgr->pending_builds(), 0u);
   // Exact size: served from stock without a build.
-  std::optional<Result<Granted>> out;
-  AllocParams p;
-  p.size_bytes = 2 * kMiB;
-  p.numa_node = 0;
-  h.mgr->Allocate(1, p, [&](Result<Granted> g) { out.emplace(std::move(g)); });
+  auto out = h.AllocOnRequestPath(1, 2 * kMiB, 0);
   ASSERT_TRUE(out.has_value()) << "a warm hit answers on the request path";
   ASSERT_TRUE(out->ok());
   EXPECT_TRUE((*out)->lease.from_warm_stock);

@@ -1,10 +1,14 @@
 // Helpers for the daemon's unit tests: hand-built topologies (two sockets
-// with CXL, a GPU box), a fake DaxControl, and a LeaseManager harness that
-// runs its loop and workers on one io_context (deterministic).
+// with CXL, a GPU box), a fake DaxControl (also used by tests/restart), and a
+// LeaseManager harness that runs its loop and workers on one io_context
+// (deterministic).
 // Thread safety: single-threaded test code.
 #pragma once
 
 #include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
@@ -72,28 +76,37 @@ inline DaemonConfig TestConfig(std::vector<WarmClass> warm = {}) {
   return c;
 }
 
+// DAX regions for the devdax pools, with no /dev/dax: devices are memfds of
+// the device's size, each with a made-up device number (major 251) while it
+// exists. FdDeviceNumber knows the memfds Open handed out, so "is this fd
+// dax0.1?" is answered, and answered wrongly for any other fd. The object may
+// outlive the lease managers built on it (tests/restart: devices survive a
+// "daemon restart"). `fail_create` makes CreateDevice fail (EIO).
 class FakeDaxControl final : public DaxControl {
  public:
   struct RegionData {
     DaxRegionState state;
+    int id = 0;
     int next_dev = 1;
   };
-  std::map<std::string, RegionData> regions;
-  std::vector<std::string> destroyed;
-  bool fail_create = false;
 
   void AddRegion(const std::string& name, int id, uint64_t size, uint64_t align, bool dynamic,
                  int node) {
     RegionData r;
+    r.id = id;
     r.state.name = name;
     r.state.size_bytes = size;
     r.state.available_bytes = dynamic ? size : 0;
     r.state.align_bytes = align;
     r.state.dynamic = dynamic;
     r.state.target_node = node;
-    if (!dynamic) r.state.devices.push_back("dax" + std::to_string(id) + ".0");
+    if (!dynamic) {
+      std::string dev = "dax" + std::to_string(id) + ".0";
+      r.state.devices.push_back(dev);
+      sizes[dev] = size;
+      rdev[dev] = makedev(251, next_minor_++);
+    }
     regions[name] = r;
-    ids_[name] = id;
   }
   Result<DaxRegionState> Region(const std::string& name) override {
     auto it = regions.find(name);
@@ -107,9 +120,10 @@ class FakeDaxControl final : public DaxControl {
     if (size % align != 0) return Status(Code::kInvalidArgument, "unaligned");
     if (r.state.available_bytes < size) return Status(Code::kResourceExhausted, "region full");
     r.state.available_bytes -= size;
-    std::string dev = "dax" + std::to_string(ids_[name]) + "." + std::to_string(r.next_dev++);
+    std::string dev = "dax" + std::to_string(r.id) + "." + std::to_string(r.next_dev++);
     r.state.devices.push_back(dev);
-    sizes_[dev] = size;
+    sizes[dev] = size;
+    rdev[dev] = makedev(251, next_minor_++);
     return dev;
   }
   Status DestroyDevice(const std::string& name, const std::string& dev) override {
@@ -117,19 +131,49 @@ class FakeDaxControl final : public DaxControl {
     auto it = std::find(r.state.devices.begin(), r.state.devices.end(), dev);
     if (it == r.state.devices.end()) return Status(Code::kNotFound, dev);
     r.state.devices.erase(it);
-    r.state.available_bytes += sizes_[dev];
+    r.state.available_bytes += sizes[dev];
+    rdev.erase(dev);
     destroyed.push_back(dev);
     return Status::Ok();
   }
   Result<UniqueFd> Open(const std::string& dev) override {
-    int fd = ::memfd_create(dev.c_str(), MFD_CLOEXEC);
-    if (fd < 0) return Status::FromErrno(errno, "memfd");
-    return UniqueFd(fd);
+    if (!rdev.count(dev)) return Status(Code::kNotFound, "no /dev/" + dev);
+    UniqueFd fd(::memfd_create(dev.c_str(), MFD_CLOEXEC));
+    if (!fd.valid()) return Status::FromErrno(errno, "memfd");
+    if (::ftruncate(fd.get(), static_cast<off_t>(sizes[dev])) != 0) {
+      return Status::FromErrno(errno, "ftruncate");
+    }
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) return Status::FromErrno(errno, "fstat");
+    opened_[st.st_ino] = dev;
+    return fd;
+  }
+  Result<uint64_t> FdDeviceNumber(int fd) override {
+    struct stat st {};
+    if (fd < 0 || ::fstat(fd, &st) != 0) return Status(Code::kInvalidArgument, "no usable fd");
+    auto it = opened_.find(st.st_ino);
+    if (it == opened_.end()) {
+      return Status(Code::kInvalidArgument, "the fd is not a DAX character device");
+    }
+    auto r = rdev.find(it->second);
+    // A destroyed device's fd still names its old number.
+    return r != rdev.end() ? r->second : makedev(251, 0);
+  }
+  Result<uint64_t> DeviceNumber(const std::string& dev) override {
+    auto it = rdev.find(dev);
+    if (it == rdev.end()) return Status(Code::kNotFound, "DAX device " + dev + " does not exist");
+    return it->second;
   }
 
+  std::map<std::string, RegionData> regions;
+  std::map<std::string, uint64_t> sizes;  // device -> size
+  std::map<std::string, uint64_t> rdev;   // device -> number, while it exists
+  std::vector<std::string> destroyed;
+  bool fail_create = false;
+
  private:
-  std::map<std::string, int> ids_;
-  std::map<std::string, uint64_t> sizes_;
+  std::map<ino_t, std::string> opened_;  // memfd inode -> device
+  unsigned next_minor_ = 1;
 };
 
 // A LeaseManager on a single io_context (loop == workers).
@@ -166,6 +210,18 @@ struct Harness {
     p.size_bytes = size;
     p.numa_node = node;
     return Alloc(c, std::move(p));
+  }
+  // Allocate without running the io_context: the answer when it came on the
+  // request path (a warm-stock hit), nullopt when it waits for a build (that
+  // later answer is dropped).
+  std::optional<Result<Granted>> AllocOnRequestPath(ConnId c, uint64_t size,
+                                                    std::optional<int> node = std::nullopt) {
+    auto out = std::make_shared<std::optional<Result<Granted>>>();
+    AllocParams p;
+    p.size_bytes = size;
+    p.numa_node = node;
+    mgr->Allocate(c, std::move(p), [out](Result<Granted> g) { out->emplace(std::move(g)); });
+    return std::move(*out);
   }
   void Drain() {
     io.restart();

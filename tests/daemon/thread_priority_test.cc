@@ -76,11 +76,7 @@ TEST(ThreadPriorityTest, WarmStockRefillsRunOnTheStockExecutor) {
   stock.run();
   h.Drain();
   EXPECT_EQ(h.mgr->pending_builds(), 0u);
-  std::optional<Result<Granted>> out;
-  AllocParams p;
-  p.size_bytes = 2 * kMiB;
-  p.numa_node = 0;
-  h.mgr->Allocate(1, p, [&](Result<Granted> r) { out.emplace(std::move(r)); });
+  auto out = h.AllocOnRequestPath(1, 2 * kMiB, 0);
   ASSERT_TRUE(out.has_value() && out->ok());
   EXPECT_TRUE((*out)->lease.from_warm_stock);
   h.mgr->Disconnect(1);

@@ -1,5 +1,5 @@
 // devdax leases across a daemon restart, on a fake DaxControl whose devices
-// survive the lease manager (tests/restart/restart_fakes.h): a "daemon" is a
+// survive the lease manager (tests/daemon/test_util.h): a "daemon" is a
 // LeaseManager built on the same fake regions; a crash is HandOver (nothing
 // freed, nothing destroyed) and the next daemon Recovers the journal. Checks:
 // the lease is accounted again (a dynamic region's carved sub-device counted
@@ -27,7 +27,7 @@
 namespace cxlpool {
 namespace {
 
-using testing::FakeDax;
+using testing::FakeDaxControl;
 using testing::FakeProbe;
 using testing::FakeStore;
 using testing::Harness;
@@ -40,7 +40,7 @@ constexpr uint64_t kStart = 77;
 
 // dax_region0: dynamic, 64 MiB, 2 MiB alignment, node 2.
 // dax_region1: static, its one device dax1.0 of 32 MiB, node 3.
-void AddRegions(FakeDax* dax) {
+void AddRegions(FakeDaxControl* dax) {
   dax->AddRegion("dax_region0", 0, 64 * kMiB, 2 * kMiB, /*dynamic=*/true, 2);
   dax->AddRegion("dax_region1", 1, 32 * kMiB, 2 * kMiB, /*dynamic=*/false, 3);
 }
@@ -59,7 +59,7 @@ struct Fakes {
 // One daemon's lease manager on the shared fake DAX regions. The fakes
 // outlive the manager (bases are destroyed after Harness).
 struct Daemon : Fakes, Harness {
-  explicit Daemon(FakeDax* dax) : Harness(TwoSocketCxl(), DaxConfig(), dax) {
+  explicit Daemon(FakeDaxControl* dax) : Harness(TwoSocketCxl(), DaxConfig(), dax) {
     mgr->EnableRestart(&store, &probe, 1);
   }
   void ConnectPid(ConnId c, pid_t pid, uid_t uid = 1000) {
@@ -145,17 +145,43 @@ UniqueFd SealedMemfd(uint64_t size) {
   return fd;
 }
 
-TEST(DevdaxRestartTest, GrantJournalsTheDeviceAndItsNumber) {
-  FakeDax dax;
-  AddRegions(&dax);
-  Daemon a(&dax);
-  a.ConnectPid(1, kOwner);
+// The shared fake DAX regions (AddRegions), the daemon before the crash
+// ("first", its owner pid kOwner connected as connection 1) and the daemon
+// after it ("next"). Members outlive the daemons built on them.
+class DevdaxRestartTest : public ::testing::Test {
+ protected:
+  DevdaxRestartTest() { AddRegions(&dax_); }
+  Daemon& StartFirst() {
+    first_ = std::make_unique<Daemon>(&dax_);
+    first_->ConnectPid(1, kOwner);
+    return *first_;
+  }
+  // Kills the first daemon; returns its journal.
+  std::vector<DurableLease> CrashFirst() {
+    std::vector<DurableLease> journal = first_->store.Journalled();
+    first_->Crash();
+    return journal;
+  }
+  // The next daemon on the same regions; its probe sees the owner alive (same
+  // start time) or not at all (it died while the daemon was down).
+  Daemon& StartNext(bool owner_alive) {
+    next_ = std::make_unique<Daemon>(&dax_);
+    if (owner_alive) next_->probe.start[kOwner] = kStart;
+    return *next_;
+  }
+
+  FakeDaxControl dax_;
+  std::unique_ptr<Daemon> first_, next_;
+};
+
+TEST_F(DevdaxRestartTest, GrantJournalsTheDeviceAndItsNumber) {
+  Daemon& a = StartFirst();
   auto g = a.AllocDynamic(1, 3 * kMiB);
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   const DurableLease& d = a.store.leases.at(g->lease.id);
   EXPECT_EQ(d.backing, "devdax");
   EXPECT_EQ(d.dax_device, "dax0.1");
-  EXPECT_EQ(d.dax_rdev, dax.rdev.at("dax0.1"));
+  EXPECT_EQ(d.dax_rdev, dax_.rdev.at("dax0.1"));
   EXPECT_EQ(d.size_bytes, 4 * kMiB);
   EXPECT_TRUE(a.store.stored_fds.count(g->lease.id)) << "pushed to the fd store like a memfd";
   // The journal record carries both fields across a daemon upgrade.
@@ -164,26 +190,21 @@ TEST(DevdaxRestartTest, GrantJournalsTheDeviceAndItsNumber) {
   EXPECT_EQ(back.dax_rdev, d.dax_rdev);
 }
 
-TEST(DevdaxRestartTest, ClientReclaimAfterARestartIsAccountedAndNeverGrantedTwice) {
-  FakeDax dax;
-  AddRegions(&dax);
-  auto a = std::make_unique<Daemon>(&dax);
-  a->ConnectPid(1, kOwner);
-  auto dyn = a->AllocDynamic(1, 3 * kMiB);
+TEST_F(DevdaxRestartTest, ClientReclaimAfterARestartIsAccountedAndNeverGrantedTwice) {
+  Daemon& a = StartFirst();
+  auto dyn = a.AllocDynamic(1, 3 * kMiB);
   ASSERT_TRUE(dyn.ok()) << dyn.status().ToString();
-  auto stat = a->AllocStatic(1);
+  auto stat = a.AllocStatic(1);
   ASSERT_TRUE(stat.ok()) << stat.status().ToString();
   EXPECT_EQ(stat->lease.pool, "dax1.0");
   auto c_dyn = Keep(*dyn);
   auto c_stat = Keep(*stat);
-  std::vector<DurableLease> journal = a->store.Journalled();
-  a->Crash();
-  EXPECT_TRUE(dax.destroyed.empty()) << "a crash destroys nothing";
+  std::vector<DurableLease> journal = CrashFirst();
+  EXPECT_TRUE(dax_.destroyed.empty()) << "a crash destroys nothing";
 
-  Daemon b(&dax);
+  Daemon& b = StartNext(/*owner_alive=*/true);
   // Before recovery the region's free space lacks the carved sub-device.
   EXPECT_EQ(b.Pool("dax_region0").capacity_bytes, 60 * kMiB);
-  b.probe.start[kOwner] = kStart;
   auto r = b.mgr->Recover(journal, {}, std::chrono::seconds(60));
   EXPECT_EQ(r.awaiting, 2u);
   EXPECT_EQ(r.dropped, 0u);
@@ -221,7 +242,7 @@ TEST(DevdaxRestartTest, ClientReclaimAfterARestartIsAccountedAndNeverGrantedTwic
   EXPECT_NE(foreign.rejected[0].second.find("may not hold"), std::string::npos);
   EXPECT_TRUE(b.mgr->in_grace());
   EXPECT_EQ(b.Pool("dax_region0").leased_bytes, 4 * kMiB);
-  EXPECT_TRUE(dax.destroyed.empty());
+  EXPECT_TRUE(dax_.destroyed.empty());
 
   // The holder's own device fds: accepted, grace over.
   std::vector<LeaseManager::ReclaimItem> good;
@@ -251,35 +272,31 @@ TEST(DevdaxRestartTest, ClientReclaimAfterARestartIsAccountedAndNeverGrantedTwic
   // Released: the sub-device goes back to the region, the static device is free.
   ASSERT_TRUE(b.mgr->Release(1, c_dyn->id).ok());
   b.Drain();  // the device is given back on a worker
-  EXPECT_EQ(dax.destroyed, (std::vector<std::string>{"dax0.1"}));
+  EXPECT_EQ(dax_.destroyed, (std::vector<std::string>{"dax0.1"}));
   ASSERT_TRUE(b.mgr->Release(1, c_stat->id).ok());
   ASSERT_TRUE(b.mgr->Release(1, next->lease.id).ok());
   b.Drain();
   EXPECT_EQ(b.Pool("dax_region0").leased_bytes, 0u);
   EXPECT_EQ(b.Pool("dax1.0").leased_bytes, 0u);
-  EXPECT_EQ(dax.regions["dax_region0"].state.available_bytes, 64 * kMiB);
+  EXPECT_EQ(dax_.regions["dax_region0"].state.available_bytes, 64 * kMiB);
   EXPECT_EQ(b.Pool("dax_region0").capacity_bytes, 64 * kMiB);
   EXPECT_TRUE(b.store.leases.empty());
   EXPECT_TRUE(b.AllocStatic(1).ok());
 }
 
-TEST(DevdaxRestartTest, OwnerDeadWhileDownGivesTheDevicesBack) {
-  FakeDax dax;
-  AddRegions(&dax);
-  auto a = std::make_unique<Daemon>(&dax);
-  a->ConnectPid(1, kOwner);
-  ASSERT_TRUE(a->AllocDynamic(1, 6 * kMiB).ok());
-  ASSERT_TRUE(a->AllocStatic(1).ok());
-  std::vector<DurableLease> journal = a->store.Journalled();
-  a->Crash();
+TEST_F(DevdaxRestartTest, OwnerDeadWhileDownGivesTheDevicesBack) {
+  Daemon& a = StartFirst();
+  ASSERT_TRUE(a.AllocDynamic(1, 6 * kMiB).ok());
+  ASSERT_TRUE(a.AllocStatic(1).ok());
+  std::vector<DurableLease> journal = CrashFirst();
 
-  Daemon b(&dax);  // pid 600 is unknown to its probe: it died meanwhile
+  Daemon& b = StartNext(/*owner_alive=*/false);  // pid 600 died meanwhile
   auto r = b.mgr->Recover(journal, {}, std::chrono::seconds(60));
   EXPECT_EQ(r.dropped, 2u);
   EXPECT_EQ(r.awaiting, 0u);
   EXPECT_FALSE(b.mgr->in_grace());
-  EXPECT_EQ(dax.destroyed, (std::vector<std::string>{"dax0.1"}));
-  EXPECT_EQ(dax.regions["dax_region0"].state.available_bytes, 64 * kMiB);
+  EXPECT_EQ(dax_.destroyed, (std::vector<std::string>{"dax0.1"}));
+  EXPECT_EQ(dax_.regions["dax_region0"].state.available_bytes, 64 * kMiB);
   EXPECT_EQ(b.Pool("dax_region0").capacity_bytes, 64 * kMiB);
   EXPECT_EQ(b.Pool("dax_region0").leased_bytes, 0u);
   EXPECT_EQ(b.Pool("dax1.0").leased_bytes, 0u);
@@ -290,13 +307,10 @@ TEST(DevdaxRestartTest, OwnerDeadWhileDownGivesTheDevicesBack) {
   EXPECT_TRUE(whole.ok()) << "the whole region is free again: " << whole.status().ToString();
 }
 
-TEST(DevdaxRestartTest, FdStoreAdoptsTheDeviceAndClosesAWrongOne) {
-  FakeDax dax;
-  AddRegions(&dax);
-  auto a = std::make_unique<Daemon>(&dax);
-  a->ConnectPid(1, kOwner);
-  auto dyn = a->AllocDynamic(1, 4 * kMiB);
-  auto stat = a->AllocStatic(1);
+TEST_F(DevdaxRestartTest, FdStoreAdoptsTheDeviceAndClosesAWrongOne) {
+  Daemon& a = StartFirst();
+  auto dyn = a.AllocDynamic(1, 4 * kMiB);
+  auto stat = a.AllocStatic(1);
   ASSERT_TRUE(dyn.ok() && stat.ok());
   auto c_dyn = Keep(*dyn);
   auto c_stat = Keep(*stat);
@@ -305,11 +319,9 @@ TEST(DevdaxRestartTest, FdStoreAdoptsTheDeviceAndClosesAWrongOne) {
   std::map<uint64_t, UniqueFd> stored;
   stored[c_dyn->id] = Dup(dyn->fd);
   stored[c_stat->id] = SealedMemfd(32 * kMiB);
-  std::vector<DurableLease> journal = a->store.Journalled();
-  a->Crash();
+  std::vector<DurableLease> journal = CrashFirst();
 
-  Daemon b(&dax);
-  b.probe.start[kOwner] = kStart;
+  Daemon& b = StartNext(/*owner_alive=*/true);
   auto r = b.mgr->Recover(journal, std::move(stored), std::chrono::seconds(60));
   EXPECT_EQ(r.adopted, 1u);
   EXPECT_EQ(r.awaiting, 1u);
@@ -324,41 +336,32 @@ TEST(DevdaxRestartTest, FdStoreAdoptsTheDeviceAndClosesAWrongOne) {
   EXPECT_FALSE(b.mgr->in_grace());
   b.mgr->Disconnect(1);  // last holder gone: both freed
   b.Drain();
-  EXPECT_EQ(dax.destroyed, (std::vector<std::string>{"dax0.1"}));
+  EXPECT_EQ(dax_.destroyed, (std::vector<std::string>{"dax0.1"}));
   EXPECT_EQ(b.Pool("dax_region0").leased_bytes, 0u);
   EXPECT_EQ(b.Pool("dax1.0").leased_bytes, 0u);
 }
 
-TEST(DevdaxRestartTest, AStoredDevdaxLeaseWhoseHoldersDiedDestroysItsSubDevice) {
-  FakeDax dax;
-  AddRegions(&dax);
-  auto a = std::make_unique<Daemon>(&dax);
-  a->ConnectPid(1, kOwner);
-  auto dyn = a->AllocDynamic(1, 4 * kMiB);
+TEST_F(DevdaxRestartTest, AStoredDevdaxLeaseWhoseHoldersDiedDestroysItsSubDevice) {
+  Daemon& a = StartFirst();
+  auto dyn = a.AllocDynamic(1, 4 * kMiB);
   ASSERT_TRUE(dyn.ok());
   std::map<uint64_t, UniqueFd> stored;
   stored[dyn->lease.id] = Dup(dyn->fd);
-  std::vector<DurableLease> journal = a->store.Journalled();
-  a->Crash();
-  Daemon b(&dax);
+  std::vector<DurableLease> journal = CrashFirst();
+  Daemon& b = StartNext(/*owner_alive=*/false);
   auto r = b.mgr->Recover(journal, std::move(stored), std::chrono::seconds(60));
   EXPECT_EQ(r.dropped, 1u);
-  EXPECT_EQ(dax.destroyed, (std::vector<std::string>{"dax0.1"}));
+  EXPECT_EQ(dax_.destroyed, (std::vector<std::string>{"dax0.1"}));
   EXPECT_EQ(b.Pool("dax_region0").capacity_bytes, 64 * kMiB);
   EXPECT_EQ(b.Pool("dax_region0").leased_bytes, 0u);
 }
 
-TEST(DevdaxRestartTest, AnAwaitedHolderThatExitsAfterTheGraceFreesTheSubDevice) {
-  FakeDax dax;
-  AddRegions(&dax);
-  auto a = std::make_unique<Daemon>(&dax);
-  a->ConnectPid(1, kOwner);
-  auto dyn = a->AllocDynamic(1, 4 * kMiB);
+TEST_F(DevdaxRestartTest, AnAwaitedHolderThatExitsAfterTheGraceFreesTheSubDevice) {
+  Daemon& a = StartFirst();
+  auto dyn = a.AllocDynamic(1, 4 * kMiB);
   ASSERT_TRUE(dyn.ok());
-  std::vector<DurableLease> journal = a->store.Journalled();
-  a->Crash();
-  Daemon b(&dax);
-  b.probe.start[kOwner] = kStart;
+  std::vector<DurableLease> journal = CrashFirst();
+  Daemon& b = StartNext(/*owner_alive=*/true);
   UniqueFd exit_signal(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   b.probe.pidfds[kOwner] = exit_signal.get();
   // No grace period: the holder that has not reclaimed, still alive, is
@@ -368,29 +371,24 @@ TEST(DevdaxRestartTest, AnAwaitedHolderThatExitsAfterTheGraceFreesTheSubDevice) 
   b.io.poll();
   EXPECT_FALSE(b.mgr->in_grace());
   EXPECT_EQ(b.Pool("dax_region0").leased_bytes, 4 * kMiB);
-  EXPECT_TRUE(dax.destroyed.empty());
+  EXPECT_TRUE(dax_.destroyed.empty());
   uint64_t one = 1;
   ASSERT_EQ(::write(exit_signal.get(), &one, sizeof one), 8);
   b.io.restart();
   b.io.poll();
   EXPECT_EQ(b.Pool("dax_region0").leased_bytes, 0u);
-  EXPECT_EQ(dax.destroyed, (std::vector<std::string>{"dax0.1"}));
+  EXPECT_EQ(dax_.destroyed, (std::vector<std::string>{"dax0.1"}));
   EXPECT_TRUE(b.store.deleted.count(dyn->lease.id));
 }
 
-TEST(DevdaxRestartTest, ARecreatedDeviceOfTheSameNameIsNotTheLeases) {
-  FakeDax dax;
-  AddRegions(&dax);
-  auto a = std::make_unique<Daemon>(&dax);
-  a->ConnectPid(1, kOwner);
-  auto dyn = a->AllocDynamic(1, 4 * kMiB);
+TEST_F(DevdaxRestartTest, ARecreatedDeviceOfTheSameNameIsNotTheLeases) {
+  Daemon& a = StartFirst();
+  auto dyn = a.AllocDynamic(1, 4 * kMiB);
   ASSERT_TRUE(dyn.ok());
   auto c = Keep(*dyn);
-  std::vector<DurableLease> journal = a->store.Journalled();
-  a->Crash();
-  dax.rdev["dax0.1"] = makedev(251, 99);  // an admin destroyed and re-created it
-  Daemon b(&dax);
-  b.probe.start[kOwner] = kStart;
+  std::vector<DurableLease> journal = CrashFirst();
+  dax_.rdev["dax0.1"] = makedev(251, 99);  // an admin destroyed and re-created it
+  Daemon& b = StartNext(/*owner_alive=*/true);
   b.mgr->Recover(journal, {}, std::chrono::seconds(60));
   b.ConnectPid(1, kOwner);
   auto out = b.mgr->Reclaim(1, Items(Item(c->id, 4 * kMiB, Dup(c->fd.get()))));
@@ -400,19 +398,14 @@ TEST(DevdaxRestartTest, ARecreatedDeviceOfTheSameNameIsNotTheLeases) {
   EXPECT_EQ(b.Pool("dax_region0").leased_bytes, 4 * kMiB) << "still accounted";
 }
 
-TEST(DevdaxRestartTest, AMemfdLeaseRefusesADaxDevice) {
-  FakeDax dax;
-  AddRegions(&dax);
-  auto a = std::make_unique<Daemon>(&dax);
-  a->ConnectPid(1, kOwner);
-  auto mem = a->Alloc(1, 1 * kMiB, 0);
-  auto dyn = a->AllocDynamic(1, 4 * kMiB);
+TEST_F(DevdaxRestartTest, AMemfdLeaseRefusesADaxDevice) {
+  Daemon& a = StartFirst();
+  auto mem = a.Alloc(1, 1 * kMiB, 0);
+  auto dyn = a.AllocDynamic(1, 4 * kMiB);
   ASSERT_TRUE(mem.ok() && dyn.ok());
   auto c = Keep(*dyn);
-  std::vector<DurableLease> journal = a->store.Journalled();
-  a->Crash();
-  Daemon b(&dax);
-  b.probe.start[kOwner] = kStart;
+  std::vector<DurableLease> journal = CrashFirst();
+  Daemon& b = StartNext(/*owner_alive=*/true);
   b.mgr->Recover(journal, {}, std::chrono::seconds(60));
   b.ConnectPid(1, kOwner);
   auto out = b.mgr->Reclaim(1, Items(Item(mem->lease.id, 1 * kMiB, Dup(c->fd.get()))));
