@@ -36,13 +36,7 @@ class StepClock final : public Clock {
 
 DaemonConfig Config() {
   DaemonConfig c = TestConfig({{2 * kMiB, 1}});
-  QuotaRule q;
-  q.scope = QuotaScope::kUid;
-  q.id = 1000;
-  q.subject = "1000";
-  q.tier = "cxl";
-  q.max_bytes = 1 * kMiB;
-  c.quotas.push_back(q);
+  c.quotas.push_back(testing::UidQuota(1000, 1 * kMiB, "cxl"));
   return c;
 }
 

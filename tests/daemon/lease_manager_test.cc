@@ -136,13 +136,7 @@ TEST(LeaseManagerTest, DisconnectReleasesEverythingAndTruncates) {
 
 TEST(LeaseManagerTest, QuotasRefuseNamingLimitAndUsage) {
   DaemonConfig cfg = TestConfig();
-  QuotaRule q;
-  q.scope = QuotaScope::kUid;
-  q.id = 1000;
-  q.subject = "1000";
-  q.tier = "dram";
-  q.max_bytes = 6 * kMiB;
-  cfg.quotas.push_back(q);
+  cfg.quotas.push_back(testing::UidQuota(1000, 6 * kMiB, "dram"));
   QuotaRule n;
   n.scope = QuotaScope::kGid;
   n.id = 2000;
@@ -407,12 +401,7 @@ TEST(LeaseManagerReclaimTest, ReleaseReturnsBeforeTheReclaimAndCountsItUntilDone
 
 TEST(LeaseManagerReclaimTest, QuotaIsFreeAtOnce) {
   DaemonConfig cfg = TestConfig();
-  QuotaRule q;
-  q.scope = QuotaScope::kUid;
-  q.id = 1000;
-  q.subject = "1000";
-  q.max_bytes = 4 * kMiB;
-  cfg.quotas.push_back(q);
+  cfg.quotas.push_back(testing::UidQuota(1000, 4 * kMiB));
   Harness h(TwoSocketCxl(), cfg);
   h.Connect(1);
   auto g = h.Alloc(1, 4 * kMiB, 0);
@@ -475,17 +464,24 @@ TEST(LeaseManagerReclaimTest, AllocThatNeedsReclaimingBytesWaitsThenSucceeds) {
   ExpectNoOvercommit(h);
 }
 
+// Fills node0 (16 MiB) from connection 1, releases it, and asks for the
+// same 16 MiB from `waiter` before the reclaim has run: that alloc waits.
+// Its answer lands in `out`.
+void AllocWaitingForReclaim(Harness& h, ConnId waiter, std::optional<Result<Granted>>* out) {
+  auto g = h.Alloc(1, 16 * kMiB, 0);
+  ASSERT_TRUE(g.ok());
+  ASSERT_TRUE(h.mgr->Release(1, g->lease.id).ok());
+  h.mgr->Allocate(waiter, AllocParams{.size_bytes = 16 * kMiB, .numa_node = 0},
+                  [out](Result<Granted> r) { out->emplace(std::move(r)); });
+  ASSERT_FALSE(out->has_value());
+}
+
 TEST(LeaseManagerReclaimTest, WaitingAllocIsAnsweredWhenItsConnectionCloses) {
   Harness h(TwoSocketCxl(16 * kMiB));
   h.Connect(1);
   h.Connect(2);
-  auto g = h.Alloc(1, 16 * kMiB, 0);
-  ASSERT_TRUE(g.ok());
-  ASSERT_TRUE(h.mgr->Release(1, g->lease.id).ok());
   std::optional<Result<Granted>> out;
-  h.mgr->Allocate(2, AllocParams{.size_bytes = 16 * kMiB, .numa_node = 0},
-                  [&](Result<Granted> r) { out.emplace(std::move(r)); });
-  ASSERT_FALSE(out.has_value());
+  ASSERT_NO_FATAL_FAILURE(AllocWaitingForReclaim(h, 2, &out));
   h.mgr->Disconnect(2);
   ASSERT_TRUE(out.has_value());
   EXPECT_EQ(out->status().code(), Code::kUnavailable);
@@ -497,13 +493,8 @@ TEST(LeaseManagerReclaimTest, WaitingAllocIsAnsweredWhenItsConnectionCloses) {
 TEST(LeaseManagerReclaimTest, ShutdownRefusesWaitingAllocs) {
   Harness h(TwoSocketCxl(16 * kMiB));
   h.Connect(1);
-  auto g = h.Alloc(1, 16 * kMiB, 0);
-  ASSERT_TRUE(g.ok());
-  ASSERT_TRUE(h.mgr->Release(1, g->lease.id).ok());
   std::optional<Result<Granted>> out;
-  h.mgr->Allocate(1, AllocParams{.size_bytes = 16 * kMiB, .numa_node = 0},
-                  [&](Result<Granted> r) { out.emplace(std::move(r)); });
-  ASSERT_FALSE(out.has_value());
+  ASSERT_NO_FATAL_FAILURE(AllocWaitingForReclaim(h, 1, &out));
   h.mgr->Shutdown();
   ASSERT_TRUE(out.has_value());
   EXPECT_EQ(out->status().code(), Code::kUnavailable);

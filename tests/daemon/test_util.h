@@ -66,6 +66,17 @@ inline Topology TwoSocketCxl(uint64_t mem = 64ull << 20) {
 
 // A config with every pool at 100%, no pinning (unit tests run without
 // privilege), and no warm stock unless asked.
+// A per-uid quota rule: `max_bytes` on `tier` ("" = all tiers).
+inline QuotaRule UidQuota(uint32_t uid, uint64_t max_bytes, std::string tier = "") {
+  QuotaRule q;
+  q.scope = QuotaScope::kUid;
+  q.id = uid;
+  q.subject = std::to_string(uid);
+  q.tier = std::move(tier);
+  q.max_bytes = max_bytes;
+  return q;
+}
+
 inline DaemonConfig TestConfig(std::vector<WarmClass> warm = {}) {
   DaemonConfig c;
   c.pool_defaults.capacity.is_percent = true;

@@ -37,12 +37,7 @@ class ReloadTest : public ::testing::Test {
   }
   static DaemonConfig Initial() {
     DaemonConfig c = TestConfig();
-    QuotaRule q;
-    q.scope = QuotaScope::kUid;
-    q.id = 1000;
-    q.subject = "1000";
-    q.max_bytes = 8 * kMiB;
-    c.quotas.push_back(q);
+    c.quotas.push_back(testing::UidQuota(1000, 8 * kMiB));
     return c;
   }
   Result<ReloadReport> Reload(const std::string& text) {

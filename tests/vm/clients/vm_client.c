@@ -108,20 +108,41 @@ static void Describe(const cxlpool_lease* l, char* backing, size_t len) {
   }
 }
 
-static int Place(cxlpool_client* c, const Args* a) {
+/* Allocation options from the command line: size, node, tier; `flags` and
+ * `label` as the command wants them. */
+static void OptsFromArgs(const Args* a, uint32_t flags, const char* label, cxlpool_alloc_opts* o) {
+  cxlpool_alloc_opts_init(o);
+  o->size_bytes = a->size;
+  o->numa_node = a->node;
+  o->near_gpu = -1;
+  o->flags = flags;
+  o->label = label;
+  o->tier_preference = a->tier;
+}
+
+/* 1 (and says so) when --expect-backing was given and the lease has another. */
+static int WrongBacking(const Args* a, const char* backing) {
+  if (a->expect_backing == NULL || strcmp(backing, a->expect_backing) == 0) return 0;
+  fprintf(stderr, "lease backing '%s', expected '%s'\n", backing, a->expect_backing);
+  return 1;
+}
+
+/* A private lease as the command line asks (--strict honoured), printed;
+ * its backing kind goes to `backing`. Returns the cxlpool error code. */
+static int AllocDescribed(cxlpool_client* c, const Args* a, const char* label, cxlpool_lease** l,
+                          char* backing, size_t len) {
   cxlpool_alloc_opts o;
-  cxlpool_alloc_opts_init(&o);
-  o.size_bytes = a->size;
-  o.numa_node = a->node;
-  o.near_gpu = -1;
-  o.flags = a->strict ? CXLPOOL_ALLOC_STRICT : 0;
-  o.label = "vm-client";
-  o.tier_preference = a->tier;
+  OptsFromArgs(a, a->strict ? CXLPOOL_ALLOC_STRICT : 0, label, &o);
+  int rc = cxlpool_alloc(c, &o, l);
+  if (rc == CXLPOOL_OK) Describe(*l, backing, len);
+  return rc;
+}
+
+static int Place(cxlpool_client* c, const Args* a) {
   cxlpool_lease* l = NULL;
-  int rc = cxlpool_alloc(c, &o, &l);
-  if (rc != CXLPOOL_OK) return Fail("alloc", rc);
   char backing[32];
-  Describe(l, backing, sizeof backing);
+  int rc = AllocDescribed(c, a, "vm-client", &l, backing, sizeof backing);
+  if (rc != CXLPOOL_OK) return Fail("alloc", rc);
   unsigned char* p = cxlpool_lease_ptr(l);
   uint64_t n = cxlpool_lease_size(l);
   if (a->touch != 0 && a->touch < n) n = a->touch;
@@ -140,10 +161,7 @@ static int Place(cxlpool_client* c, const Args* a) {
             a->expect_size);
     ok = 0;
   }
-  if (a->expect_backing != NULL && strcmp(backing, a->expect_backing) != 0) {
-    fprintf(stderr, "lease backing '%s', expected '%s'\n", backing, a->expect_backing);
-    ok = 0;
-  }
+  if (WrongBacking(a, backing)) ok = 0;
   if (bad != 0) fprintf(stderr, "%" PRIu64 " bytes read back wrong\n", bad);
   if (a->expect_node >= 0 && node != a->expect_node) {
     fprintf(stderr, "daemon placed the lease on node %d, expected %d\n", node, a->expect_node);
@@ -156,11 +174,7 @@ static int Place(cxlpool_client* c, const Args* a) {
 
 static int Refuse(cxlpool_client* c, const Args* a) {
   cxlpool_alloc_opts o;
-  cxlpool_alloc_opts_init(&o);
-  o.size_bytes = a->size;
-  o.numa_node = a->node;
-  o.near_gpu = -1;
-  o.flags = CXLPOOL_ALLOC_STRICT;
+  OptsFromArgs(a, CXLPOOL_ALLOC_STRICT, NULL, &o);
   cxlpool_lease* l = NULL;
   int rc = cxlpool_alloc(c, &o, &l);
   if (rc == CXLPOOL_OK) {
@@ -175,11 +189,7 @@ static int Refuse(cxlpool_client* c, const Args* a) {
 
 static int ShareWrite(cxlpool_client* c, const Args* a) {
   cxlpool_alloc_opts o;
-  cxlpool_alloc_opts_init(&o);
-  o.size_bytes = a->size;
-  o.numa_node = a->node;
-  o.near_gpu = -1;
-  o.flags = a->node >= 0 ? CXLPOOL_ALLOC_STRICT : 0;
+  OptsFromArgs(a, a->node >= 0 ? CXLPOOL_ALLOC_STRICT : 0, NULL, &o);
   cxlpool_lease* l = NULL;
   int rc = cxlpool_alloc_shared(c, &o, a->name, NULL, 0, NULL, 0, &l);
   if (rc != CXLPOOL_OK) return Fail("alloc_shared", rc);
@@ -213,21 +223,11 @@ static int ShareRead(cxlpool_client* c, const Args* a) {
 }
 
 static int Hold(cxlpool_client* c, const Args* a) {
-  cxlpool_alloc_opts o;
-  cxlpool_alloc_opts_init(&o);
-  o.size_bytes = a->size;
-  o.numa_node = a->node;
-  o.near_gpu = -1;
-  o.flags = a->strict ? CXLPOOL_ALLOC_STRICT : 0;
-  o.label = "vm-hold";
-  o.tier_preference = a->tier;
   cxlpool_lease* l = NULL;
-  int rc = cxlpool_alloc(c, &o, &l);
-  if (rc != CXLPOOL_OK) return Fail("alloc", rc);
   char backing[32];
-  Describe(l, backing, sizeof backing);
-  if (a->expect_backing != NULL && strcmp(backing, a->expect_backing) != 0) {
-    fprintf(stderr, "lease backing '%s', expected '%s'\n", backing, a->expect_backing);
+  int rc = AllocDescribed(c, a, "vm-hold", &l, backing, sizeof backing);
+  if (rc != CXLPOOL_OK) return Fail("alloc", rc);
+  if (WrongBacking(a, backing)) {
     cxlpool_release(l);
     return 1;
   }
