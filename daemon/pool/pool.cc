@@ -114,8 +114,20 @@ std::vector<uint64_t> Pool::PlanRefill() {
   std::vector<uint64_t> out;
   for (auto& [size, slot] : slots_) {
     if (slot.failures >= kMaxWarmFailures) continue;
+    if (size > capacity_) {
+      // Can never be built at this capacity; say so once, and go on with
+      // the classes that may fit.
+      if (!slot.said_unfit) {
+        CXLPOOL_LOG(kWarning) << name_ << ": warm stock class " << HumanBytes(size)
+                              << " exceeds the pool's capacity of " << HumanBytes(capacity_)
+                              << "; not built";
+      }
+      slot.said_unfit = true;
+      continue;
+    }
+    slot.said_unfit = false;
     while (slot.ready.size() + slot.building < slot.target) {
-      if (used_bytes() + size > capacity_) return out;  // never evict for stock
+      if (used_bytes() + size > capacity_) break;  // never evict for stock
       warm_ += size;
       ++slot.building;
       out.push_back(size);

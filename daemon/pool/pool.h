@@ -106,6 +106,7 @@ class Pool {
     uint32_t target = 0;
     uint32_t building = 0;
     uint32_t failures = 0;
+    bool said_unfit = false;  // warned that the class exceeds the capacity
     std::deque<std::unique_ptr<Backing>> ready;
   };
 

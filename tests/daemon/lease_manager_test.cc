@@ -292,6 +292,20 @@ TEST(LeaseManagerTest, WarmStockServesExactSizesAndCountsAgainstCapacity) {
   EXPECT_GE(h.mgr->Counters()["warm_hits"], 1u);
 }
 
+TEST(LeaseManagerTest, WarmClassLargerThanThePoolIsSkippedOthersAreBuilt) {
+  // 16 MiB pools: the 32 MiB class can never be built; the 2 MiB one must.
+  Harness h(TwoSocketCxl(16 * kMiB), TestConfig({{2 * kMiB, 1}, {32 * kMiB, 1}}));
+  h.Connect(1);
+  h.mgr->StartWarmStock();
+  h.Drain();
+  EXPECT_EQ(h.Pool("node0").warm_bytes, 2 * kMiB);
+  EXPECT_EQ(h.mgr->pending_builds(), 0u);
+  EXPECT_EQ(h.mgr->Counters()["warm_build_failures"], 0u) << "skipped, not tried";
+  h.mgr->StartWarmStock();  // asked again: still nothing for the big class
+  h.Drain();
+  EXPECT_EQ(h.Pool("node0").warm_bytes, 2 * kMiB);
+}
+
 TEST(LeaseManagerTest, DisconnectDuringBuildReleasesTheResult) {
   Harness h(TwoSocketCxl());
   h.Connect(1);
