@@ -161,14 +161,25 @@ ulimit -l unlimited 2>/dev/null || true
   --foreground >"$TMP/cxlpoold.log" 2>&1 &
 DAEMON_PID=$!
 
-ready=0
+# Ready = no build in flight and the big warm lease built. A class that could
+# not be built (pool too small, no huge pages) is said here, not later.
+ready=0 short=0
 for _ in $(seq 1200); do  # up to 120 s: the warm stock prefaults BIG_GIB
   kill -0 "$DAEMON_PID" 2>/dev/null || { cat "$TMP/cxlpoold.log" >&2; echo "gpu-check: cxlpoold exited" >&2; exit 1; }
-  if [[ -S $SOCK ]] &&
-     "${CTL[@]}" stats --socket "$SOCK" --json 2>/dev/null |
-       grep -Eq '"pending_builds": *0([^0-9]|$)'; then
-    ready=1
-    break
+  if [[ -S $SOCK ]] && stats=$("${CTL[@]}" stats --socket "$SOCK" --json 2>/dev/null); then
+    pending=$(grep -Eo '"pending_builds": *[0-9]+' <<<"$stats" | grep -Eo '[0-9]+$' || echo 1)
+    warm=$(grep -Eo '"warm_bytes": *[0-9]+' <<<"$stats" | grep -Eo '[0-9]+$' || echo 0)
+    if [[ $pending == 0 && $warm -ge $((BIG_GIB << 30)) ]]; then
+      ready=1
+      break
+    fi
+    # Nothing in flight and still short for 3 s: it will not come.
+    if [[ $pending == 0 ]] && ((++short >= 30)); then
+      "${CTL[@]}" pools --socket "$SOCK" >&2 || true
+      tail -5 "$TMP/cxlpoold.log" >&2
+      echo "gpu-check: the ${BIG_GIB} GiB warm lease was not built (warm stock ${warm} B; see the pools above): lower CXLPOOL_GPU_BIG_GIB or free memory" >&2
+      exit 1
+    fi
   fi
   sleep 0.1
 done

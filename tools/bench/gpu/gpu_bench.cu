@@ -323,14 +323,24 @@ int main(int argc, char** argv) {
   }
 
   // G3: request to a registered big lease vs cudaMallocHost of the same
-  // size. The baseline goes first, so neither one finds the other's pages
-  // freshly freed.
+  // size. The baseline goes first, twice, and the faster counts: a VM whose
+  // memory is backed lazily by its host (virtio-mem, balloon) pays a first
+  // touch that a warm host would not, and the daemon's stock was touched at
+  // build time.
   {
-    void* pinned = nullptr;
-    double t0 = NowMs();
-    CUDA_OR_DIE(cudaMallocHost(&pinned, o.big));
-    double base_ms = NowMs() - t0;
-    CUDA_OR_DIE(cudaFreeHost(pinned));
+    double base_ms[2];
+    for (double& ms : base_ms) {
+      void* pinned = nullptr;
+      double t0 = NowMs();
+      CUDA_OR_DIE(cudaMallocHost(&pinned, o.big));
+      ms = NowMs() - t0;
+      CUDA_OR_DIE(cudaFreeHost(pinned));
+    }
+    double base = std::min(base_ms[0], base_ms[1]);
+    char base_note[96];
+    std::snprintf(base_note, sizeof base_note,
+                  "; cudaMallocHost %.0f ms then %.0f ms, the faster counts", base_ms[0],
+                  base_ms[1]);
 
     double t1 = NowMs();
     auto lease = Lease(*client, o, o.big, false);
@@ -348,12 +358,12 @@ int main(int argc, char** argv) {
     std::memset(last, 0x5a, tail);
     CheckSum(reinterpret_cast<char*>(*dptr) + o.big - tail, last, tail, dsum);
 
-    g_rows.push_back({"registered " + what + " ready", t3 - t1, base_ms, "ms", "le", 0.5,
+    g_rows.push_back({"registered " + what + " ready", t3 - t1, base, "ms", "le", 0.5,
                       "request -> granted, mapped, populated and cuMemHostRegister'd vs "
                       "cudaMallocHost; lease: " +
-                          lease->info().backing});
-    g_rows.push_back({"  of which grant + map", t2 - t1, base_ms, "ms", "", 0, ""});
-    g_rows.push_back({"  of which registration", t3 - t2, base_ms, "ms", "", 0, ""});
+                          lease->info().backing + base_note});
+    g_rows.push_back({"  of which grant + map", t2 - t1, base, "ms", "", 0, ""});
+    g_rows.push_back({"  of which registration", t3 - t2, base, "ms", "", 0, ""});
     cxlpool::ClientStatus r = lease->Release();
     if (!r.ok()) Die("release: " + r.ToString());
   }
