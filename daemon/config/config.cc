@@ -162,6 +162,31 @@ Result<CapacitySpec> ParseCapacity(std::string_view text, const std::string& key
   return spec;
 }
 
+Result<std::chrono::milliseconds> ParseDuration(std::string_view text, const std::string& key) {
+  std::string_view t = Trim(text);
+  uint64_t scale = 1000;  // a bare number is seconds
+  if (EndsWith(t, "ms")) {
+    scale = 1;
+    t.remove_suffix(2);
+  } else if (EndsWith(t, "s")) {
+    t.remove_suffix(1);
+  } else if (EndsWith(t, "m")) {
+    scale = 60 * 1000;
+    t.remove_suffix(1);
+  } else if (EndsWith(t, "h")) {
+    scale = 3600 * 1000;
+    t.remove_suffix(1);
+  }
+  constexpr uint64_t kMaxMs = 24ull * 3600 * 1000;
+  auto v = ParseU64(Trim(t));
+  if (!v || *v > kMaxMs / scale) {
+    return Status(Code::kInvalidArgument,
+                  key + ": bad duration '" + std::string(text) +
+                      "' (want e.g. \"10s\", \"500ms\", \"2m\" or \"0\"; at most 24h)");
+  }
+  return std::chrono::milliseconds(*v * scale);
+}
+
 namespace {
 
 Status Bad(const std::string& key, const std::string& what) {
@@ -432,6 +457,22 @@ Status Build(const toml::table& root, DaemonConfig* cfg) {
         return Bad("daemon.inline_max", "at most 16M (the event loop must not stall)");
       }
       cfg->inline_max_bytes = *inline_max;
+    }
+    if (const toml::node* mw = r.Get("memory_watch_interval")) {
+      std::string text;
+      if (mw->is_integer()) {
+        text = std::to_string(*mw->value<int64_t>());
+      } else if (mw->is_string()) {
+        text = *mw->value<std::string>();
+      } else {
+        return Bad("daemon.memory_watch_interval", "expected a duration (\"10s\", \"0\" = off)");
+      }
+      auto d = ParseDuration(text, "daemon.memory_watch_interval");
+      if (!d.ok()) return d.status();
+      if (d->count() != 0 && d->count() < 100) {
+        return Bad("daemon.memory_watch_interval", "at least 100ms (or 0 to turn it off)");
+      }
+      cfg->memory_watch_interval = *d;
     }
     CXLPOOL_RETURN_IF_ERROR(r.CheckUnknown());
   }

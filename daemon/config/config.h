@@ -11,6 +11,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -98,6 +99,10 @@ struct DaemonConfig {
   // Leases up to this size are built and reclaimed on the event-loop thread:
   // a few syscalls cost less than handing the work to a worker and back.
   uint64_t inline_max_bytes = 256 * 1024;
+  // How often each node pool's MemTotal is re-read, so that memory onlined
+  // or offlined after start (CXL onlined as system RAM, virtio-mem, balloon)
+  // resizes the pool's capacity. 0: never (a SIGHUP still re-reads it).
+  std::chrono::milliseconds memory_watch_interval{10000};
   PoolConfig pool_defaults;
   std::map<int, PoolConfig> node_pools;  // node id -> effective settings
   std::vector<DevdaxPoolConfig> devdax;
@@ -147,6 +152,10 @@ struct LoopbackEndpoint {
 };
 // INVALID_ARGUMENT for anything but a loopback address with a port 1..65535.
 Result<LoopbackEndpoint> ParseLoopbackEndpoint(std::string_view text);
+
+// Parses a duration: "10s", "500ms", "2m", "1h", or a bare number of
+// seconds ("0", "30"). At most 24 h. INVALID_ARGUMENT names `key`.
+Result<std::chrono::milliseconds> ParseDuration(std::string_view text, const std::string& key);
 
 // Parses "90%", "64G", "1073741824". INVALID_ARGUMENT names `key`.
 Result<CapacitySpec> ParseCapacity(std::string_view text, const std::string& key);

@@ -21,6 +21,7 @@ TEST(ConfigTest, EmbeddedDefaultParsesAndMatchesShippedFile) {
   EXPECT_EQ(cfg->workers, 2u);
   EXPECT_EQ(cfg->stock_workers, 1u);
   EXPECT_EQ(cfg->stock_nice, 10);
+  EXPECT_EQ(cfg->memory_watch_interval, std::chrono::seconds(10));
   // The shipped daemon/cxlpoold.toml is exactly what is compiled in.
   const char* src = std::getenv("CXLPOOL_SOURCE_DIR");
   if (src != nullptr) {
@@ -127,6 +128,37 @@ TEST(ConfigTest, BadKeysAndValuesNameTheKey) {
   ExpectError("[[devdax]]\nregion = \"r\"\nalign = \"3M\"\n", "devdax[0].align");
   ExpectError("[nonsense]\n", "nonsense: unknown key");
   ExpectError("[pools\n", "t.toml:1");  // TOML syntax error: position
+}
+
+TEST(ConfigTest, MemoryWatchInterval) {
+  auto dflt = ParseConfig("", "<empty>");
+  ASSERT_TRUE(dflt.ok());
+  EXPECT_EQ(dflt->memory_watch_interval, std::chrono::seconds(10)) << "default without the key";
+  struct Case {
+    const char* value;
+    std::chrono::milliseconds want;
+  } cases[] = {
+      {"\"10s\"", std::chrono::seconds(10)},   {"\"500ms\"", std::chrono::milliseconds(500)},
+      {"\"2m\"", std::chrono::minutes(2)},     {"\"1h\"", std::chrono::hours(1)},
+      {"\"30\"", std::chrono::seconds(30)},    {"5", std::chrono::seconds(5)},
+      {"\"0\"", std::chrono::milliseconds(0)}, {"0", std::chrono::milliseconds(0)}};
+  for (const auto& c : cases) {
+    auto cfg = ParseConfig(std::string("[daemon]\nmemory_watch_interval = ") + c.value + "\n");
+    ASSERT_TRUE(cfg.ok()) << c.value << ": " << cfg.status().ToString();
+    EXPECT_EQ(cfg->memory_watch_interval, c.want) << c.value;
+  }
+  for (const char* bad :
+       {"\"soon\"", "\"10x\"", "\"-1s\"", "-3", "\"25h\"", "\"50ms\"", "\"\"", "true", "1.5"}) {
+    auto cfg = ParseConfig(std::string("[daemon]\nmemory_watch_interval = ") + bad + "\n");
+    ASSERT_FALSE(cfg.ok()) << bad;
+    EXPECT_EQ(cfg.status().code(), Code::kInvalidArgument) << bad;
+    EXPECT_NE(cfg.status().message().find("daemon.memory_watch_interval"), std::string::npos)
+        << bad << ": " << cfg.status().message();
+  }
+  auto msg = ParseConfig("[daemon]\nmemory_watch_interval = \"soon\"\n", "t.toml");
+  EXPECT_EQ(msg.status().message(),
+            "t.toml: daemon.memory_watch_interval: bad duration 'soon' (want e.g. \"10s\", "
+            "\"500ms\", \"2m\" or \"0\"; at most 24h)");
 }
 
 TEST(ConfigTest, MissingFileIsNotFound) {
