@@ -51,6 +51,12 @@ ReloadReport ApplyConfig(const DaemonConfig& next, const Topology& topo, LeaseMa
     r.applied.push_back("log level");
   }
 
+  if (next.memory_watch_interval != current->memory_watch_interval) {
+    r.applied.push_back("daemon.memory_watch_interval " +
+                        std::to_string(current->memory_watch_interval.count()) + " ms -> " +
+                        std::to_string(next.memory_watch_interval.count()) + " ms");
+  }
+
   bool refill = false;
   for (Pool* pool : leases->pools()) {
     if (std::string(pool->backing()) != "memfd") continue;
@@ -65,7 +71,9 @@ ReloadReport ApplyConfig(const DaemonConfig& next, const Topology& topo, LeaseMa
       r.kept.push_back(pool->name() + ": pin/thp/hugetlb changed: needs a restart, kept");
     }
     const NumaNode* node = FindNode(topo, id);
-    if (node != nullptr && node->memory_bytes) {
+    if (options.memory != nullptr) {
+      if (options.memory->ApplyForReload(pool, now.capacity, &r.applied, &r.kept)) refill = true;
+    } else if (node != nullptr && node->memory_bytes) {
       uint64_t cap = now.capacity.Resolve(*node->memory_bytes);
       if (cap != pool->capacity()) {
         uint64_t old = pool->capacity();

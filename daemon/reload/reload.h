@@ -1,8 +1,10 @@
 // Config reload (SIGHUP): re-reads the configuration file and applies what
 // can change without dropping a lease. Live: quota rules (with the state
 // directory's live changes kept on top), priority reserves, pool capacities
-// (refused for a pool whose leases already use more), warm stock classes and
-// the log level. Everything else (socket, groups, workers, state directory,
+// (resolved against each node's MemTotal now when a NodeMemoryWatch is
+// given, else the one discovered at start; refused for a pool whose leases
+// already use more), warm stock classes, the memory watch interval and the
+// log level. Everything else (socket, groups, workers, state directory,
 // pinning/THP/hugetlb, enabled nodes, devdax, metrics endpoint) needs a
 // restart: a changed value is reported and the running one kept. A config
 // that does not parse changes nothing.
@@ -18,6 +20,7 @@
 #include "cxlpool/common/status.h"
 #include "cxlpool/topology/topology.h"
 #include "lease/lease_manager.h"
+#include "pool/node_memory_watch.h"
 
 namespace cxlpool {
 
@@ -28,6 +31,9 @@ struct ReloadReport {
 
 struct ReloadOptions {
   bool log_level_from_flag = false;  // --log-level wins over the file
+  // Re-reads each node's MemTotal for its pool's capacity (and records the
+  // result, so its next Check does not redo it). Null: `topo`'s MemTotal.
+  NodeMemoryWatch* memory = nullptr;
 };
 
 // Applies `next` over the running `current` (which it then replaces).
