@@ -126,8 +126,12 @@ void LeaseManager::Unpersist(uint64_t id) {
 bool LeaseManager::PersistGrant(uint64_t id, const AllocDone& done) {
   if (store_ == nullptr) return true;
   Lease& l = leases_.at(id);
+  uint64_t ino = 0, dev = 0;
   struct stat st {};
-  if (l.backing->fd() >= 0 && ::fstat(l.backing->fd(), &st) == 0) {
+  if (l.backing->Identity(&ino, &dev)) {  // memfds: read when built, off the loop
+    l.inode = ino;
+    l.inode_dev = dev;
+  } else if (l.backing->fd() >= 0 && ::fstat(l.backing->fd(), &st) == 0) {
     l.inode = st.st_ino;
     l.inode_dev = st.st_dev;
   }

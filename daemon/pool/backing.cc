@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <numaif.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -32,7 +33,14 @@ constexpr uint64_t kHugePage2M = 2ull << 20;
 class MemfdBacking final : public Backing {
  public:
   MemfdBacking(UniqueFd fd, void* addr, uint64_t size, uint64_t page, std::string kind)
-      : fd_(std::move(fd)), addr_(addr), size_(size), page_(page), kind_(std::move(kind)) {}
+      : fd_(std::move(fd)), addr_(addr), size_(size), page_(page), kind_(std::move(kind)) {
+    struct stat st {};
+    if (fd_.valid() && ::fstat(fd_.get(), &st) == 0) {
+      inode_ = st.st_ino;
+      dev_ = st.st_dev;
+      have_identity_ = true;
+    }
+  }
   ~MemfdBacking() override { Reclaim(); }
 
   int fd() const override { return fd_.get(); }
@@ -40,6 +48,11 @@ class MemfdBacking final : public Backing {
   uint64_t page_size() const override { return page_; }
   const std::string& kind() const override { return kind_; }
   void* daemon_addr() const override { return addr_; }
+  bool Identity(uint64_t* inode, uint64_t* dev) const override {
+    *inode = inode_;
+    *dev = dev_;
+    return have_identity_;
+  }
 
   void Reclaim() override {
     if (fd_.valid()) {
@@ -63,6 +76,9 @@ class MemfdBacking final : public Backing {
   uint64_t size_;
   uint64_t page_;
   std::string kind_;
+  uint64_t inode_ = 0;
+  uint64_t dev_ = 0;
+  bool have_identity_ = false;
 };
 
 // munmaps on scope exit unless released.

@@ -42,6 +42,13 @@ class Backing {
     return kNone;
   }
   virtual uint64_t device_number() const { return 0; }
+  // The fd's inode and st_dev as read when the backing was made (off the
+  // event loop), for the journal; false when not known (then fstat the fd).
+  virtual bool Identity(uint64_t* inode, uint64_t* dev) const {
+    (void)inode;
+    (void)dev;
+    return false;
+  }
   // Frees the memory now, whoever else holds the fd. Idempotent.
   virtual void Reclaim() = 0;
 };

@@ -115,6 +115,29 @@ TEST_F(BackingTest, SealedAgainstGrowthButShrinkableAndReclaimTruncatesLeakedFd)
   (*b)->Reclaim();  // idempotent
 }
 
+TEST_F(BackingTest, IdentityIsTheFdsInodeReadAtBuild) {
+  MemfdSpec spec;
+  spec.size_bytes = kSize;
+  spec.pin = false;
+  auto b = CreateMemfdBacking(spec);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  uint64_t ino = 0, dev = 0;
+  ASSERT_TRUE((*b)->Identity(&ino, &dev));
+  struct stat st {};
+  ASSERT_EQ(::fstat((*b)->fd(), &st), 0);
+  EXPECT_EQ(ino, st.st_ino);
+  EXPECT_EQ(dev, st.st_dev);
+  // A wrapped memfd (a lease adopted after a restart) knows it too.
+  UniqueFd other(::memfd_create("identity", MFD_CLOEXEC));
+  ASSERT_TRUE(other.valid());
+  struct stat ost {};
+  ASSERT_EQ(::fstat(other.get(), &ost), 0);
+  auto w = WrapMemfdBacking(std::move(other), nullptr, kSize, 4096, "memfd");
+  ASSERT_TRUE(w->Identity(&ino, &dev));
+  EXPECT_EQ(ino, ost.st_ino);
+  EXPECT_NE(ino, st.st_ino);
+}
+
 TEST_F(BackingTest, PinnedMappingShowsInVmLck) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   GTEST_SKIP() << "the sanitizers intercept mlock as a no-op, so VmLck cannot move";
