@@ -667,7 +667,27 @@ bool Server::Impl::Enqueue(const std::shared_ptr<Connection>& c, proto::MsgType 
                            uint64_t request_id, const std::string& payload,
                            std::span<const int> fds) {
   if (c->closed) return false;
+  // Nothing queued ahead: send at once with the caller's fds, which are then
+  // never duplicated (a lease grant's common case). Only a frame that has to
+  // wait keeps duplicates of them.
+  std::span<const int> borrowed;
+  if (c->queue.empty() && !fds.empty()) {
+    borrowed = fds;
+    fds = {};
+  }
   Result<wire::OutFrame> f = wire::MakeOutFrame(type, request_id, payload, fds);
+  if (f.ok() && !borrowed.empty()) {
+    Result<bool> sent = wire::SendSome(c->fd(), &*f, borrowed);
+    if (!sent.ok()) {
+      Drop(c, sent.status().ToString());
+      return false;
+    }
+    if (*sent) return true;
+    if (f->sent == 0) {
+      Status kept = wire::KeepFds(&*f, borrowed);
+      if (!kept.ok()) f = kept;
+    }
+  }
   if (!f.ok()) {
     // Typically EMFILE while dup'ing the fds: the client gets the error
     // instead of a reply it cannot use.

@@ -191,23 +191,31 @@ Result<OutFrame> MakeOutFrame(proto::MsgType type, uint64_t request_id, std::str
                   "payload of " + std::to_string(payload.size()) + " bytes is over the hard limit");
   }
   OutFrame f;
-  f.fds.reserve(fds.size());
-  for (int fd : fds) {
-    int d = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    if (d < 0) return Status::FromErrno(errno, "dup fd " + std::to_string(fd) + " for sending");
-    f.fds.emplace_back(d);
-  }
+  CXLPOOL_RETURN_IF_ERROR(KeepFds(&f, fds));
   f.bytes = EncodeFrame(type, request_id, payload);
   return f;
 }
 
-Result<bool> SendSome(int sock, OutFrame* f) {
+Status KeepFds(OutFrame* f, std::span<const int> fds) {
+  std::vector<UniqueFd> kept;
+  kept.reserve(fds.size());
+  for (int fd : fds) {
+    int d = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (d < 0) return Status::FromErrno(errno, "dup fd " + std::to_string(fd) + " for sending");
+    kept.emplace_back(d);
+  }
+  for (UniqueFd& fd : kept) f->fds.push_back(std::move(fd));
+  return Status::Ok();
+}
+
+Result<bool> SendSome(int sock, OutFrame* f, std::span<const int> borrowed_fds) {
   while (!f->done()) {
     struct iovec iov = {f->bytes.data() + f->sent, f->bytes.size() - f->sent};
     std::vector<int> raw;
     if (f->sent == 0) {
-      raw.reserve(f->fds.size());
+      raw.reserve(f->fds.size() + borrowed_fds.size());
       for (const UniqueFd& fd : f->fds) raw.push_back(fd.get());
+      raw.insert(raw.end(), borrowed_fds.begin(), borrowed_fds.end());
     }
     ssize_t n = SendChunk(sock, &iov, 1, raw);
     if (n < 0) {

@@ -267,6 +267,53 @@ TEST(Ipc, NonBlockingSendQueuesOwnedFdCopies) {
   EXPECT_EQ(f->payload.size(), 300000u);
 }
 
+TEST(Ipc, BorrowedFdsGoWithoutCopiesAndAreKeptWhenTheFrameMustWait) {
+  Pair p = MakePair();
+  // Room on the socket: the caller's fd goes as it is, and stays the caller's.
+  UniqueFd mem = MemfdWith("borrowed");
+  int fds[] = {mem.get()};
+  Result<OutFrame> of = MakeOutFrame(proto::MSG_ALLOC_REPLY, 9, "x", {});
+  ASSERT_TRUE(of.ok());
+  Result<bool> done = SendSome(p.a.get(), &*of, fds);
+  ASSERT_TRUE(done.ok());
+  EXPECT_TRUE(*done);
+  EXPECT_GE(::fcntl(mem.get(), F_GETFD), 0) << "a borrowed fd is never closed";
+  Result<Frame> f = RecvFrame(p.b.get(), {}, 1000);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ASSERT_EQ(f->fds.size(), 1u);
+  EXPECT_EQ(ReadAll(f->fds[0].get()), "borrowed");
+
+  // A full socket: nothing goes, so the frame keeps copies before it waits,
+  // and the caller may close its own fd.
+  int small = 4096;
+  ::setsockopt(p.a.get(), SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+  std::string filler(1 << 20, 'f');
+  ssize_t n = ::send(p.a.get(), filler.data(), filler.size(), MSG_DONTWAIT);
+  ASSERT_GT(n, 0);
+  Result<OutFrame> wait = MakeOutFrame(proto::MSG_ALLOC_REPLY, 10, "y", {});
+  ASSERT_TRUE(wait.ok());
+  done = SendSome(p.a.get(), &*wait, fds);
+  ASSERT_TRUE(done.ok());
+  ASSERT_FALSE(*done);
+  ASSERT_EQ(wait->sent, 0u);
+  ASSERT_TRUE(KeepFds(&*wait, fds).ok());
+  mem.Reset();
+  std::string sink(static_cast<size_t>(n), '\0');
+  for (size_t got = 0; got < sink.size();) {
+    ssize_t r = ::read(p.b.get(), sink.data() + got, sink.size() - got);
+    ASSERT_GT(r, 0);
+    got += static_cast<size_t>(r);
+  }
+  done = SendSome(p.a.get(), &*wait);
+  ASSERT_TRUE(done.ok());
+  ASSERT_TRUE(*done);
+  f = RecvFrame(p.b.get(), {}, 1000);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->request_id(), 10u);
+  ASSERT_EQ(f->fds.size(), 1u);
+  EXPECT_EQ(ReadAll(f->fds[0].get()), "borrowed");
+}
+
 TEST(Ipc, SendToClosedPeerIsUnavailableNotSigpipe) {
   Pair p = MakePair();
   p.b.Reset();

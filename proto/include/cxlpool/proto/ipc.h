@@ -101,11 +101,18 @@ struct OutFrame {
 Result<OutFrame> MakeOutFrame(proto::MsgType type, uint64_t request_id, std::string_view payload,
                               std::span<const int> fds);
 
+// Adds duplicates (F_DUPFD_CLOEXEC) of `fds` to f->fds, all or none. IO if
+// a dup fails (EMFILE).
+Status KeepFds(OutFrame* f, std::span<const int> fds);
+
 // Non-blocking: writes as much of `f` as the socket takes now (MSG_DONTWAIT,
 // MSG_NOSIGNAL). Returns true when the frame is fully sent, false if the
 // socket is full (wait for writability and call again). UNAVAILABLE if the
-// peer is gone (EPIPE/ECONNRESET), IO otherwise.
-Result<bool> SendSome(int sock, OutFrame* f);
+// peer is gone (EPIPE/ECONNRESET), IO otherwise. `borrowed_fds` (still the
+// caller's, never closed here) ride with the first byte after f->fds, so a
+// frame sent at once needs no duplicates; if nothing was sent (f->sent is
+// still 0) and the frame must wait, KeepFds them first.
+Result<bool> SendSome(int sock, OutFrame* f, std::span<const int> borrowed_fds = {});
 
 // Blocking: sends one frame and its fds (borrowed; not closed), waiting up to
 // timeout_ms (< 0: forever) for buffer space. The fds ride on the first
