@@ -164,9 +164,11 @@ void LeaseManager::ReclaimBacking(Pool* pool, uint64_t size, std::unique_ptr<Bac
                                   std::function<void()> then) {
   ++pending_reclaims_;
   std::weak_ptr<bool> alive = alive_;
-  if (size <= inline_max_) {
-    // Small: truncating here costs less than a hand-off; the bookkeeping is
-    // still posted, so every path sees the same order as from a worker.
+  if (size <= inline_max_ && pending_reclaims_ == 1) {
+    // Small, and the loop is not busy with others' (nothing else in flight):
+    // truncating here costs less than a hand-off. Under load the workers
+    // take it, so the loop keeps serving. The bookkeeping is still posted,
+    // so every path sees the same order as from a worker.
     if (backing) backing->Reclaim();
     backing.reset();
     boost::asio::post(loop_, [this, alive, pool, size, then = std::move(then)] {
@@ -409,9 +411,11 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
       const Lease& l = leases_.at(id);
       done(Granted{Snapshot(l), l.backing->fd()});
     };
-    if (sz <= inline_max_) {
-      // Small: a few syscalls here cost less than a hand-off to a worker and
-      // back. The completion is posted, as it would be from a worker.
+    if (sz <= inline_max_ && pending_builds_ == 1) {
+      // Small, and no other build in flight (a sign the loop is not busy):
+      // a few syscalls here cost less than a hand-off to a worker and back.
+      // Under load the workers build in parallel while the loop serves. The
+      // completion is posted, as it would be from a worker.
       auto built = std::make_shared<Result<std::unique_ptr<Backing>>>(pool->Build(sz, hugetlb));
       boost::asio::post(loop_, [complete = std::move(complete), built]() mutable {
         complete(std::move(*built));

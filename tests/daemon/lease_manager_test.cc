@@ -723,6 +723,30 @@ TEST(LeaseManagerInlineTest, SmallLeasesNeverWaitForAWorker) {
   run_loop();
   EXPECT_EQ(mgr.pending_reclaims(), 0u);
   EXPECT_EQ(node0().leased_bytes + node0().reclaiming_bytes, 0u);
+
+  // Under load (another build or reclaim in flight) small ones go to the
+  // workers too, so the loop keeps serving while they run in parallel.
+  mgr.Connect(1, ci);
+  workers.restart();
+  auto big2 = alloc(64 * 1024 + 4096);
+  EXPECT_FALSE(big2.has_value()) << (big2 && !big2->ok() ? big2->status().ToString() : "");
+  auto small2 = alloc(4096);
+  EXPECT_FALSE(small2.has_value()) << "a build is in flight: a worker builds the small one";
+  EXPECT_EQ(mgr.pending_builds(), 2u);
+  workers.run();
+  run_loop();
+  EXPECT_EQ(mgr.pending_builds(), 0u);
+  auto small3 = alloc(4096);
+  ASSERT_TRUE(small3.has_value()) << "idle again: built on the loop";
+  ASSERT_TRUE(small3->ok());
+  mgr.Disconnect(1);  // three leases: none of the reclaims waits behind another on the loop
+  run_loop();
+  EXPECT_GE(mgr.pending_reclaims(), 2u) << "only the first small reclaim may run on the loop";
+  workers.restart();
+  workers.run();
+  run_loop();
+  EXPECT_EQ(mgr.pending_reclaims(), 0u);
+  EXPECT_EQ(node0().leased_bytes + node0().reclaiming_bytes, 0u);
   mgr.Shutdown();
 }
 
