@@ -32,6 +32,7 @@
 #include "lease/lease_manager.h"
 #include "lease/restart.h"
 #include "lease/thread_priority.h"
+#include "pool/node_memory_watch.h"
 #include "pool/pool.h"
 #include "recovery.h"
 #include "reload/reload.h"
@@ -373,13 +374,30 @@ int RunDaemon(const DaemonFlags& flags) {
 
   // SIGHUP: re-read the config file; a bad one is logged and the old kept.
   DaemonConfig running = *cfg;
+  // Node pools follow memory onlined or offlined after start: MemTotal is
+  // re-read every daemon.memory_watch_interval (and on SIGHUP).
+  NodeMemoryWatch memory_watch(fs.get(), topo);
+  boost::asio::steady_timer memory_timer(io);
+  std::function<void()> arm_memory_watch = [&] {
+    memory_timer.cancel();
+    if (running.memory_watch_interval.count() == 0) return;
+    memory_timer.expires_after(running.memory_watch_interval);
+    memory_timer.async_wait([&](const boost::system::error_code& ec) {
+      if (ec) return;
+      (void)memory_watch.Check(running, &leases);
+      arm_memory_watch();
+    });
+  };
   boost::asio::signal_set hup(io, SIGHUP);
   std::function<void()> arm_hup = [&] {
     hup.async_wait([&](const boost::system::error_code& ec, int) {
       if (ec) return;
       ReloadOptions ro;
       ro.log_level_from_flag = !flags.log_level.empty();
+      ro.memory = &memory_watch;
+      auto interval = running.memory_watch_interval;
       auto r = ReloadConfigFile(flags.config, topo, &leases, &running, ro);
+      if (running.memory_watch_interval != interval) arm_memory_watch();
       if (!r.ok()) {
         CXLPOOL_LOG(kError) << "SIGHUP: config not reloaded, the running one is kept: "
                             << r.status().ToString();
@@ -415,6 +433,7 @@ int RunDaemon(const DaemonFlags& flags) {
     srv->Stop();  // without restart support every connection's leases are released
     leases.Shutdown();
     watchdog.cancel();
+    memory_timer.cancel();
     hup.cancel();
     if (http) http->Stop();
     io.stop();
@@ -422,6 +441,7 @@ int RunDaemon(const DaemonFlags& flags) {
 
   leases.StartWarmStock();
   arm_watchdog();
+  arm_memory_watch();
   std::string where = sopts.socket_path.empty() ? "inherited socket" : sopts.socket_path;
   CXLPOOL_LOG(kInfo) << "cxlpoold listening on " << where;
   (void)notifier.Ready("serving on " + where);
