@@ -213,7 +213,8 @@ int RunDaemon(const DaemonFlags& flags) {
   std::unique_ptr<FileSystem> proc = MakeRootedFileSystem("/");
   boost::asio::thread_pool workers(cfg->workers);
   boost::asio::thread_pool stock(cfg->stock_workers);
-  if (Status st = SetPoolNice(stock, cfg->stock_workers, cfg->stock_nice); !st.ok()) {
+  if (Status st = SetPoolPriority(stock, cfg->stock_workers, cfg->stock_nice, cfg->stock_idle);
+      !st.ok()) {
     CXLPOOL_LOG(kWarning) << "warm-stock threads keep the daemon's priority: " << st.ToString();
   }
 

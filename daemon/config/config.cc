@@ -450,6 +450,7 @@ Status Build(const toml::table& root, DaemonConfig* cfg) {
     uint64_t stock_nice = static_cast<uint64_t>(cfg->stock_nice);
     CXLPOOL_RETURN_IF_ERROR(r.ReadUint("stock_nice", 19, &stock_nice));
     cfg->stock_nice = static_cast<int>(stock_nice);
+    CXLPOOL_RETURN_IF_ERROR(r.ReadBool("stock_idle", &cfg->stock_idle));
     std::optional<uint64_t> inline_max;
     CXLPOOL_RETURN_IF_ERROR(r.ReadBytes("inline_max", &inline_max));
     if (inline_max) {

@@ -96,6 +96,9 @@ struct DaemonConfig {
   // were just granted) wins the CPU over restocking.
   uint32_t stock_workers = 1;
   int stock_nice = 10;  // nice value of those threads (0..19)
+  // SCHED_IDLE for those threads: any other runnable thread (a client being
+  // answered, the event loop) preempts a refill at once.
+  bool stock_idle = true;
   // Leases up to this size are built and reclaimed on the event-loop thread:
   // a few syscalls cost less than handing the work to a worker and back.
   uint64_t inline_max_bytes = 256 * 1024;

@@ -1,5 +1,6 @@
 #include "lease/thread_priority.h"
 
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -34,7 +35,24 @@ Result<int> ThreadNice() {
   return n;
 }
 
-Status SetPoolNice(boost::asio::thread_pool& pool, unsigned threads, int nice) {
+Status SetThreadIdle(bool idle) {
+  struct sched_param p {};
+  p.sched_priority = 0;
+  int policy = idle ? SCHED_IDLE : SCHED_OTHER;
+  if (::sched_setscheduler(static_cast<pid_t>(ThisThread()), policy, &p) != 0) {
+    return Status::FromErrno(errno, std::string("sched_setscheduler(thread, ") +
+                                        (idle ? "SCHED_IDLE" : "SCHED_OTHER") + ")");
+  }
+  return Status::Ok();
+}
+
+Result<bool> ThreadIsIdle() {
+  int policy = ::sched_getscheduler(static_cast<pid_t>(ThisThread()));
+  if (policy < 0) return Status::FromErrno(errno, "sched_getscheduler(thread)");
+  return policy == SCHED_IDLE;
+}
+
+Status SetPoolPriority(boost::asio::thread_pool& pool, unsigned threads, int nice, bool idle) {
   // Every task blocks until all have started, so each thread takes exactly
   // one of them.
   std::latch started(threads);
@@ -44,6 +62,7 @@ Status SetPoolNice(boost::asio::thread_pool& pool, unsigned threads, int nice) {
   for (unsigned i = 0; i < threads; ++i) {
     boost::asio::post(pool, [&] {
       Status st = SetThreadNice(nice);
+      if (st.ok() && idle) st = SetThreadIdle(true);
       {
         std::lock_guard<std::mutex> lock(mu);
         if (first.ok() && !st.ok()) first = st;

@@ -21,9 +21,16 @@ Status SetThreadNice(int nice);
 // The calling thread's nice value, as the kernel reports it.
 Result<int> ThreadNice();
 
-// Runs SetThreadNice(nice) once on each of the `threads` threads of `pool`
-// (a pool built with exactly that many threads) and waits for all of them.
-// Returns the first failure.
-Status SetPoolNice(boost::asio::thread_pool& pool, unsigned threads, int nice);
+// Puts the calling thread in SCHED_IDLE (idle = true) or back in
+// SCHED_OTHER: an idle thread runs only when no other thread wants the CPU,
+// and any waking normal thread preempts it. Needs no privilege.
+Status SetThreadIdle(bool idle);
+// True when the calling thread is SCHED_IDLE.
+Result<bool> ThreadIsIdle();
+
+// Runs SetThreadNice(nice), then SetThreadIdle(idle), once on each of the
+// `threads` threads of `pool` (a pool built with exactly that many threads)
+// and waits for all of them. Returns the first failure.
+Status SetPoolPriority(boost::asio::thread_pool& pool, unsigned threads, int nice, bool idle);
 
 }  // namespace cxlpool

@@ -35,6 +35,9 @@ ReloadReport ApplyConfig(const DaemonConfig& next, const Topology& topo, LeaseMa
   restart("daemon.socket_mode", next.socket_mode != current->socket_mode);
   restart("daemon.admin_group", next.admin_gid != current->admin_gid);
   restart("daemon.workers", next.workers != current->workers);
+  restart("daemon.stock_workers", next.stock_workers != current->stock_workers);
+  restart("daemon.stock_nice", next.stock_nice != current->stock_nice);
+  restart("daemon.stock_idle", next.stock_idle != current->stock_idle);
   restart("daemon.state_dir", next.state_dir != current->state_dir);
   restart("metrics.http_listen", next.metrics_http_listen != current->metrics_http_listen);
   restart("devdax", next.devdax.size() != current->devdax.size());
@@ -103,6 +106,9 @@ ReloadReport ApplyConfig(const DaemonConfig& next, const Topology& topo, LeaseMa
   merged.admin_group = current->admin_group;
   merged.admin_gid = current->admin_gid;
   merged.workers = current->workers;
+  merged.stock_workers = current->stock_workers;
+  merged.stock_nice = current->stock_nice;
+  merged.stock_idle = current->stock_idle;
   merged.state_dir = current->state_dir;
   merged.metrics_http_listen = current->metrics_http_listen;
   merged.devdax = current->devdax;

@@ -21,6 +21,7 @@ TEST(ConfigTest, EmbeddedDefaultParsesAndMatchesShippedFile) {
   EXPECT_EQ(cfg->workers, 2u);
   EXPECT_EQ(cfg->stock_workers, 1u);
   EXPECT_EQ(cfg->stock_nice, 10);
+  EXPECT_TRUE(cfg->stock_idle);
   EXPECT_EQ(cfg->memory_watch_interval, std::chrono::seconds(10));
   // The shipped daemon/cxlpoold.toml is exactly what is compiled in.
   const char* src = std::getenv("CXLPOOL_SOURCE_DIR");
@@ -110,6 +111,7 @@ TEST(ConfigTest, BadKeysAndValuesNameTheKey) {
   ExpectError("[daemon]\nstock_workers = 0\n", "daemon.stock_workers");
   ExpectError("[daemon]\nstock_nice = 20\n", "daemon.stock_nice");
   ExpectError("[daemon]\nstock_nice = -1\n", "daemon.stock_nice");
+  ExpectError("[daemon]\nstock_idle = 1\n", "daemon.stock_idle");
   ExpectError("[daemon]\ninline_max = \"1G\"\n", "daemon.inline_max");
   ExpectError("[daemon]\ninline_max = \"lots\"\n", "daemon.inline_max");
   ExpectError("[daemon]\nlog_level = \"loud\"\n", "daemon.log_level");

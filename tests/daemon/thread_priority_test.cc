@@ -1,5 +1,6 @@
-// The daemon's warm-stock threads run reniced (daemon/lease/thread_priority),
-// checked by asking the kernel (getpriority of each thread); and the lease
+// The daemon's warm-stock threads run reniced and SCHED_IDLE
+// (daemon/lease/thread_priority), checked by asking the kernel (getpriority,
+// sched_getscheduler of each thread); and the lease
 // manager sends warm-stock refills to the stock executor, not the workers.
 #include "lease/thread_priority.h"
 
@@ -12,6 +13,7 @@
 #include <future>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "test_util.h"
 
@@ -23,35 +25,53 @@ using testing::TestConfig;
 using testing::TwoSocketCxl;
 constexpr uint64_t kMiB = 1ull << 20;
 
-TEST(ThreadPriorityTest, EveryThreadOfThePoolIsReniced) {
+TEST(ThreadPriorityTest, EveryThreadOfThePoolIsRenicedAndIdle) {
   constexpr unsigned kThreads = 3;
   boost::asio::thread_pool pool(kThreads);
   auto base = ThreadNice();
   ASSERT_TRUE(base.ok());
   const int target = std::min(*base + 7, 19);
-  ASSERT_TRUE(SetPoolNice(pool, kThreads, target).ok());
+  ASSERT_TRUE(SetPoolPriority(pool, kThreads, target, true).ok());
   // Ask the kernel from many tasks; every thread that runs one reports.
   std::mutex mu;
   std::set<long> tids;
   std::set<int> nices;
+  std::set<bool> idle;
   std::vector<std::future<void>> done;
   for (int i = 0; i < 64; ++i) {
     auto p = std::make_shared<std::promise<void>>();
     done.push_back(p->get_future());
     boost::asio::post(pool, [&, p] {
       auto n = ThreadNice();
+      auto is_idle = ThreadIsIdle();
       std::lock_guard<std::mutex> lock(mu);
       tids.insert(::syscall(SYS_gettid));
       nices.insert(n.ok() ? *n : -100);
+      idle.insert(is_idle.ok() && *is_idle);
       p->set_value();
     });
   }
   for (auto& f : done) f.wait();
   pool.join();
   EXPECT_EQ(nices, std::set<int>{target});
+  EXPECT_EQ(idle, std::set<bool>{true}) << "sched_getscheduler: SCHED_IDLE on every thread";
   EXPECT_GE(tids.size(), 1u);
   // The caller's own priority is untouched.
   EXPECT_EQ(*ThreadNice(), *base);
+  EXPECT_FALSE(*ThreadIsIdle());
+}
+
+TEST(ThreadPriorityTest, IdleCanBeLeft) {
+  std::promise<std::pair<bool, bool>> seen;
+  std::thread t([&] {
+    bool a = SetThreadIdle(true).ok() && *ThreadIsIdle();
+    bool b = SetThreadIdle(false).ok() && !*ThreadIsIdle();
+    seen.set_value({a, b});
+  });
+  auto [entered, left] = seen.get_future().get();
+  t.join();
+  EXPECT_TRUE(entered);
+  EXPECT_TRUE(left) << "back to SCHED_OTHER without privilege";
 }
 
 TEST(ThreadPriorityTest, OutOfRangeIsRefused) {

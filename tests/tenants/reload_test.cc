@@ -104,6 +104,7 @@ TEST_F(ReloadTest, CapacityBelowLeasedIsKeptAndRestartKeysReported) {
 [daemon]
 socket = "/run/elsewhere.sock"
 workers = 7
+stock_idle = false
 [pools]
 capacity = "100%"
 pin = false
@@ -119,7 +120,9 @@ capacity = "4M"
   EXPECT_NE(kept.find("node1 capacity 4.0 MiB refused"), std::string::npos) << kept;
   EXPECT_NE(kept.find("daemon.socket changed: needs a restart"), std::string::npos) << kept;
   EXPECT_NE(kept.find("daemon.workers changed"), std::string::npos) << kept;
+  EXPECT_NE(kept.find("daemon.stock_idle changed"), std::string::npos) << kept;
   EXPECT_EQ(current_.workers, TestConfig().workers) << "the running value is kept";
+  EXPECT_TRUE(current_.stock_idle) << "the running value is kept";
   // The quota rule the file no longer has is gone.
   EXPECT_TRUE(h_.mgr->Quotas().empty());
 }
