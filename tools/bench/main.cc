@@ -56,7 +56,10 @@ std::string MachineLine(int node) {
          ", free 2 MiB hugepages " +
          cxlpool::bench::ReadFirstLine("/sys/devices/system/node/node" + std::to_string(node) +
                                        "/hugepages/hugepages-2048kB/free_hugepages") +
-         ", vm.max_map_count " + cxlpool::bench::ReadFirstLine("/proc/sys/vm/max_map_count");
+         ", vm.max_map_count " + cxlpool::bench::ReadFirstLine("/proc/sys/vm/max_map_count") +
+         ", loadavg at start " + cxlpool::bench::ReadFirstLine("/proc/loadavg") +
+         " (other work on the CPUs, even at nice 19, delays wake-ups by up to a scheduler slice "
+         "and skews the latency ratios)";
 }
 
 }  // namespace
