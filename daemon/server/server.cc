@@ -671,7 +671,7 @@ bool Server::Impl::Enqueue(const std::shared_ptr<Connection>& c, proto::MsgType 
   // never duplicated (a lease grant's common case). Only a frame that has to
   // wait keeps duplicates of them.
   std::span<const int> borrowed;
-  if (c->queue.empty() && !fds.empty()) {
+  if (c->queue.empty() && !fds.empty() && fds.size() <= wire::kHardMaxFdsPerFrame) {
     borrowed = fds;
     fds = {};
   }
@@ -682,7 +682,10 @@ bool Server::Impl::Enqueue(const std::shared_ptr<Connection>& c, proto::MsgType 
       Drop(c, sent.status().ToString());
       return false;
     }
-    if (*sent) return true;
+    if (*sent) {
+      ++stats_.frames_out;
+      return true;
+    }
     if (f->sent == 0) {
       Status kept = wire::KeepFds(&*f, borrowed);
       if (!kept.ok()) f = kept;

@@ -389,6 +389,8 @@ TEST_F(ServerTest, ReplyFdsArriveFromTheLoopAndFromWorkers) {
   char buf[32] = {};
   EXPECT_EQ(6, ::pread(f->fds[0].get(), buf, sizeof buf, 0));
   EXPECT_STREQ(buf, "leased");
+  // Replies sent at once (the fd not duplicated) count like queued ones.
+  EXPECT_EQ(OnLoop([&] { return server_->stats().frames_out; }), 2u) << "HELLO and ALLOC";
 
   proto::AttachRequest at;
   f = Call(fd.get(), proto::MSG_ATTACH_REQUEST, 51, *wire::Encode(at));
