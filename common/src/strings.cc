@@ -70,21 +70,32 @@ std::optional<int64_t> ParseI64(std::string_view s, int base) {
   return v;
 }
 
-Result<std::vector<int>> ParseCpuList(std::string_view s) {
+Result<std::vector<int>> ParseCpuList(std::string_view s, int max_id) {
   std::vector<int> out;
   s = Trim(s);
   if (s.empty()) return out;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (const auto& part : Split(s, ',')) {
     auto dash = part.find('-');
     auto lo = ParseU64(part.substr(0, dash));
     auto hi = dash == std::string::npos ? lo : ParseU64(part.substr(dash + 1));
-    if (!lo || !hi || *hi < *lo || *hi > 1u << 20) {
+    if (!lo || !hi || *hi < *lo) {
       return Status(Code::kInvalidArgument, "bad cpu list '" + std::string(s) + "'");
     }
-    for (uint64_t c = *lo; c <= *hi; ++c) out.push_back(static_cast<int>(c));
+    if (max_id < 0 || *hi > static_cast<uint64_t>(max_id)) {
+      return Status(Code::kInvalidArgument, "list '" + std::string(s.substr(0, 64)) +
+                                                "' names id " + std::to_string(*hi) + ", above " +
+                                                std::to_string(max_id));
+    }
+    ranges.emplace_back(*lo, *hi);
   }
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
+  // Merge first, so each id is produced once however the parts overlap.
+  std::sort(ranges.begin(), ranges.end());
+  uint64_t next = 0;  // first id not produced yet
+  for (const auto& [lo, hi] : ranges) {
+    for (uint64_t c = std::max(lo, next); c <= hi; ++c) out.push_back(static_cast<int>(c));
+    next = std::max(next, hi + 1);
+  }
   return out;
 }
 

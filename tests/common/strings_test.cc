@@ -14,6 +14,25 @@ TEST(StringsTest, CpuList) {
   EXPECT_FALSE(ParseCpuList("3-1").ok());
   EXPECT_FALSE(ParseCpuList("0-x").ok());
   EXPECT_FALSE(ParseCpuList("0,,1").ok());
+  // Ids beyond any kernel's CPU count are refused, not expanded.
+  EXPECT_EQ(ParseCpuList("0-16383")->size(), 16384u);
+  auto huge = ParseCpuList("0 0-406107");
+  EXPECT_FALSE(huge.ok());
+  EXPECT_FALSE(ParseCpuList("16384").ok());
+  EXPECT_NE(ParseCpuList("0-1048576").status().message().find("above 16383"), std::string::npos);
+  EXPECT_TRUE(ParseCpuList("0-1023", kMaxNodeListId).ok());
+  EXPECT_FALSE(ParseCpuList("0-1024", kMaxNodeListId).ok()) << "node lists stop at 1023";
+  // Overlapping parts: each id once, in order.
+  std::string many;
+  for (int i = 0; i < 500; ++i) many += (i ? "," : "") + std::string("0-16383");
+  auto merged = ParseCpuList(many + ",5,20000-20000");
+  EXPECT_FALSE(merged.ok()) << "one bad part refuses the list";
+  merged = ParseCpuList(many + ",5,3-9");
+  ASSERT_TRUE(merged.ok());
+  EXPECT_EQ(merged->size(), 16384u);
+  EXPECT_EQ(merged->front(), 0);
+  EXPECT_EQ(merged->back(), 16383);
+  EXPECT_EQ(*ParseCpuList("8,0-3,2-5"), (std::vector<int>{0, 1, 2, 3, 4, 5, 8}));
 }
 
 TEST(StringsTest, ByteSizes) {

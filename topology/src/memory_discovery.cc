@@ -234,7 +234,8 @@ void DiscoverNumaNodes(const FileSystem& fs, Topology* topo) {
   // missing from a capture; they are matched against this list.
   std::vector<int> online_ids;
   std::string online_path = JoinPath(kNodeDir, "online");
-  if (auto online = rd.ReadList(online_path, /*required=*/true); online && !online->empty()) {
+  if (auto online = rd.ReadList(online_path, /*required=*/true, kMaxNodeListId);
+      online && !online->empty()) {
     online_ids = *online;
     for (int id : *online) {
       if (std::binary_search(dirs->begin(), dirs->end(), id)) {
@@ -248,7 +249,7 @@ void DiscoverNumaNodes(const FileSystem& fs, Topology* topo) {
     ids = *dirs;
     online_ids = ids;
   }
-  auto has_cpu = rd.ReadList(JoinPath(kNodeDir, "has_cpu"), /*required=*/false);
+  auto has_cpu = rd.ReadList(JoinPath(kNodeDir, "has_cpu"), /*required=*/false, kMaxNodeListId);
 
   ZoneinfoCache zoneinfo(rd);
   for (int id : ids) {
@@ -281,7 +282,8 @@ void DiscoverMemoryTiers(const FileSystem& fs, Topology* topo) {
   for (const auto& n : names.value()) {
     auto id = NumberedName(n, "memory_tier");
     if (!id) continue;
-    auto nodes = rd.ReadList(JoinPath(JoinPath(kMemoryTieringDir, n), "nodelist"), true);
+    auto nodes =
+        rd.ReadList(JoinPath(JoinPath(kMemoryTieringDir, n), "nodelist"), true, kMaxNodeListId);
     if (!nodes) continue;
     tiers.push_back(MemoryTier{*id, *nodes});
   }

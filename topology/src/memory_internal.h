@@ -19,6 +19,7 @@
 
 #include "cxlpool/common/fs.h"
 #include "cxlpool/common/status.h"
+#include "cxlpool/common/strings.h"
 #include "cxlpool/topology/topology.h"
 
 namespace cxlpool::memory_internal {
@@ -87,7 +88,8 @@ class SysfsReader {
   // Read + ParseNodeId; "-1" is nullopt silently, garbage with a warning.
   std::optional<int> ReadNodeId(const std::string& path, bool required);
   // Read + ParseCpuList (also node lists); garbage is nullopt with a warning.
-  std::optional<std::vector<int>> ReadList(const std::string& path, bool required);
+  std::optional<std::vector<int>> ReadList(const std::string& path, bool required,
+                                           int max_id = kMaxCpuListId);
 
  private:
   const FileSystem& fs_;

@@ -214,10 +214,11 @@ std::optional<int> SysfsReader::ReadNodeId(const std::string& path, bool require
   return v.value();
 }
 
-std::optional<std::vector<int>> SysfsReader::ReadList(const std::string& path, bool required) {
+std::optional<std::vector<int>> SysfsReader::ReadList(const std::string& path, bool required,
+                                                      int max_id) {
   auto text = Read(path, required);
   if (!text) return std::nullopt;
-  auto v = ParseCpuList(*text);
+  auto v = ParseCpuList(*text, max_id);
   if (!v.ok()) {
     Warn(path + ": bad list '" + Printable(*text) + "'");
     return std::nullopt;

@@ -25,8 +25,14 @@ bool EndsWith(std::string_view s, std::string_view suffix);
 std::optional<uint64_t> ParseU64(std::string_view s, int base = 10);
 std::optional<int64_t> ParseI64(std::string_view s, int base = 10);
 
-// Linux cpulist format: "0-3,8,10-11". Empty string is an empty list.
-Result<std::vector<int>> ParseCpuList(std::string_view s);
+// Linux cpulist format: "0-3,8,10-11" (node lists too). Empty string is an
+// empty list. Ids above `max_id` are refused: no kernel has more than
+// kMaxCpuListId + 1 CPUs (NR_CPUS is at most 8192 today) or kMaxNodeListId + 1
+// nodes (NODES_SHIFT at most 10), and a garbled file must not make callers
+// loop over millions of ids. Overlapping parts cost nothing extra.
+inline constexpr int kMaxCpuListId = 16383;
+inline constexpr int kMaxNodeListId = 1023;
+Result<std::vector<int>> ParseCpuList(std::string_view s, int max_id = kMaxCpuListId);
 // Inverse of ParseCpuList: {0,1,2,3,8} -> "0-3,8".
 std::string FormatCpuList(const std::vector<int>& cpus);
 
