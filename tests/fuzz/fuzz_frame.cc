@@ -5,6 +5,7 @@
 // decoded as the message its header names. Nothing may crash or leak an fd.
 #include <fcntl.h>
 #include <google/protobuf/stubs/logging.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -105,8 +106,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     if (sv[0] < 0 && !broken) {
       // Writer closed and the reader wants more: it must not block forever.
+      // The kernel's EOF can lag the close by a moment when something else
+      // briefly holds the socket (seen once in CI, under the sanitizers'
+      // own machinery): wait until the socket reports it (POLLIN/POLLHUP, up
+      // to 2 s), then the reader must see it too.
       auto r = reader.Read(sv[1], 0);
-      if (r.ok() && *r == cxlpool::wire::FrameReader::Progress::kWouldBlock) __builtin_trap();
+      if (r.ok() && *r == cxlpool::wire::FrameReader::Progress::kWouldBlock) {
+        struct pollfd p = {sv[1], POLLIN, 0};
+        if (poll(&p, 1, 2000) == 1) r = reader.Read(sv[1], 0);
+        if (r.ok() && *r == cxlpool::wire::FrameReader::Progress::kWouldBlock) __builtin_trap();
+      }
       broken = true;
     }
   }
