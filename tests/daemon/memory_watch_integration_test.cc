@@ -71,6 +71,10 @@ class MemoryWatchIntegrationTest : public ::testing::Test {
     }
     return 0;
   }
+  // True once the daemon's log holds `text` (waits up to `ms`).
+  bool LogShows(const std::string& text, int ms = 5000) {
+    return PollUntil([&] { return daemon_.Log().find(text) != std::string::npos; }, ms, 20);
+  }
 
   TempDir tree_{"memwatch"};
   std::string root_;
@@ -84,21 +88,13 @@ TEST_F(MemoryWatchIntegrationTest, TimerFollowsMemoryOnlinedAndOfflined) {
   SetMemTotal(256 * kMiB);  // onlined
   EXPECT_TRUE(PollUntil([&] { return Capacity() == 128 * kMiB; }, 10000, 20))
       << "capacity " << Capacity();
-  EXPECT_TRUE(PollUntil(
-      [&] {
-        return daemon_.Log().find(
-                   "node0: MemTotal 64.0 MiB -> 256.0 MiB, capacity 32.0 MiB -> "
-                   "128.0 MiB") != std::string::npos;
-      },
-      5000, 20));
+  EXPECT_TRUE(LogShows("node0: MemTotal 64.0 MiB -> 256.0 MiB, capacity 32.0 MiB -> 128.0 MiB"));
   SetMemTotal(128 * kMiB);  // offlined again
   EXPECT_TRUE(PollUntil([&] { return Capacity() == 64 * kMiB; }, 10000, 20))
       << "capacity " << Capacity();
   // A garbled file: warned, the pool keeps its capacity.
   Write(root_ + "/sys/devices/system/node/node0/meminfo", "garbage\n");
-  EXPECT_TRUE(PollUntil(
-      [&] { return daemon_.Log().find("node0: cannot read MemTotal") != std::string::npos; }, 10000,
-      20));
+  EXPECT_TRUE(LogShows("node0: cannot read MemTotal", 10000));
   EXPECT_EQ(Capacity(), 64 * kMiB);
   EXPECT_TRUE(daemon_.Stop().ok());
 }
@@ -112,13 +108,8 @@ TEST_F(MemoryWatchIntegrationTest, WithTheTimerOffSighupReReadsMemTotal) {
   ASSERT_EQ(::kill(daemon_.pid(), SIGHUP), 0);
   EXPECT_TRUE(PollUntil([&] { return Capacity() == 128 * kMiB; }, 10000, 20))
       << "capacity " << Capacity();
-  EXPECT_TRUE(PollUntil(
-      [&] {
-        return daemon_.Log().find(
-                   "SIGHUP: node0 capacity 32.0 MiB -> 128.0 MiB (MemTotal 64.0 "
-                   "MiB -> 256.0 MiB)") != std::string::npos;
-      },
-      5000, 20));
+  EXPECT_TRUE(
+      LogShows("SIGHUP: node0 capacity 32.0 MiB -> 128.0 MiB (MemTotal 64.0 MiB -> 256.0 MiB)"));
   EXPECT_TRUE(daemon_.Stop().ok());
 }
 

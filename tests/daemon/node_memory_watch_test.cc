@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <string>
 
 #include "cxlpool/common/fs.h"
@@ -43,6 +44,25 @@ class NodeMemoryWatchTest : public ::testing::Test {
                 p + "MemTotal:       " + std::to_string(bytes / 1024) + " kB\n" + p +
                     "MemFree:        " + std::to_string(bytes / 2048) + " kB\n" + p +
                     "HugePages_Total:     0\n");
+  }
+
+  // A 64 MiB tree and a manager over it with the default config, a watch,
+  // and connection 1 holding a 48 MiB lease on node0 (the shrink cases).
+  struct Loaded {
+    explicit Loaded(FakeFileSystem* fs)
+        : h(TwoSocketCxl(64 * kMiB), TestConfig()), watch(fs, h.topo) {}
+    Harness h;
+    NodeMemoryWatch watch;
+    uint64_t lease_id = 0;
+  };
+  std::unique_ptr<Loaded> LoadNode0() {
+    SetUpTree(64 * kMiB);
+    auto l = std::make_unique<Loaded>(&fs_);
+    l->h.Connect(1);
+    auto g = l->h.Alloc(1, 48 * kMiB, 0);
+    EXPECT_TRUE(g.ok()) << g.status().ToString();
+    if (g.ok()) l->lease_id = g->lease.id;
+    return l;
   }
 
   FakeFileSystem fs_;
@@ -98,13 +118,11 @@ TEST_F(NodeMemoryWatchTest, GrowthRaisesCapacityAndRefillsWarmStock) {
 }
 
 TEST_F(NodeMemoryWatchTest, ShrinkBelowUseIsRefusedWarnedOnceAndRetriedAfterRelease) {
-  SetUpTree(64 * kMiB);
   DaemonConfig cfg = TestConfig();
-  Harness h(TwoSocketCxl(64 * kMiB), cfg);
-  NodeMemoryWatch watch(&fs_, h.topo);
-  h.Connect(1);
-  auto g = h.Alloc(1, 48 * kMiB, 0);
-  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  auto loaded = LoadNode0();
+  ASSERT_NE(loaded->lease_id, 0u);
+  Harness& h = loaded->h;
+  NodeMemoryWatch& watch = loaded->watch;
 
   SetMemTotal(0, 32 * kMiB);  // memory offlined under the lease
   auto r = watch.Check(cfg, h.mgr.get());
@@ -127,7 +145,7 @@ TEST_F(NodeMemoryWatchTest, ShrinkBelowUseIsRefusedWarnedOnceAndRetriedAfterRele
       << r.warnings[0];
 
   // The lease goes: once its memory is reclaimed the retry applies.
-  ASSERT_TRUE(h.mgr->Release(1, g->lease.id).ok());
+  ASSERT_TRUE(h.mgr->Release(1, loaded->lease_id).ok());
   h.Drain();
   r = watch.Check(cfg, h.mgr.get());
   ASSERT_EQ(r.applied.size(), 1u) << Joined(r.applied) << Joined(r.warnings);
@@ -274,13 +292,11 @@ TEST_F(NodeMemoryWatchTest, ReloadResolvesAgainstTheCurrentMemTotal) {
 }
 
 TEST_F(NodeMemoryWatchTest, ReloadRefusalWithAMemTotalChangeIsRetriedByTheWatch) {
-  SetUpTree(64 * kMiB);
   DaemonConfig current = TestConfig();
-  Harness h(TwoSocketCxl(64 * kMiB), current);
-  NodeMemoryWatch watch(&fs_, h.topo);
-  h.Connect(1);
-  auto g = h.Alloc(1, 48 * kMiB, 0);
-  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  auto loaded = LoadNode0();
+  ASSERT_NE(loaded->lease_id, 0u);
+  Harness& h = loaded->h;
+  NodeMemoryWatch& watch = loaded->watch;
   SetMemTotal(0, 32 * kMiB);
   ReloadOptions ro;
   ro.memory = &watch;
@@ -289,7 +305,7 @@ TEST_F(NodeMemoryWatchTest, ReloadRefusalWithAMemTotalChangeIsRetriedByTheWatch)
             std::string::npos)
       << Joined(r.kept);
   EXPECT_EQ(h.Pool("node0").capacity_bytes, 64 * kMiB);
-  ASSERT_TRUE(h.mgr->Release(1, g->lease.id).ok());
+  ASSERT_TRUE(h.mgr->Release(1, loaded->lease_id).ok());
   h.Drain();
   auto c = watch.Check(current, h.mgr.get());
   ASSERT_EQ(c.applied.size(), 1u) << Joined(c.warnings);
