@@ -94,6 +94,23 @@ TEST_F(BenchSmoke, QuickJsonNamesEveryFigureWithConsistentRatios) {
   for (const char* f : {"P1", "P2", "P3", "P4", "P5", "P6"}) {
     EXPECT_TRUE(figures.count(f)) << f << " missing from:\n" << r.out;
   }
+  // Every P3 load level comes with its floor (the memfd work alone), an
+  // informational row against the same bare baseline.
+  std::set<std::string> p3, floors;
+  for (const auto& row : j["results"]) {
+    if (row.at("figure") != "P3") continue;
+    std::string m = row.at("metric");
+    const std::string suffix = " floor";
+    if (m.size() > suffix.size() &&
+        m.compare(m.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      floors.insert(m.substr(0, m.size() - suffix.size()));
+      EXPECT_EQ(row.at("verdict"), "info") << m;
+    } else {
+      p3.insert(m);
+    }
+  }
+  EXPECT_FALSE(p3.empty());
+  EXPECT_EQ(p3, floors) << r.out;
 }
 
 TEST_F(BenchSmoke, QuickTableForOneFigure) {

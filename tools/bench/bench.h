@@ -28,6 +28,7 @@
 #include "cxlpool.pb.h"
 #include "cxlpool/common/status.h"
 #include "cxlpool/common/unique_fd.h"
+#include "pool/backing.h"
 
 namespace cxlpool::bench {
 
@@ -163,13 +164,20 @@ class WireClient {
 // bytes and one fd (a 4 KiB memfd, the same one every time: the kernel
 // installs a new descriptor in the receiver), op 2 with 16 bytes and no fd.
 // One epoll thread in its own process, like the daemon's single event loop.
+//
+// With a MemfdSpec, op 1 instead builds a new memfd with the daemon's own
+// CreateMemfdBacking (bound, prefaulted, pinned, sealed) and op 2 reclaims
+// the connection's oldest one (truncate, unmap, close): the kernel work of a
+// cold grant and its release, with no protocol, journal or threads around
+// it. P3 reports it as the floor under the daemon's throughput.
 class BareServer {
  public:
   BareServer() = default;
   ~BareServer();
   BareServer(const BareServer&) = delete;
   BareServer& operator=(const BareServer&) = delete;
-  Status Start();  // forks; returns once the socket accepts
+  // Forks; returns once the socket accepts.
+  Status Start(std::optional<MemfdSpec> build = std::nullopt);
   void Stop();
   const std::string& socket() const { return socket_; }
 

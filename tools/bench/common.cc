@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -447,7 +448,20 @@ struct BareMsg {
 };
 static_assert(sizeof(BareMsg) == 16);
 
-[[noreturn]] void BareServe(int lfd) {
+// One connection's grants not yet released (memfd mode), oldest first.
+using Built = std::deque<std::unique_ptr<Backing>>;
+
+// The fd answering op 1: the shared memfd, or a new one built like the
+// daemon's (kept in `built` until its release). -1 when the build failed.
+int GrantFd(int shared_memfd, const std::optional<MemfdSpec>& build, Built* built) {
+  if (!build) return shared_memfd;
+  auto b = CreateMemfdBacking(*build);
+  if (!b.ok()) return -1;
+  built->push_back(std::move(*b));
+  return built->back()->fd();
+}
+
+[[noreturn]] void BareServe(int lfd, std::optional<MemfdSpec> build) {
   int memfd = ::memfd_create("cxlpool-bench-bare", MFD_CLOEXEC);
   if (memfd < 0 || ::ftruncate(memfd, 4096) != 0) ::_exit(2);
   int ep = ::epoll_create1(EPOLL_CLOEXEC);
@@ -457,6 +471,7 @@ static_assert(sizeof(BareMsg) == 16);
   ev.data.fd = lfd;
   ::epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
   std::map<int, std::string> pending;  // partial requests per connection
+  std::map<int, Built> built;
   epoll_event evs[64];
   for (;;) {
     int n = ::epoll_wait(ep, evs, 64, -1);
@@ -484,6 +499,7 @@ static_assert(sizeof(BareMsg) == 16);
         ::epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
         ::close(fd);
         pending.erase(fd);
+        built.erase(fd);  // reclaims what the client never released
         continue;
       }
       std::string& p = pending[fd];
@@ -498,13 +514,21 @@ static_assert(sizeof(BareMsg) == 16);
         mh.msg_iovlen = 1;
         alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))];
         if (m.op == 1) {
+          int give = GrantFd(memfd, build, &built[fd]);
+          if (give < 0) ::_exit(3);  // the client sees EOF: the run fails, not a number
           mh.msg_control = ctl;
           mh.msg_controllen = sizeof ctl;
           cmsghdr* cm = CMSG_FIRSTHDR(&mh);
           cm->cmsg_level = SOL_SOCKET;
           cm->cmsg_type = SCM_RIGHTS;
           cm->cmsg_len = CMSG_LEN(sizeof(int));
-          std::memcpy(CMSG_DATA(cm), &memfd, sizeof(int));
+          std::memcpy(CMSG_DATA(cm), &give, sizeof(int));
+        } else if (build) {
+          Built& mine = built[fd];
+          if (!mine.empty()) {
+            mine.front()->Reclaim();
+            mine.pop_front();
+          }
         }
         // One request in flight per client: a 16-byte reply always fits.
         ::sendmsg(fd, &mh, MSG_NOSIGNAL);
@@ -517,7 +541,7 @@ static_assert(sizeof(BareMsg) == 16);
 
 BareServer::~BareServer() { Stop(); }
 
-Status BareServer::Start() {
+Status BareServer::Start(std::optional<MemfdSpec> build) {
   dir_ = MakeTempDir("cxlpool-bench-bare");
   if (dir_.empty()) return Status::FromErrno(errno, "mkdtemp");
   socket_ = dir_ + "/bare.sock";
@@ -538,7 +562,7 @@ Status BareServer::Start() {
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(127);
-    BareServe(lfd);
+    BareServe(lfd, std::move(build));
   }
   pid_ = pid;
   Track(pid);

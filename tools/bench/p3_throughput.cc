@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -126,6 +127,16 @@ void RunP3(const Options& o, Report* r) {
   if (Status st = bare.Start(); !st.ok()) {
     return r->Skip("P3", "throughput", "bare server: " + st.ToString());
   }
+  // The floor: the bare server doing the daemon's per-lease kernel work
+  // (CreateMemfdBacking with the daemon's settings, then Reclaim).
+  MemfdSpec spec;
+  spec.size_bytes = kOpSize;
+  spec.numa_node = o.node;
+  spec.pin = cfg.pin;
+  spec.thp = cfg.thp;
+  spec.name = "cxlpool-bench-floor";
+  BareServer floor;
+  Status floor_up = floor.Start(spec);
   for (int c : levels) {
     int ops = std::max(total / c, 10);
     std::string metric = "alloc+release/s, " + std::to_string(c) + " clients";
@@ -134,6 +145,8 @@ void RunP3(const Options& o, Report* r) {
       r->Skip("P3", metric, "bare: " + b.status().ToString());
       continue;
     }
+    Result<double> f =
+        floor_up.ok() ? RunClients(true, floor.socket(), o.node, c, ops) : Result<double>(floor_up);
     auto d = RunClients(false, *sock, o.node, c, ops);
     if (!d.ok()) {
       r->Skip("P3", metric, d.status().ToString());
@@ -149,7 +162,26 @@ void RunP3(const Options& o, Report* r) {
     x.goal = 0.5;
     x.note = std::to_string(ops) + " ops per client; op = " + HumanSize(kOpSize) +
              " cold alloc + release (bare: fd round trip + plain round trip)";
+    if (f.ok() && *f > 0) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "; %.2fx the floor", *d / *f);
+      x.note += buf;
+    }
     r->Add(std::move(x));
+    if (!f.ok()) {
+      r->Skip("P3", metric + " floor", "bare server with memfd builds: " + f.status().ToString());
+      continue;
+    }
+    Row fl;
+    fl.figure = "P3";
+    fl.metric = metric + " floor";
+    fl.value = *f;
+    fl.baseline = *b;
+    fl.unit = "ops/s";
+    fl.note =
+        "floor = the bare server building and reclaiming a memfd per op with the daemon's "
+        "own code (bound, prefaulted, pinned, sealed), one thread, no protocol";
+    r->Add(std::move(fl));
   }
 }
 
