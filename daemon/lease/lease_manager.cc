@@ -416,19 +416,21 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
       // a few syscalls here cost less than a hand-off to a worker and back.
       // Under load the workers build in parallel while the loop serves. The
       // completion is posted, as it would be from a worker.
-      auto built = std::make_shared<Result<std::unique_ptr<Backing>>>(pool->Build(sz, hugetlb));
+      auto built = std::make_shared<Result<std::unique_ptr<Backing>>>(
+          pool->Build(sz, hugetlb, Pool::BuildFor::kRequest));
       boost::asio::post(loop_, [complete = std::move(complete), built]() mutable {
         complete(std::move(*built));
       });
       return;
     }
-    boost::asio::post(
-        workers_, [this, pool, sz, hugetlb, complete = std::move(complete)]() mutable {
-          auto built = std::make_shared<Result<std::unique_ptr<Backing>>>(pool->Build(sz, hugetlb));
-          boost::asio::post(loop_, [complete = std::move(complete), built]() mutable {
-            complete(std::move(*built));
-          });
-        });
+    boost::asio::post(workers_,
+                      [this, pool, sz, hugetlb, complete = std::move(complete)]() mutable {
+                        auto built = std::make_shared<Result<std::unique_ptr<Backing>>>(
+                            pool->Build(sz, hugetlb, Pool::BuildFor::kRequest));
+                        boost::asio::post(loop_, [complete = std::move(complete), built]() mutable {
+                          complete(std::move(*built));
+                        });
+                      });
     return;
   }
   refuse(Status(why_code, "cannot place " + HumanBytes(p.size_bytes) + ": " + why_not),
@@ -634,7 +636,7 @@ void LeaseManager::Refill(Pool* pool) {
     ++pending_builds_;
     std::weak_ptr<bool> alive = alive_;
     boost::asio::post(stock_ ? *stock_ : workers_, [this, alive, pool, size] {
-      auto built = pool->Build(size, false);
+      auto built = pool->Build(size, false, Pool::BuildFor::kStock);
       boost::asio::post(loop_, [this, alive, pool, size, built = std::move(built)]() mutable {
         auto a = alive.lock();
         if (!a || !*a) return;

@@ -5,7 +5,8 @@
 //   ftruncate(size); mmap(MAP_SHARED) in the daemon;
 //   mbind(MPOL_BIND, node) on that mapping BEFORE any page is faulted;
 //   madvise(MADV_HUGEPAGE) when shmem THP applies;
-//   madvise(MADV_POPULATE_WRITE) (fallback: touch every page);
+//   madvise(MADV_POPULATE_WRITE) (fallback: touch every page), in steps
+//   with a sched_yield() between them for background builds;
 //   mlock the daemon mapping (pinning: resident, never swapped);
 //   seal F_SEAL_GROW|F_SEAL_SEAL (shrinking stays possible for revoke).
 // Reclaim() returns the memory even if a client leaked the fd:
@@ -65,6 +66,13 @@ struct MemfdSpec {
   bool thp = false;         // madvise(MADV_HUGEPAGE)
   bool hugetlb = false;     // MFD_HUGETLB with 2 MiB pages
   std::string name = "cxlpool";
+  // Background builds (warm stock): prefault in steps and sched_yield()
+  // between them. A low-priority thread inside one long prefault is not
+  // preempted for a task that was already runnable when it was picked (on a
+  // PREEMPT_NONE kernel, not before the next tick): a client sharing its CPU
+  // would wait for the whole build. A step is 64 KiB of small pages, or
+  // one 2 MiB page for hugetlb and THP.
+  bool yield_between_steps = false;
 };
 
 // Builds, places, prefaults, pins and seals one memfd. Errors: INVALID_ARGUMENT

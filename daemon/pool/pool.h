@@ -50,7 +50,11 @@ class Pool {
   // can never fit.
   virtual Result<uint64_t> RoundSize(uint64_t requested, bool hugetlb) const = 0;
   // Builds one backing of `size` (already rounded). Worker threads.
-  virtual Result<std::unique_ptr<Backing>> Build(uint64_t size, bool hugetlb) const = 0;
+  // kStock: a warm-stock refill on a low-priority thread, which gives the
+  // CPU away between prefault steps (MemfdSpec::yield_between_steps).
+  enum class BuildFor { kRequest, kStock };
+  virtual Result<std::unique_ptr<Backing>> Build(uint64_t size, bool hugetlb,
+                                                 BuildFor why) const = 0;
 
   // ---- accounting (event-loop thread) ----
   uint64_t capacity() const { return capacity_; }
@@ -137,7 +141,7 @@ class MemfdPool final : public Pool {
   const char* backing() const override { return "memfd"; }
   uint64_t page_size() const override { return cfg_.hugetlb ? (2ull << 20) : 4096; }
   Result<uint64_t> RoundSize(uint64_t requested, bool hugetlb) const override;
-  Result<std::unique_ptr<Backing>> Build(uint64_t size, bool hugetlb) const override;
+  Result<std::unique_ptr<Backing>> Build(uint64_t size, bool hugetlb, BuildFor why) const override;
   bool stock_is_hugetlb() const override { return cfg_.hugetlb; }
   const PoolConfig& config() const { return cfg_; }
 
@@ -159,7 +163,7 @@ class DevdaxPool final : public Pool {
   uint64_t page_size() const override { return align_; }
   bool dynamic_region() const override { return dynamic_; }
   Result<uint64_t> RoundSize(uint64_t requested, bool hugetlb) const override;
-  Result<std::unique_ptr<Backing>> Build(uint64_t size, bool hugetlb) const override;
+  Result<std::unique_ptr<Backing>> Build(uint64_t size, bool hugetlb, BuildFor why) const override;
 
   // ---- restart (lease/lease_restart.cc) ----
   // The device a journalled lease of this pool holds: `journalled` for a

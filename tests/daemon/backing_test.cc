@@ -15,6 +15,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <initializer_list>
 #include <string>
 
 #include "cxlpool/common/fs.h"
@@ -86,6 +87,26 @@ TEST_F(BackingTest, PagesAreOnTheBoundNodeInDaemonAndClientMappings) {
   static_cast<char*>(client)[123] = 42;
   EXPECT_EQ(static_cast<char*>(daemon)[123], 42) << "same memory";
   ::munmap(client, kSize);
+}
+
+// Warm-stock builds prefault step by step (yielding between steps). Sizes
+// that are no multiple of a step, smaller than one, and of many steps: every
+// page must still be resident on the bound node.
+TEST_F(BackingTest, StepwisePrefaultLeavesEveryPageResidentOnTheNode) {
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  for (uint64_t size :
+       std::initializer_list<uint64_t>{3 * page, 5 * (64ull << 10) + 3 * page, 4ull << 20}) {
+    MemfdSpec spec;
+    spec.size_bytes = size;
+    spec.numa_node = 0;
+    spec.pin = false;
+    spec.yield_between_steps = true;
+    auto b = CreateMemfdBacking(spec);
+    ASSERT_TRUE(b.ok()) << size << ": " << b.status().ToString();
+    auto nodes = PageNodes((*b)->daemon_addr(), size);
+    ASSERT_EQ(nodes.size(), size / page) << size << ": every page is resident";
+    for (int n : nodes) ASSERT_EQ(n, 0) << size;
+  }
 }
 
 TEST_F(BackingTest, SealedAgainstGrowthButShrinkableAndReclaimTruncatesLeakedFd) {
