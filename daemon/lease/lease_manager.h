@@ -33,6 +33,7 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -284,6 +285,12 @@ class LeaseManager {
   void Free(uint64_t id, const char* counter, std::function<void()> then = nullptr);
   void ReclaimBacking(Pool* pool, uint64_t size, std::unique_ptr<Backing> backing,
                       std::function<void()> then);
+  // ReclaimBacking's second half, one loop turn later (all that were
+  // deferred, in order): the truncation on the loop (small, nothing else in
+  // flight) or on a worker.
+  void StartDeferredReclaims();
+  void StartReclaim(Pool* pool, uint64_t size, std::unique_ptr<Backing> backing,
+                    std::function<void()> then);
   // Back on the loop after a reclaim: the bytes are free; waiting
   // allocations run again, then warm stock refills.
   void BackingReclaimed(Pool* pool, uint64_t size);
@@ -336,6 +343,15 @@ class LeaseManager {
   struct ReclaimChannel;
   std::shared_ptr<ReclaimChannel> reclaim_channel_;
   uint32_t pending_reclaims_ = 0;
+  // Ended leases whose reclaim starts on the loop's next turn (counted in
+  // pending_reclaims_ already).
+  struct DeferredReclaim {
+    Pool* pool;
+    uint64_t size;
+    std::unique_ptr<Backing> backing;
+    std::function<void()> then;
+  };
+  std::deque<DeferredReclaim> deferred_reclaims_;
   // Allocations that fit once reclaims in flight finish, in arrival order.
   struct Waiting {
     ConnId conn = 0;

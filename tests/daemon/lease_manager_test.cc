@@ -750,5 +750,54 @@ TEST(LeaseManagerInlineTest, SmallLeasesNeverWaitForAWorker) {
   mgr.Shutdown();
 }
 
+// The reply to a RELEASE goes out as Release() returns; the truncation (on
+// the loop for a small lease) waits for the loop's next turn, so it never
+// delays that reply. Shutdown starts what is still deferred at once.
+TEST(LeaseManagerInlineTest, ReclaimStartsOnTheLoopsNextTurnOrAtShutdown) {
+  Topology topo = testing::TwoSocketCxl(16 * kMiB);
+  PoolBuildOptions o;
+  o.bind = false;
+  auto pools = BuildPools(topo, testing::TestConfig(), o, nullptr);
+  ASSERT_TRUE(pools.ok());
+  boost::asio::io_context loop;
+  boost::asio::io_context workers;  // never run: small leases need none
+  FakeClock clock;
+  LeaseManager mgr(&topo, std::move(*pools), QuotaTable(std::vector<QuotaRule>{}),
+                   loop.get_executor(), workers.get_executor(), &clock);
+  mgr.SetInlineMax(64 * 1024);
+  CallerInfo ci;
+  ci.pid = 100;
+  ci.uid = 1000;
+  ci.gid = 1000;
+  mgr.Connect(1, ci);
+  auto alloc = [&] {
+    std::optional<Result<Granted>> out;
+    AllocParams p;
+    p.size_bytes = 64 * 1024;
+    p.numa_node = 0;
+    mgr.Allocate(1, p, [&](Result<Granted> g) { out.emplace(std::move(g)); });
+    loop.restart();
+    loop.run();
+    return out;
+  };
+  auto a = alloc();
+  auto b = alloc();
+  ASSERT_TRUE(a.has_value() && a->ok() && b.has_value() && b->ok());
+  UniqueFd a_copy(::dup((*a)->fd)), b_copy(::dup((*b)->fd));
+
+  ASSERT_TRUE(mgr.Release(1, (*a)->lease.id).ok());
+  EXPECT_EQ(FdSize(a_copy.get()), 64 * 1024) << "not on the request path";
+  EXPECT_EQ(mgr.pending_reclaims(), 1u);
+  loop.restart();
+  loop.run();
+  EXPECT_EQ(FdSize(a_copy.get()), 0) << "on the loop's next turn, no worker needed";
+  EXPECT_EQ(mgr.pending_reclaims(), 0u);
+
+  ASSERT_TRUE(mgr.Release(1, (*b)->lease.id).ok());
+  EXPECT_EQ(FdSize(b_copy.get()), 64 * 1024);
+  mgr.Shutdown();  // the loop never turns again
+  EXPECT_EQ(FdSize(b_copy.get()), 0) << "shutdown starts deferred reclaims";
+}
+
 }  // namespace
 }  // namespace cxlpool
