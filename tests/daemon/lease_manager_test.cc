@@ -658,95 +658,108 @@ TEST(LeaseManagerReclaimTest, DestroyedManagerStillReclaimsOnItsWorkers) {
 namespace cxlpool {
 namespace {
 
-// Leases up to the inline size are built and reclaimed on the loop thread:
-// with workers that never run, a small lease is still granted and reclaimed;
-// a larger one waits for the workers.
-TEST(LeaseManagerInlineTest, SmallLeasesNeverWaitForAWorker) {
+// A manager whose loop and workers are separate io_contexts that run only
+// when a test says so, with leases up to 64 KiB built and reclaimed inline.
+struct InlineManager {
   Topology topo = testing::TwoSocketCxl(16 * kMiB);
-  PoolBuildOptions o;
-  o.bind = false;
-  auto pools = BuildPools(topo, testing::TestConfig(), o, nullptr);
-  ASSERT_TRUE(pools.ok());
   boost::asio::io_context loop;
-  boost::asio::io_context workers;  // run only when the test says so
+  boost::asio::io_context workers;
   FakeClock clock;
-  LeaseManager mgr(&topo, std::move(*pools), QuotaTable(std::vector<QuotaRule>{}),
-                   loop.get_executor(), workers.get_executor(), &clock);
-  mgr.SetInlineMax(64 * 1024);
   CallerInfo ci;
-  ci.pid = 100;
-  ci.uid = 1000;
-  ci.gid = 1000;
-  mgr.Connect(1, ci);
-  auto run_loop = [&] {
+  std::unique_ptr<LeaseManager> mgr;
+
+  InlineManager() {
+    PoolBuildOptions o;
+    o.bind = false;
+    auto pools = BuildPools(topo, testing::TestConfig(), o, nullptr);
+    CXLPOOL_CHECK(pools.ok());
+    mgr = std::make_unique<LeaseManager>(&topo, std::move(*pools),
+                                         QuotaTable(std::vector<QuotaRule>{}), loop.get_executor(),
+                                         workers.get_executor(), &clock);
+    mgr->SetInlineMax(64 * 1024);
+    ci.pid = 100;
+    ci.uid = 1000;
+    ci.gid = 1000;
+    mgr->Connect(1, ci);
+  }
+  void RunLoop() {
     loop.restart();
     loop.run();
-  };
-  auto node0 = [&] {
-    for (const auto& p : mgr.Pools())
+  }
+  PoolSnapshot Node0() const {
+    for (const auto& p : mgr->Pools())
       if (p.name == "node0") return p;
     return PoolSnapshot{};
-  };
-  auto alloc = [&](uint64_t size) {
+  }
+  // The grant if it came within one run of the loop (no worker ran).
+  std::optional<Result<Granted>> Alloc(uint64_t size) {
     std::optional<Result<Granted>> out;
     AllocParams p;
     p.size_bytes = size;
     p.numa_node = 0;
-    mgr.Allocate(1, p, [&](Result<Granted> g) { out.emplace(std::move(g)); });
-    run_loop();
+    mgr->Allocate(1, p, [&](Result<Granted> g) { out.emplace(std::move(g)); });
+    RunLoop();
     return out;
-  };
-  auto small = alloc(64 * 1024);
+  }
+};
+
+// Leases up to the inline size are built and reclaimed on the loop thread:
+// with workers that never run, a small lease is still granted and reclaimed;
+// a larger one waits for the workers.
+TEST(LeaseManagerInlineTest, SmallLeasesNeverWaitForAWorker) {
+  InlineManager m;
+  LeaseManager& mgr = *m.mgr;
+  auto small = m.Alloc(64 * 1024);
   ASSERT_TRUE(small.has_value()) << "built on the loop";
   ASSERT_TRUE(small->ok()) << small->status().ToString();
   struct stat st;
   ASSERT_EQ(fstat((*small)->fd, &st), 0);
   EXPECT_EQ(st.st_size, 64 * 1024);
   EXPECT_EQ(mgr.pending_builds(), 0u);
-  auto big = alloc(64 * 1024 + 4096);
+  auto big = m.Alloc(64 * 1024 + 4096);
   EXPECT_FALSE(big.has_value()) << "over the inline size: a worker builds it";
   EXPECT_EQ(mgr.pending_builds(), 1u);
-  workers.run();
-  run_loop();
+  m.workers.run();
+  m.RunLoop();
   EXPECT_EQ(mgr.pending_builds(), 0u);
   ASSERT_TRUE(mgr.Release(1, (*small)->lease.id).ok());
-  run_loop();
+  m.RunLoop();
   EXPECT_EQ(mgr.pending_reclaims(), 0u) << "reclaimed on the loop";
-  EXPECT_EQ(node0().reclaiming_bytes, 0u);
-  EXPECT_EQ(node0().leased_bytes, 64 * 1024 + 4096u);
+  EXPECT_EQ(m.Node0().reclaiming_bytes, 0u);
+  EXPECT_EQ(m.Node0().leased_bytes, 64 * 1024 + 4096u);
   mgr.Disconnect(1);  // the big one: a worker reclaims it
-  run_loop();
+  m.RunLoop();
   EXPECT_EQ(mgr.pending_reclaims(), 1u);
-  EXPECT_EQ(node0().reclaiming_bytes, 64 * 1024 + 4096u);
-  workers.restart();
-  workers.run();
-  run_loop();
+  EXPECT_EQ(m.Node0().reclaiming_bytes, 64 * 1024 + 4096u);
+  m.workers.restart();
+  m.workers.run();
+  m.RunLoop();
   EXPECT_EQ(mgr.pending_reclaims(), 0u);
-  EXPECT_EQ(node0().leased_bytes + node0().reclaiming_bytes, 0u);
+  EXPECT_EQ(m.Node0().leased_bytes + m.Node0().reclaiming_bytes, 0u);
 
   // Under load (another build or reclaim in flight) small ones go to the
   // workers too, so the loop keeps serving while they run in parallel.
-  mgr.Connect(1, ci);
-  workers.restart();
-  auto big2 = alloc(64 * 1024 + 4096);
+  mgr.Connect(1, m.ci);
+  m.workers.restart();
+  auto big2 = m.Alloc(64 * 1024 + 4096);
   EXPECT_FALSE(big2.has_value()) << (big2 && !big2->ok() ? big2->status().ToString() : "");
-  auto small2 = alloc(4096);
+  auto small2 = m.Alloc(4096);
   EXPECT_FALSE(small2.has_value()) << "a build is in flight: a worker builds the small one";
   EXPECT_EQ(mgr.pending_builds(), 2u);
-  workers.run();
-  run_loop();
+  m.workers.run();
+  m.RunLoop();
   EXPECT_EQ(mgr.pending_builds(), 0u);
-  auto small3 = alloc(4096);
+  auto small3 = m.Alloc(4096);
   ASSERT_TRUE(small3.has_value()) << "idle again: built on the loop";
   ASSERT_TRUE(small3->ok());
   mgr.Disconnect(1);  // three leases: none of the reclaims waits behind another on the loop
-  run_loop();
+  m.RunLoop();
   EXPECT_GE(mgr.pending_reclaims(), 2u) << "only the first small reclaim may run on the loop";
-  workers.restart();
-  workers.run();
-  run_loop();
+  m.workers.restart();
+  m.workers.run();
+  m.RunLoop();
   EXPECT_EQ(mgr.pending_reclaims(), 0u);
-  EXPECT_EQ(node0().leased_bytes + node0().reclaiming_bytes, 0u);
+  EXPECT_EQ(m.Node0().leased_bytes + m.Node0().reclaiming_bytes, 0u);
   mgr.Shutdown();
 }
 
@@ -754,42 +767,17 @@ TEST(LeaseManagerInlineTest, SmallLeasesNeverWaitForAWorker) {
 // the loop for a small lease) waits for the loop's next turn, so it never
 // delays that reply. Shutdown starts what is still deferred at once.
 TEST(LeaseManagerInlineTest, ReclaimStartsOnTheLoopsNextTurnOrAtShutdown) {
-  Topology topo = testing::TwoSocketCxl(16 * kMiB);
-  PoolBuildOptions o;
-  o.bind = false;
-  auto pools = BuildPools(topo, testing::TestConfig(), o, nullptr);
-  ASSERT_TRUE(pools.ok());
-  boost::asio::io_context loop;
-  boost::asio::io_context workers;  // never run: small leases need none
-  FakeClock clock;
-  LeaseManager mgr(&topo, std::move(*pools), QuotaTable(std::vector<QuotaRule>{}),
-                   loop.get_executor(), workers.get_executor(), &clock);
-  mgr.SetInlineMax(64 * 1024);
-  CallerInfo ci;
-  ci.pid = 100;
-  ci.uid = 1000;
-  ci.gid = 1000;
-  mgr.Connect(1, ci);
-  auto alloc = [&] {
-    std::optional<Result<Granted>> out;
-    AllocParams p;
-    p.size_bytes = 64 * 1024;
-    p.numa_node = 0;
-    mgr.Allocate(1, p, [&](Result<Granted> g) { out.emplace(std::move(g)); });
-    loop.restart();
-    loop.run();
-    return out;
-  };
-  auto a = alloc();
-  auto b = alloc();
+  InlineManager m;  // its workers never run: small leases need none
+  LeaseManager& mgr = *m.mgr;
+  auto a = m.Alloc(64 * 1024);
+  auto b = m.Alloc(64 * 1024);
   ASSERT_TRUE(a.has_value() && a->ok() && b.has_value() && b->ok());
   UniqueFd a_copy(::dup((*a)->fd)), b_copy(::dup((*b)->fd));
 
   ASSERT_TRUE(mgr.Release(1, (*a)->lease.id).ok());
   EXPECT_EQ(FdSize(a_copy.get()), 64 * 1024) << "not on the request path";
   EXPECT_EQ(mgr.pending_reclaims(), 1u);
-  loop.restart();
-  loop.run();
+  m.RunLoop();
   EXPECT_EQ(FdSize(a_copy.get()), 0) << "on the loop's next turn, no worker needed";
   EXPECT_EQ(mgr.pending_reclaims(), 0u);
 
