@@ -183,7 +183,8 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
       proto::TopologyRequest in;
       if (Status st = DecodeAs(req, &in); !st.ok()) return MakeErrorReply(st);
       proto::TopologyReply out;
-      out.set_json(TopologyToJsonString(leases_->topology()));
+      if (topology_json_.empty()) topology_json_ = TopologyToJsonString(leases_->topology());
+      out.set_json(topology_json_);
       return Encoded(out);
     }
     case proto::MSG_STATS_REQUEST: {

@@ -62,6 +62,9 @@ class DaemonHandler final : public RequestHandler {
   HandlerOptions options_;
   PushFn push_;
   DaemonMetrics metrics_;  // lives as long as the handler
+  // The topology never changes after start (the lease manager holds it by
+  // const pointer), so its JSON is rendered once, on the first TOPOLOGY.
+  std::string topology_json_;
 };
 
 // "Groups:\t10 27 1000" from /proc/<pid>/status -> {10, 27, 1000}.
