@@ -17,14 +17,14 @@ namespace {
 constexpr char kMagic[8] = {'C', 'X', 'L', 'P', 'J', 'R', 'N', '1'};
 constexpr uint32_t kMaxRecord = 1u << 20;
 
-uint32_t Crc32(const std::string& data) {
+uint32_t Crc32(const char* data, size_t size) {
   boost::crc_32_type crc;
-  crc.process_bytes(data.data(), data.size());
+  crc.process_bytes(data, size);
   return crc.checksum();
 }
 
-void PutU32(std::string* out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+void PutU32(char* out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
 }
 
 uint32_t GetU32(const char* p) {
@@ -54,14 +54,16 @@ Status FsyncDir(const std::string& dir) {
   return Status::Ok();
 }
 
-std::string Frame(const journal::Entry& e) {
-  std::string payload;
-  e.SerializeToString(&payload);
-  std::string out;
-  PutU32(&out, static_cast<uint32_t>(payload.size()));
-  PutU32(&out, Crc32(payload));
-  out += payload;
-  return out;
+// Appends one record (length, CRC-32, payload) to `out`, serialising in
+// place: a grant's record is built without an intermediate copy.
+void AppendFrame(const journal::Entry& e, std::string* out) {
+  const size_t size = e.ByteSizeLong();
+  const size_t start = out->size();
+  out->resize(start + 8 + size);
+  char* rec = out->data() + start;
+  e.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(rec + 8));
+  PutU32(rec, static_cast<uint32_t>(size));
+  PutU32(rec + 4, Crc32(rec + 8, size));
 }
 
 }  // namespace
@@ -122,10 +124,10 @@ Result<LeaseJournal> LeaseJournal::Open(const std::string& dir, const std::strin
     uint32_t len = GetU32(data.data() + off);
     uint32_t crc = GetU32(data.data() + off + 4);
     if (len > kMaxRecord || data.size() - off - 8 < len) break;
-    std::string payload = data.substr(off + 8, len);
-    if (Crc32(payload) != crc) break;
+    const char* payload = data.data() + off + 8;
+    if (Crc32(payload, len) != crc) break;
     journal::Entry e;
-    if (!e.ParseFromString(payload)) break;
+    if (!e.ParseFromArray(payload, static_cast<int>(len))) break;
     j.Apply(e);
     ++j.state_.records_replayed;
     ++j.file_records_;
@@ -170,12 +172,14 @@ Status LeaseJournal::RecordBoot(const std::string& boot_id) {
   return Append(e);
 }
 
-void LeaseJournal::Apply(const journal::Entry& e) {
+void LeaseJournal::Apply(journal::Entry& e) {
   switch (e.op()) {
-    case journal::Entry::OP_PUT:
-      state_.leases[e.lease().id()] = e.lease();
-      if (e.lease().id() >= state_.next_id) state_.next_id = e.lease().id() + 1;
+    case journal::Entry::OP_PUT: {
+      const uint64_t id = e.lease().id();
+      if (id >= state_.next_id) state_.next_id = id + 1;
+      state_.leases[id].Swap(e.mutable_lease());  // the record is moved, not copied
       break;
+    }
     case journal::Entry::OP_DELETE:
       state_.leases.erase(e.lease_id());
       break;
@@ -190,8 +194,9 @@ void LeaseJournal::Apply(const journal::Entry& e) {
   }
 }
 
-Status LeaseJournal::Append(const journal::Entry& e) {
-  std::string rec = Frame(e);
+Status LeaseJournal::Append(journal::Entry& e) {
+  std::string rec;
+  AppendFrame(e, &rec);
   // No fdatasync: see the header (the journal only has to outlive the
   // process; a host crash takes the leases' memory with it).
   CXLPOOL_RETURN_IF_ERROR(WriteAll(fd_.get(), rec, path_));
@@ -200,11 +205,11 @@ Status LeaseJournal::Append(const journal::Entry& e) {
   return Status::Ok();
 }
 
-Status LeaseJournal::Put(const journal::LeaseRecord& lease) {
+Status LeaseJournal::Put(journal::LeaseRecord lease) {
   if (lease.id() == 0) return Status(Code::kInvalidArgument, "journal: lease id 0");
   journal::Entry e;
   e.set_op(journal::Entry::OP_PUT);
-  *e.mutable_lease() = lease;
+  e.mutable_lease()->Swap(&lease);
   return Append(e);
 }
 
@@ -233,19 +238,19 @@ Status LeaseJournal::Compact() {
     journal::Entry boot;
     boot.set_op(journal::Entry::OP_BOOT);
     boot.set_boot_id(state_.boot_id);
-    out += Frame(boot);
+    AppendFrame(boot, &out);
     ++records;
   }
   journal::Entry id;
   id.set_op(journal::Entry::OP_NEXT_ID);
   id.set_next_id(state_.next_id);
-  out += Frame(id);
+  AppendFrame(id, &out);
   ++records;
   for (const auto& [lease_id, rec] : state_.leases) {
     journal::Entry e;
     e.set_op(journal::Entry::OP_PUT);
     *e.mutable_lease() = rec;
-    out += Frame(e);
+    AppendFrame(e, &out);
     ++records;
   }
   CXLPOOL_RETURN_IF_ERROR(WriteAll(t.get(), out, tmp));

@@ -60,7 +60,7 @@ class LeaseJournal {
   // The state as replayed at Open, then kept current by every append.
   const JournalState& state() const { return state_; }
 
-  Status Put(const journal::LeaseRecord& lease);
+  Status Put(journal::LeaseRecord lease);
   Status Delete(uint64_t lease_id);
   // Records that ids below `next_id` are taken. Call before granting them.
   Status ReserveIds(uint64_t next_id);
@@ -78,9 +78,10 @@ class LeaseJournal {
 
  private:
   LeaseJournal() = default;
-  Status Append(const journal::Entry& e);
+  // Writes `e`, then applies it to the state (moving its lease record).
+  Status Append(journal::Entry& e);
   Status RecordBoot(const std::string& boot_id);
-  void Apply(const journal::Entry& e);
+  void Apply(journal::Entry& e);
 
   std::string dir_;
   std::string path_;
