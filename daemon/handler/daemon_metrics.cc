@@ -110,10 +110,21 @@ DaemonMetrics::DaemonMetrics() {
 }
 
 void DaemonMetrics::OnGranted(const LeaseSnapshot& lease, int64_t latency_ns) {
-  const char* source = lease.from_warm_stock ? "warm" : "cold";
-  reg_.Increment(kGrants, {{"pool", lease.pool}, {"kind", lease.kind}, {"source", source}});
-  double seconds = latency_ns > 0 ? static_cast<double>(latency_ns) / 1e9 : 0.0;
-  reg_.Observe(kLatency, {{"pool", lease.pool}, {"source", source}}, seconds);
+  auto it = grant_cells_.find(lease.pool);
+  if (it == grant_cells_.end()) {
+    std::array<GrantCells, 2> cells;
+    for (int warm = 0; warm < 2; ++warm) {
+      const char* source = warm ? "warm" : "cold";
+      cells[warm].grants = reg_.CounterCell(
+          kGrants, {{"pool", lease.pool}, {"kind", lease.kind}, {"source", source}});
+      cells[warm].latency =
+          reg_.HistogramCell(kLatency, {{"pool", lease.pool}, {"source", source}});
+    }
+    it = grant_cells_.emplace(lease.pool, cells).first;
+  }
+  GrantCells& c = it->second[lease.from_warm_stock ? 1 : 0];
+  c.grants.Increment();
+  c.latency.Observe(latency_ns > 0 ? static_cast<double>(latency_ns) / 1e9 : 0.0);
 }
 
 std::string DaemonMetrics::Render(const LeaseManager& leases, const ProcessFacts& facts) {

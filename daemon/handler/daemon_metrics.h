@@ -18,8 +18,10 @@
 // manager it reads).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 
 #include "cxlpool/common/clock.h"
 #include "lease/lease_manager.h"
@@ -49,6 +51,12 @@ class DaemonMetrics {
 
  private:
   MetricsRegistry reg_;
+  // grants_total and grant_latency_seconds cells by pool (a pool's kind never
+  // changes), [0] cold, [1] warm: a grant updates both without building labels.
+  struct GrantCells {
+    MetricsRegistry::Cell grants, latency;
+  };
+  std::unordered_map<std::string, std::array<GrantCells, 2>> grant_cells_;
 };
 
 }  // namespace cxlpool

@@ -134,13 +134,39 @@ void MetricsRegistry::ClearGauge(const std::string& name) {
 }
 
 void MetricsRegistry::Observe(const std::string& name, const Labels& labels, double value) {
+  HistogramCell(name, labels).Observe(value);
+}
+
+MetricsRegistry::Cell MetricsRegistry::CounterCell(const std::string& name, const Labels& labels) {
+  for (const auto& [k, v] : labels) CXLPOOL_CHECK(ValidName(k, true));
+  Cell cell;
+  cell.child_ = &Get(name, Type::kCounter).children[labels];
+  return cell;
+}
+
+MetricsRegistry::Cell MetricsRegistry::HistogramCell(const std::string& name,
+                                                     const Labels& labels) {
+  for (const auto& [k, v] : labels) CXLPOOL_CHECK(ValidName(k, true));
   Family& f = Get(name, Type::kHistogram);
   Child& c = f.children[labels];
   if (c.buckets.empty()) c.buckets.assign(f.bounds.size() + 1, 0);
-  size_t i = std::lower_bound(f.bounds.begin(), f.bounds.end(), value) - f.bounds.begin();
-  ++c.buckets[i];
-  ++c.count;
-  c.value += value;
+  Cell cell;
+  cell.child_ = &c;
+  cell.bounds_ = &f.bounds;
+  return cell;
+}
+
+void MetricsRegistry::Cell::Increment(double by) {
+  CXLPOOL_CHECK(by >= 0);
+  if (child_ != nullptr) child_->value += by;
+}
+
+void MetricsRegistry::Cell::Observe(double value) {
+  if (child_ == nullptr || bounds_ == nullptr) return;
+  size_t i = std::lower_bound(bounds_->begin(), bounds_->end(), value) - bounds_->begin();
+  ++child_->buckets[i];
+  ++child_->count;
+  child_->value += value;
 }
 
 double MetricsRegistry::Value(const std::string& name, const Labels& labels) const {

@@ -19,8 +19,32 @@ namespace cxlpool {
 using Labels = std::map<std::string, std::string>;
 
 class MetricsRegistry {
+  struct Child {
+    double value = 0;               // counter / gauge; histogram sum
+    uint64_t count = 0;             // histogram
+    std::vector<uint64_t> buckets;  // histogram, non-cumulative
+  };
+
  public:
   enum class Type { kCounter, kGauge, kHistogram };
+
+  // One counter or histogram child, looked up once and kept by a hot path
+  // (every grant): updating it builds no labels and searches no map. Valid
+  // as long as the registry; counter and histogram children are never
+  // removed. A default-constructed cell ignores updates.
+  class Cell {
+   public:
+    Cell() = default;
+    void Increment(double by = 1.0);  // a counter's cell
+    void Observe(double value);       // a histogram's cell
+
+   private:
+    friend class MetricsRegistry;
+    Child* child_ = nullptr;
+    const std::vector<double>* bounds_ = nullptr;  // histograms only
+  };
+  Cell CounterCell(const std::string& name, const Labels& labels);
+  Cell HistogramCell(const std::string& name, const Labels& labels);
 
   // Registers a family; re-registering the same name returns the same id.
   // Names must match [a-zA-Z_:][a-zA-Z0-9_:]* (checked: a bad name crashes).
@@ -50,11 +74,6 @@ class MetricsRegistry {
   static std::vector<double> LatencyBuckets();
 
  private:
-  struct Child {
-    double value = 0;               // counter / gauge; histogram sum
-    uint64_t count = 0;             // histogram
-    std::vector<uint64_t> buckets;  // histogram, non-cumulative
-  };
   struct Family {
     Type type;
     std::string help;

@@ -49,11 +49,43 @@ TEST(MetricsTest, ValuesAndClear) {
   EXPECT_EQ(r.Render().find("cxlpool_pool_leased_bytes{"), std::string::npos);
 }
 
+// Cells kept by a hot path update the same children as the label-based
+// calls, stay valid as other children are added, and survive a move of the
+// registry (the daemon's metrics object is built, then moved into place).
+TEST(MetricsTest, CellsUpdateTheirChild) {
+  MetricsRegistry r = Sample();
+  MetricsRegistry::Cell grants = r.CounterCell("cxlpool_grants_total", {{"pool", "node0"}});
+  MetricsRegistry::Cell latency =
+      r.HistogramCell("cxlpool_grant_latency_seconds", {{"source", "cold"}});
+  for (int i = 0; i < 50; ++i) {  // more children: a node-based map keeps the cells valid
+    r.Increment("cxlpool_grants_total", {{"pool", "node" + std::to_string(i + 1)}});
+  }
+  grants.Increment();
+  grants.Increment(2);
+  latency.Observe(0.00003);
+  MetricsRegistry moved = std::move(r);
+  latency.Observe(20.0);
+  EXPECT_EQ(moved.Value("cxlpool_grants_total", {{"pool", "node0"}}), 5);
+  EXPECT_EQ(moved.HistogramCount("cxlpool_grant_latency_seconds", {{"source", "cold"}}), 2u);
+  std::string text = moved.Render();
+  EXPECT_NE(text.find("cxlpool_grant_latency_seconds_bucket{source=\"cold\",le=\"5e-05\"} 1\n"),
+            std::string::npos);
+  EXPECT_NE(text.find("cxlpool_grant_latency_seconds_bucket{source=\"cold\",le=\"+Inf\"} 2\n"),
+            std::string::npos);
+  // A default cell ignores updates.
+  MetricsRegistry::Cell none;
+  none.Increment();
+  none.Observe(1.0);
+}
+
 TEST(MetricsDeathTest, MisuseCrashesWithMessage) {
   MetricsRegistry r;
   EXPECT_DEATH(r.AddCounter("bad name", "x"), "check failed");
   r.AddCounter("c_total", "x");
   EXPECT_DEATH(r.Set("c_total", {}, 1), "check failed");
+  EXPECT_DEATH(r.HistogramCell("c_total", {}), "check failed");
+  EXPECT_DEATH(r.CounterCell("c_total", {{"bad label", "x"}}), "check failed");
+  EXPECT_DEATH(r.CounterCell("c_total", {}).Increment(-1), "check failed");
 }
 
 // promtool (Debian package prometheus) is the reference linter.
