@@ -451,6 +451,11 @@ void Server::Impl::DoRead(const std::shared_ptr<Connection>& c) {
       case wire::FrameReader::Progress::kFrame:
         CancelFrameTimer(c.get());
         HandleFrame(c, c->reader.TakeFrame());
+        // Answered at once: CompleteRequest re-armed the wait for input, and
+        // Asio's re-arm (EPOLL_CTL_MOD) reports input already queued. Reading
+        // on would only cost a recvmsg that finds nothing (a client waiting
+        // for its reply has sent nothing more).
+        if (c->reading) return;
         break;
     }
   }
