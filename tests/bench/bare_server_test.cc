@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <numaif.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -130,6 +131,63 @@ TEST(BareServerTest, FloorModeThatCannotBuildEndsTheConnection) {
   ASSERT_EQ(::send(c.get(), req, sizeof req, MSG_NOSIGNAL), 16);
   char buf[16];
   EXPECT_EQ(::recv(c.get(), buf, sizeof buf, 0), 0) << "a failed build must not look like a grant";
+}
+
+// The bare pair reports its CPU placement, which P1 files every sample by:
+// a server and client pinned to one CPU are "same", pinned apart "cross".
+// The server process inherits the affinity the test has when it forks.
+class Pinned {
+ public:
+  Pinned() { EXPECT_EQ(::sched_getaffinity(0, sizeof saved_, &saved_), 0); }
+  ~Pinned() { ::sched_setaffinity(0, sizeof saved_, &saved_); }
+  const cpu_set_t& allowed() const { return saved_; }
+  static bool PinTo(int cpu) {
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    CPU_SET(cpu, &s);
+    return ::sched_setaffinity(0, sizeof s, &s) == 0;
+  }
+
+ private:
+  cpu_set_t saved_;
+};
+
+std::vector<int> AllowedCpus(const cpu_set_t& s) {
+  std::vector<int> out;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &s)) out.push_back(c);
+  return out;
+}
+
+TEST(BareServerTest, ReportsWhetherTheReplyCrossedCpus) {
+  Pinned restore;
+  std::vector<int> cpus = AllowedCpus(restore.allowed());
+  ASSERT_FALSE(cpus.empty());
+  {
+    ASSERT_TRUE(Pinned::PinTo(cpus[0]));
+    BareServer server;
+    ASSERT_TRUE(server.Start().ok());
+    auto c = BareClient::Connect(server.socket());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_FALSE(c->last_same_cpu().has_value()) << "nothing measured yet";
+    for (int i = 0; i < 5; ++i) {
+      ASSERT_TRUE(c->GrantRoundTrip().ok());
+      ASSERT_TRUE(c->last_same_cpu().has_value());
+      EXPECT_TRUE(*c->last_same_cpu());
+    }
+  }
+  if (cpus.size() < 2) GTEST_SKIP() << "one CPU allowed: no cross-CPU pair to make";
+  ASSERT_TRUE(Pinned::PinTo(cpus[0]));
+  BareServer server;  // forked while pinned to cpus[0]
+  ASSERT_TRUE(server.Start().ok());
+  ASSERT_TRUE(Pinned::PinTo(cpus[1]));
+  auto c = BareClient::Connect(server.socket());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(c->ReleaseRoundTrip().ok());
+    ASSERT_TRUE(c->last_same_cpu().has_value());
+    EXPECT_FALSE(*c->last_same_cpu());
+  }
 }
 
 }  // namespace

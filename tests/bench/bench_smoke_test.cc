@@ -111,6 +111,20 @@ TEST_F(BenchSmoke, QuickJsonNamesEveryFigureWithConsistentRatios) {
   }
   EXPECT_FALSE(p3.empty());
   EXPECT_EQ(p3, floors) << r.out;
+  // P1's warm p50 rows say how often each side's reply stayed on the
+  // client's CPU (the bare baseline is bimodal on that).
+  int p50_rows = 0;
+  for (const auto& row : j["results"]) {
+    std::string m = row.at("metric");
+    if (row.at("figure") != "P1" || m.size() < 8 || m.compare(m.size() - 8, 8, "warm p50") != 0) {
+      continue;
+    }
+    ++p50_rows;
+    std::string note = row.value("note", "");
+    EXPECT_NE(note.find("bare on one CPU with the client"), std::string::npos) << note;
+    EXPECT_NE(note.find("daemon loop on one CPU with the client"), std::string::npos) << note;
+  }
+  EXPECT_GT(p50_rows, 0) << r.out;
 }
 
 TEST_F(BenchSmoke, QuickTableForOneFigure) {

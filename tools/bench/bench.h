@@ -150,12 +150,18 @@ class WireClient {
   // and no released lease is still being reclaimed.
   Status WaitIdle(int timeout_ms = 120000);
   int fd() const { return sock_.get(); }
+  // Whether the daemon's event loop (its main thread) last ran on the CPU
+  // this thread is on now: /proc/<daemon>/stat's processor against
+  // sched_getcpu(). Read after a sample, outside its timing; nullopt when
+  // either is unknown (no peer pid, /proc unreadable).
+  std::optional<bool> LoopOnMyCpu() const;
 
  private:
   template <typename Req, typename Rep>
   Status Call(const Req& req, Rep* out, std::vector<UniqueFd>* fds);
   UniqueFd sock_;
   uint64_t next_id_ = 1;
+  pid_t peer_pid_ = 0;  // SO_PEERCRED at connect
 };
 
 // ---- the baseline: a bare fd-passing AF_UNIX server ----
@@ -195,11 +201,18 @@ class BareClient {
   Status GrantRoundTrip();
   // One round trip without fd, the shape of a release.
   Status ReleaseRoundTrip();
+  // Whether the last reply was sent on the CPU it was received on (the
+  // server puts its sched_getcpu() in the reply). A pair sharing one CPU
+  // wakes each other without an inter-processor interrupt, which in a VM
+  // makes its round trip several times faster; nullopt when unknown.
+  std::optional<bool> last_same_cpu() const;
 
  private:
   Status RoundTrip(uint32_t op, bool expect_fd);
   UniqueFd sock_;
   uint64_t next_id_ = 1;
+  int last_server_cpu_ = -1;
+  int last_client_cpu_ = -1;
 };
 
 // ---- node facts ----

@@ -1,6 +1,7 @@
 // The shared pieces of cxlpool-bench: report, stats, daemon process, wire
 // client, bare baseline server, node facts. See bench.h.
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
@@ -26,9 +27,11 @@
 #include <sstream>
 
 #include "bench.h"
+#include "cxlpool/common/fs.h"
 #include "cxlpool/proto/codec.h"
 #include "cxlpool/proto/ipc.h"
 #include "cxlpool/proto/socket.h"
+#include "lease/placement.h"
 
 namespace cxlpool::bench {
 
@@ -347,6 +350,11 @@ Result<WireClient> WireClient::Connect(const std::string& socket_path) {
   if (!fd.ok()) return fd.status();
   WireClient c;
   c.sock_ = std::move(*fd);
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(c.sock_.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+    c.peer_pid_ = cred.pid;
+  }
   proto::HelloRequest h;
   h.set_min_version(wire::kMinWireVersion);
   h.set_max_version(wire::kMaxWireVersion);
@@ -389,6 +397,15 @@ Result<proto::LeaseInfo> WireClient::Alloc(uint64_t size, int node, bool hugetlb
   if (fds.size() != 1) return Status(Code::kProtocol, "alloc reply without exactly one fd");
   if (fd != nullptr) *fd = std::move(fds[0]);
   return r.lease();
+}
+
+std::optional<bool> WireClient::LoopOnMyCpu() const {
+  if (peer_pid_ <= 0) return std::nullopt;
+  static const std::unique_ptr<FileSystem> proc = MakeRootedFileSystem("/");
+  std::optional<int> loop = LastCpuOf(*proc, peer_pid_);
+  int mine = ::sched_getcpu();
+  if (!loop || mine < 0) return std::nullopt;
+  return *loop == mine;
 }
 
 Status WireClient::Release(uint64_t id) {
@@ -530,6 +547,9 @@ int GrantFd(int shared_memfd, const std::optional<MemfdSpec>& build, Built* buil
             mine.pop_front();
           }
         }
+        // The CPU the reply leaves from: the client tells same-CPU pairs
+        // from cross-CPU ones (BareClient::last_same_cpu).
+        m.pad = static_cast<uint32_t>(::sched_getcpu());
         // One request in flight per client: a 16-byte reply always fits.
         ::sendmsg(fd, &mh, MSG_NOSIGNAL);
       }
@@ -631,9 +651,16 @@ Status BareClient::RoundTrip(uint32_t op, bool expect_fd) {
     }
     got += static_cast<size_t>(n);
   }
+  last_client_cpu_ = ::sched_getcpu();
+  last_server_cpu_ = static_cast<int>(r.pad);
   if (r.id != m.id) return Status(Code::kProtocol, "bare reply id mismatch");
   if ((fds_seen == 1) != expect_fd) return Status(Code::kProtocol, "bare reply fd count wrong");
   return Status();
+}
+
+std::optional<bool> BareClient::last_same_cpu() const {
+  if (last_client_cpu_ < 0 || last_server_cpu_ < 0) return std::nullopt;
+  return last_client_cpu_ == last_server_cpu_;
 }
 
 // ---------------------------------------------------------------- node facts

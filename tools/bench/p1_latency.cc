@@ -15,6 +15,18 @@ struct SizePlan {
   int cold_samples;
 };
 
+// Fewer samples than this in a placement class: no like-for-like row.
+constexpr size_t kMinPlacementSamples = 10;
+
+// "bare on one CPU 93% of 2300" (of the samples whose placement is known).
+std::string SameCpuShare(const std::string& who, const Stats& same, const Stats& cross) {
+  size_t known = same.size() + cross.size();
+  if (known == 0) return who + ": CPU placement unknown";
+  int pct = static_cast<int>(100.0 * static_cast<double>(same.size()) / known + 0.5);
+  return who + " on one CPU with the client " + std::to_string(pct) + "% of " +
+         std::to_string(known);
+}
+
 }  // namespace
 
 void RunP1(const Options& o, Report* r) {
@@ -35,11 +47,17 @@ void RunP1(const Options& o, Report* r) {
   auto w = WireClient::Connect(*sock);
   if (!w.ok()) return r->Skip("P1", "grant latency", w.status().ToString());
 
-  Stats bare_grant;
+  // Every sample is also filed by CPU placement: whether the reply was sent
+  // on the CPU that received it. In a VM a cross-CPU wake-up costs an
+  // inter-processor interrupt (about 10 us here), and the scheduler puts the
+  // two processes of the bare pair on one CPU in some runs and not in others.
+  Stats bare_grant, bare_same, bare_cross;
   auto bare_sample = [&]() -> Status {
     uint64_t t0 = NowNs();
     CXLPOOL_RETURN_IF_ERROR(bc->GrantRoundTrip());
-    bare_grant.Add(NowNs() - t0);
+    uint64_t ns = NowNs() - t0;
+    bare_grant.Add(ns);
+    if (auto same = bc->last_same_cpu()) (*same ? bare_same : bare_cross).Add(ns);
     return bc->ReleaseRoundTrip();
   };
   // Warm-up of both paths (not recorded), then a block of bare samples.
@@ -58,6 +76,7 @@ void RunP1(const Options& o, Report* r) {
   struct Result1 {
     uint64_t size;
     Stats warm, warm_release, cold;
+    Stats warm_same, warm_cross;  // by CPU placement, as bare_same / bare_cross
     int warm_misses = 0;
     std::string error;
   };
@@ -93,6 +112,7 @@ void RunP1(const Options& o, Report* r) {
       }
       res.warm.Add(t1 - t0);
       res.warm_release.Add(t2 - t1);
+      if (auto same = w->LoopOnMyCpu()) (*same ? res.warm_same : res.warm_cross).Add(t1 - t0);
     }
     // Cold: one page more than the warm class, so no stock can serve it.
     for (int i = 0; i < p.cold_samples && res.error.empty(); ++i) {
@@ -146,8 +166,18 @@ void RunP1(const Options& o, Report* r) {
                       std::to_string(res.warm_misses) +
                       " misses dropped), bare n=" + std::to_string(bare_grant.size()) +
                       "; release p50 " +
-                      std::to_string(static_cast<int>(res.warm_release.MedianUs())) + " us";
+                      std::to_string(static_cast<int>(res.warm_release.MedianUs())) + " us; " +
+                      SameCpuShare("bare", bare_same, bare_cross) + ", " +
+                      SameCpuShare("daemon loop", res.warm_same, res.warm_cross);
       row("p50", res.warm.MedianUs(), b50, "le", 2, n);
+      // Like for like: daemon grants and bare round trips whose two ends were
+      // on different CPUs (the usual case for a daemon serving many clients).
+      if (res.warm_cross.size() >= kMinPlacementSamples &&
+          bare_cross.size() >= kMinPlacementSamples) {
+        row("p50, cross-CPU pairs", res.warm_cross.MedianUs(), bare_cross.MedianUs(), "", 0,
+            "daemon n=" + std::to_string(res.warm_cross.size()) +
+                ", bare n=" + std::to_string(bare_cross.size()));
+      }
       row("p99", res.warm.PercentileUs(0.99), b99, "le", 10, "");
       row("p999", res.warm.PercentileUs(0.999), b999, "", 0,
           res.warm.size() < 1000 ? "fewer than 1000 samples: p999 is the maximum" : "");
