@@ -39,6 +39,10 @@ ProcessFacts ReadProcessFacts();
 class DaemonMetrics {
  public:
   DaemonMetrics();
+  // Its grant cells point into its own registry: a copy would update the
+  // original's.
+  DaemonMetrics(const DaemonMetrics&) = delete;
+  DaemonMetrics& operator=(const DaemonMetrics&) = delete;
 
   // A lease was granted `latency_ns` after its request arrived.
   void OnGranted(const LeaseSnapshot& lease, int64_t latency_ns);
