@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <sstream>
+#include <string_view>
 
 #include "cxlpool/common/status.h"
 
@@ -21,32 +21,17 @@ bool ValidName(const std::string& n, bool label) {
   return true;
 }
 
-std::string EscapeLabel(const std::string& v) {
-  std::string out;
+void AppendEscaped(std::string* out, const std::string& v, bool quote) {
   for (char c : v) {
     if (c == '\\')
-      out += "\\\\";
-    else if (c == '"')
-      out += "\\\"";
+      *out += "\\\\";
     else if (c == '\n')
-      out += "\\n";
+      *out += "\\n";
+    else if (quote && c == '"')
+      *out += "\\\"";
     else
-      out += c;
+      *out += c;
   }
-  return out;
-}
-
-std::string EscapeHelp(const std::string& v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\')
-      out += "\\\\";
-    else if (c == '\n')
-      out += "\\n";
-    else
-      out += c;
-  }
-  return out;
 }
 
 std::string FormatValue(double v) {
@@ -62,21 +47,37 @@ std::string FormatValue(double v) {
   return buf;
 }
 
-std::string LabelText(const Labels& labels, const std::string& extra_key = "",
-                      const std::string& extra_value = "") {
-  if (labels.empty() && extra_key.empty()) return "";
-  std::string out = "{";
-  bool first = true;
+// `{k="v",k2="v2"` without its closing brace, or "" for no labels: built
+// once per child and shared by all of a histogram's lines.
+std::string LabelBody(const Labels& labels) {
+  std::string out;
   for (const auto& [k, v] : labels) {
-    if (!first) out += ",";
-    first = false;
-    out += k + "=\"" + EscapeLabel(v) + "\"";
+    out += out.empty() ? "{" : ",";
+    out += k;
+    out += "=\"";
+    AppendEscaped(&out, v, true);
+    out += '"';
   }
-  if (!extra_key.empty()) {
-    if (!first) out += ",";
-    out += extra_key + "=\"" + extra_value + "\"";
+  return out;
+}
+
+// One sample line: name+suffix, the labels (plus le="..." when given), value.
+void AppendSample(std::string* out, const std::string& name, std::string_view suffix,
+                  const std::string& body, std::string_view le, std::string_view value) {
+  *out += name;
+  *out += suffix;
+  if (!le.empty()) {
+    *out += body.empty() ? "{" : body + ",";
+    *out += "le=\"";
+    *out += le;
+    *out += "\"}";
+  } else if (!body.empty()) {
+    *out += body;
+    *out += '}';
   }
-  return out + "}";
+  *out += ' ';
+  *out += value;
+  *out += '\n';
 }
 
 }  // namespace
@@ -184,31 +185,34 @@ uint64_t MetricsRegistry::HistogramCount(const std::string& name, const Labels& 
 }
 
 std::string MetricsRegistry::Render() const {
-  std::ostringstream os;
+  std::string out;
   for (const auto& [name, f] : families_) {
     const char* type = f.type == Type::kCounter ? "counter"
                        : f.type == Type::kGauge ? "gauge"
                                                 : "histogram";
-    os << "# HELP " << name << " " << EscapeHelp(f.help) << "\n";
-    os << "# TYPE " << name << " " << type << "\n";
+    out += "# HELP " + name + " ";
+    AppendEscaped(&out, f.help, false);
+    out += "\n# TYPE " + name + " " + type + "\n";
+    std::vector<std::string> les;
+    for (double b : f.bounds) les.push_back(FormatValue(b));
     for (const auto& [labels, c] : f.children) {
+      const std::string body = LabelBody(labels);
       if (f.type != Type::kHistogram) {
-        os << name << LabelText(labels) << " " << FormatValue(c.value) << "\n";
+        AppendSample(&out, name, "", body, "", FormatValue(c.value));
         continue;
       }
       uint64_t cum = 0;
-      for (size_t i = 0; i < f.bounds.size(); ++i) {
+      for (size_t i = 0; i < les.size(); ++i) {
         cum += c.buckets[i];
-        os << name << "_bucket" << LabelText(labels, "le", FormatValue(f.bounds[i])) << " " << cum
-           << "\n";
+        AppendSample(&out, name, "_bucket", body, les[i], std::to_string(cum));
       }
       cum += c.buckets.back();
-      os << name << "_bucket" << LabelText(labels, "le", "+Inf") << " " << cum << "\n";
-      os << name << "_sum" << LabelText(labels) << " " << FormatValue(c.value) << "\n";
-      os << name << "_count" << LabelText(labels) << " " << c.count << "\n";
+      AppendSample(&out, name, "_bucket", body, "+Inf", std::to_string(cum));
+      AppendSample(&out, name, "_sum", body, "", FormatValue(c.value));
+      AppendSample(&out, name, "_count", body, "", std::to_string(c.count));
     }
   }
-  return os.str();
+  return out;
 }
 
 std::vector<double> MetricsRegistry::LatencyBuckets() {

@@ -41,6 +41,33 @@ TEST(MetricsTest, RendersExposition) {
             std::string::npos);
 }
 
+// The whole text, byte for byte, for families without labels (a histogram
+// whose bucket lines carry only le), with one label, and with a HELP that
+// needs escaping.
+TEST(MetricsTest, RendersExactText) {
+  MetricsRegistry r;
+  r.AddHistogram("b_seconds", "Two\nlines \\ \"q\".", {0.5, 2});
+  r.AddCounter("a_total", "Plain.");
+  r.AddGauge("c_bytes", "Gauge.");
+  r.Observe("b_seconds", 1.25);
+  r.Increment("a_total", {}, 3);
+  r.Set("c_bytes", {{"pool", "x\\y"}}, 0.125);
+  EXPECT_EQ(r.Render(),
+            "# HELP a_total Plain.\n"
+            "# TYPE a_total counter\n"
+            "a_total 3\n"
+            "# HELP b_seconds Two\\nlines \\\\ \"q\".\n"
+            "# TYPE b_seconds histogram\n"
+            "b_seconds_bucket{le=\"0.5\"} 0\n"
+            "b_seconds_bucket{le=\"2\"} 1\n"
+            "b_seconds_bucket{le=\"+Inf\"} 1\n"
+            "b_seconds_sum 1.25\n"
+            "b_seconds_count 1\n"
+            "# HELP c_bytes Gauge.\n"
+            "# TYPE c_bytes gauge\n"
+            "c_bytes{pool=\"x\\\\y\"} 0.125\n");
+}
+
 TEST(MetricsTest, ValuesAndClear) {
   MetricsRegistry r = Sample();
   EXPECT_EQ(r.Value("cxlpool_grants_total", {{"pool", "node0"}}), 2);
