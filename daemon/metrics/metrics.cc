@@ -22,6 +22,11 @@ bool ValidName(const std::string& n, bool label) {
 }
 
 void AppendEscaped(std::string* out, const std::string& v, bool quote) {
+  // Label values and help texts rarely need escaping: append them whole.
+  if (v.find_first_of(quote ? "\\\n\"" : "\\\n") == std::string::npos) {
+    *out += v;
+    return;
+  }
   for (char c : v) {
     if (c == '\\')
       *out += "\\\\";

@@ -206,7 +206,7 @@ Result<std::unique_ptr<Backing>> CreateMemfdBacking(const MemfdSpec& spec) {
   if (spec.yield_between_steps) {
     step = (spec.hugetlb || kind == "memfd-thp") ? kHugePage2M : kBackgroundStep;
   }
-  CXLPOOL_RETURN_IF_ERROR(Prefault(addr, spec.size_bytes, page, step));
+  if (spec.prefault) CXLPOOL_RETURN_IF_ERROR(Prefault(addr, spec.size_bytes, page, step));
   if (spec.pin && ::mlock(addr, spec.size_bytes) != 0) {
     int err = errno;
     Status st = Status::FromErrno(err, "mlock " + HumanBytes(spec.size_bytes) +

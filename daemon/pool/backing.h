@@ -65,6 +65,10 @@ struct MemfdSpec {
   bool pin = true;          // mlock the daemon mapping
   bool thp = false;         // madvise(MADV_HUGEPAGE)
   bool hugetlb = false;     // MFD_HUGETLB with 2 MiB pages
+  // false: leave the pages to be faulted on first touch (mlock, if `pin`,
+  // still faults them).  // Only for in-process harnesses over a foreign topology, whose grants are
+  // never touched: a production pool always prefaults.
+  bool prefault = true;
   std::string name = "cxlpool";
   // Background builds (warm stock): prefault in steps and sched_yield()
   // between them. A low-priority thread inside one long prefault is not

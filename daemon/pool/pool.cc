@@ -218,6 +218,7 @@ Result<std::unique_ptr<Backing>> MemfdPool::Build(uint64_t size, bool hugetlb, B
   spec.yield_between_steps = why == BuildFor::kStock;
   spec.numa_node = opts_.bind ? numa_node() : -1;
   spec.pin = cfg_.pin;
+  spec.prefault = opts_.prefault;
   spec.thp =
       cfg_.thp && (opts_.shmem_thp == ShmemThp::kAdvise || opts_.shmem_thp == ShmemThp::kAlways);
   spec.name = "cxlpool:" + name();
@@ -359,6 +360,7 @@ Result<std::vector<std::unique_ptr<Pool>>> BuildPools(const Topology& topo,
   }
   MemfdPool::Options mopts;
   mopts.bind = options.bind;
+  mopts.prefault = options.prefault;
   mopts.fs = options.fs;
   mopts.shmem_thp = options.fs ? ReadShmemThp(*options.fs) : ShmemThp::kUnknown;
   for (const auto& node : topo.numa_nodes) {

@@ -132,7 +132,8 @@ class Pool {
 class MemfdPool final : public Pool {
  public:
   struct Options {
-    bool bind = true;  // mbind to the node (false for a foreign topology)
+    bool bind = true;      // mbind to the node (false for a foreign topology)
+    bool prefault = true;  // MemfdSpec::prefault
     ShmemThp shmem_thp = ShmemThp::kUnknown;
     const FileSystem* fs = nullptr;  // live hugepage counters; may be null
   };
@@ -194,6 +195,8 @@ class DevdaxPool final : public Pool {
 
 struct PoolBuildOptions {
   bool bind = true;                // the topology is this machine's
+  bool prefault = true;            // false: grants are faulted on first touch
+                                   // (in-process harnesses only)
   const FileSystem* fs = nullptr;  // THP mode and hugepage counters
   DaxControl* dax = nullptr;       // required when config.devdax is not empty
 };

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <initializer_list>
@@ -107,6 +108,29 @@ TEST_F(BackingTest, StepwisePrefaultLeavesEveryPageResidentOnTheNode) {
     ASSERT_EQ(nodes.size(), size / page) << size << ": every page is resident";
     for (int n : nodes) ASSERT_EQ(n, 0) << size;
   }
+}
+
+// prefault = false (in-process harnesses): no page is resident after the
+// build, and the node binding still places the pages touched later.
+TEST_F(BackingTest, WithoutPrefaultPagesComeOnFirstTouchOnTheBoundNode) {
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  MemfdSpec spec;
+  spec.size_bytes = 64 * page;
+  spec.numa_node = 0;
+  spec.pin = false;
+  spec.prefault = false;
+  auto b = CreateMemfdBacking(spec);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  auto* addr = static_cast<char*>((*b)->daemon_addr());
+  auto nodes = PageNodes(addr, spec.size_bytes);
+  ASSERT_EQ(nodes.size(), 64u);
+  for (int n : nodes) EXPECT_EQ(n, -ENOENT) << "not faulted in";
+  addr[0] = 1;
+  addr[10 * page] = 1;
+  nodes = PageNodes(addr, spec.size_bytes);
+  EXPECT_EQ(nodes[0], 0);
+  EXPECT_EQ(nodes[10], 0);
+  EXPECT_EQ(nodes[1], -ENOENT);
 }
 
 TEST_F(BackingTest, SealedAgainstGrowthButShrinkableAndReclaimTruncatesLeakedFd) {

@@ -189,10 +189,14 @@ class FakeDaxControl final : public DaxControl {
 
 // A LeaseManager on a single io_context (loop == workers).
 struct Harness {
-  explicit Harness(Topology t, DaemonConfig cfg = TestConfig(), DaxControl* dax = nullptr)
+  // `prefault` false: grants are not populated (for harnesses that never
+  // touch them, such as fuzz_handler).
+  explicit Harness(Topology t, DaemonConfig cfg = TestConfig(), DaxControl* dax = nullptr,
+                   bool prefault = true)
       : topo(std::move(t)) {
     PoolBuildOptions o;
     o.bind = false;
+    o.prefault = prefault;
     o.dax = dax;
     auto pools = BuildPools(topo, cfg, o, nullptr);
     CXLPOOL_CHECK(pools.ok());

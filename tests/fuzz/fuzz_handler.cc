@@ -50,7 +50,8 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  cxlpool::testing::Harness h(SmallPools());
+  cxlpool::testing::Harness h(SmallPools(), cxlpool::testing::TestConfig(), nullptr,
+                              /*prefault=*/false);
   cxlpool::FakeFileSystem proc;
   cxlpool::HandlerOptions o;
   o.instance_id = "fuzz";
