@@ -128,11 +128,10 @@ void DaemonMetrics::OnGranted(const LeaseSnapshot& lease, int64_t latency_ns) {
 }
 
 std::string DaemonMetrics::Render(const LeaseManager& leases, const ProcessFacts& facts) {
-  for (const char* g :
-       {"cxlpool_pool_capacity_bytes", "cxlpool_pool_leased_bytes", "cxlpool_pool_warm_bytes",
-        "cxlpool_pool_free_bytes", "cxlpool_pool_leases", "cxlpool_pool_reclaiming_bytes"}) {
-    reg_.ClearGauge(g);
-  }
+  static constexpr const char* kPoolGauges[] = {
+      "cxlpool_pool_capacity_bytes", "cxlpool_pool_leased_bytes", "cxlpool_pool_warm_bytes",
+      "cxlpool_pool_free_bytes",     "cxlpool_pool_leases",       "cxlpool_pool_reclaiming_bytes"};
+  for (const char* g : kPoolGauges) reg_.BeginGaugeRefresh(g);
   for (const auto& p : leases.Pools()) {
     Labels l{{"pool", p.name}, {"kind", p.kind}, {"tier", TierLabel(p.memory_tier)}};
     reg_.Set("cxlpool_pool_capacity_bytes", l, static_cast<double>(p.capacity_bytes));
@@ -142,6 +141,7 @@ std::string DaemonMetrics::Render(const LeaseManager& leases, const ProcessFacts
     reg_.Set("cxlpool_pool_leases", l, static_cast<double>(p.lease_count));
     reg_.Set("cxlpool_pool_reclaiming_bytes", l, static_cast<double>(p.reclaiming_bytes));
   }
+  for (const char* g : kPoolGauges) reg_.EndGaugeRefresh(g);
   auto gauges = leases.Gauges();
   auto gauge = [&](const char* key) {
     auto it = gauges.find(key);
@@ -184,10 +184,10 @@ std::string DaemonMetrics::Render(const LeaseManager& leases, const ProcessFacts
     }
   }
 
-  for (const char* g : {"cxlpool_quota_used_bytes", "cxlpool_quota_max_bytes",
-                        "cxlpool_quota_used_leases", "cxlpool_quota_max_leases"}) {
-    reg_.ClearGauge(g);
-  }
+  static constexpr const char* kQuotaGauges[] = {
+      "cxlpool_quota_used_bytes", "cxlpool_quota_max_bytes", "cxlpool_quota_used_leases",
+      "cxlpool_quota_max_leases"};
+  for (const char* g : kQuotaGauges) reg_.BeginGaugeRefresh(g);
   for (const auto& q : leases.Quotas()) {
     Labels l{{"scope", QuotaScopeName(q.rule.scope)},
              {"subject", q.rule.subject},
@@ -197,6 +197,7 @@ std::string DaemonMetrics::Render(const LeaseManager& leases, const ProcessFacts
     reg_.Set("cxlpool_quota_used_leases", l, static_cast<double>(q.used_leases));
     reg_.Set("cxlpool_quota_max_leases", l, static_cast<double>(q.rule.max_leases));
   }
+  for (const char* g : kQuotaGauges) reg_.EndGaugeRefresh(g);
 
   reg_.Set("cxlpool_dumpable", facts.dumpable ? 1 : 0);
   reg_.Set("cxlpool_memlock_limit_bytes", static_cast<double>(facts.memlock_limit_bytes));

@@ -1,8 +1,8 @@
 #include "metrics.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
-#include <cstdio>
 #include <string_view>
 
 #include "cxlpool/common/status.h"
@@ -39,17 +39,19 @@ void AppendEscaped(std::string* out, const std::string& v, bool quote) {
   }
 }
 
+// Integers print whole (byte counts), others with 9 significant digits,
+// as printf's %.9g would; to_chars skips printf's locale and parsing.
 std::string FormatValue(double v) {
   if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
   if (std::isnan(v)) return "NaN";
-  if (v == std::floor(v) && std::fabs(v) < 1e15) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.0f", v);
-    return buf;
-  }
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
+  std::to_chars_result r;
+  if (v == std::floor(v) && std::fabs(v) < 1e15) {
+    r = std::to_chars(buf, buf + sizeof buf, static_cast<int64_t>(v));
+  } else {
+    r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::general, 9);
+  }
+  return std::string(buf, r.ptr);
 }
 
 // `{k="v",k2="v2"` without its closing brace, or "" for no labels: built
@@ -72,7 +74,12 @@ void AppendSample(std::string* out, const std::string& name, std::string_view su
   *out += name;
   *out += suffix;
   if (!le.empty()) {
-    *out += body.empty() ? "{" : body + ",";
+    if (body.empty()) {
+      *out += '{';
+    } else {
+      *out += body;
+      *out += ',';
+    }
     *out += "le=\"";
     *out += le;
     *out += "\"}";
@@ -132,11 +139,23 @@ void MetricsRegistry::SetCounter(const std::string& name, const Labels& labels, 
 
 void MetricsRegistry::Set(const std::string& name, const Labels& labels, double value) {
   for (const auto& [k, v] : labels) CXLPOOL_CHECK(ValidName(k, true));
-  Get(name, Type::kGauge).children[labels].value = value;
+  Family& f = Get(name, Type::kGauge);
+  Child& c = f.children[labels];
+  c.value = value;
+  c.refresh = f.refresh;
 }
 
 void MetricsRegistry::ClearGauge(const std::string& name) {
   Get(name, Type::kGauge).children.clear();
+}
+
+void MetricsRegistry::BeginGaugeRefresh(const std::string& name) {
+  ++Get(name, Type::kGauge).refresh;
+}
+
+void MetricsRegistry::EndGaugeRefresh(const std::string& name) {
+  Family& f = Get(name, Type::kGauge);
+  std::erase_if(f.children, [&](const auto& kv) { return kv.second.refresh != f.refresh; });
 }
 
 void MetricsRegistry::Observe(const std::string& name, const Labels& labels, double value) {
@@ -191,6 +210,7 @@ uint64_t MetricsRegistry::HistogramCount(const std::string& name, const Labels& 
 
 std::string MetricsRegistry::Render() const {
   std::string out;
+  out.reserve(last_render_bytes_ + last_render_bytes_ / 8);
   for (const auto& [name, f] : families_) {
     const char* type = f.type == Type::kCounter ? "counter"
                        : f.type == Type::kGauge ? "gauge"
@@ -217,6 +237,7 @@ std::string MetricsRegistry::Render() const {
       AppendSample(&out, name, "_count", body, "", std::to_string(c.count));
     }
   }
+  last_render_bytes_ = out.size();
   return out;
 }
 

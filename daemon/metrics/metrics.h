@@ -23,6 +23,7 @@ class MetricsRegistry {
     double value = 0;               // counter / gauge; histogram sum
     uint64_t count = 0;             // histogram
     std::vector<uint64_t> buckets;  // histogram, non-cumulative
+    uint64_t refresh = 0;           // gauge: the family's refresh when last set
   };
 
  public:
@@ -61,8 +62,14 @@ class MetricsRegistry {
   void Set(const std::string& name, double value) { Set(name, {}, value); }
   void Observe(const std::string& name, const Labels& labels, double value);
   void Observe(const std::string& name, double value) { Observe(name, {}, value); }
-  // Drops every child of a gauge family (before re-publishing pool gauges).
+  // Drops every child of a gauge family.
   void ClearGauge(const std::string& name);
+  // Re-publishing a gauge family whose label sets come and go (pools, quota
+  // rules): BeginGaugeRefresh, Set every live child, then EndGaugeRefresh
+  // drops the children not Set in between. Children that stay are updated
+  // in place, so a scrape of an unchanged node allocates nothing for them.
+  void BeginGaugeRefresh(const std::string& name);
+  void EndGaugeRefresh(const std::string& name);
 
   double Value(const std::string& name, const Labels& labels = {}) const;
   uint64_t HistogramCount(const std::string& name, const Labels& labels = {}) const;
@@ -79,10 +86,12 @@ class MetricsRegistry {
     std::string help;
     std::vector<double> bounds;
     std::map<Labels, Child> children;
+    uint64_t refresh = 0;  // gauges: bumped by BeginGaugeRefresh
   };
   Family& Get(const std::string& name, Type type);
   void Add(const std::string& name, const std::string& help, Type type, std::vector<double> bounds);
   std::map<std::string, Family> families_;
+  mutable size_t last_render_bytes_ = 0;  // reserve hint for the next Render
 };
 
 }  // namespace cxlpool

@@ -76,6 +76,54 @@ TEST(MetricsTest, ValuesAndClear) {
   EXPECT_EQ(r.Render().find("cxlpool_pool_leased_bytes{"), std::string::npos);
 }
 
+// A refresh keeps the children set again (updated in place), drops the
+// ones not set, and leaves other gauge families alone.
+TEST(MetricsTest, GaugeRefreshDropsOnlyTheChildrenNotSetAgain) {
+  MetricsRegistry r;
+  r.AddGauge("g_bytes", "G.");
+  r.AddGauge("h_bytes", "H.");
+  r.Set("g_bytes", {{"pool", "a"}}, 1);
+  r.Set("g_bytes", {{"pool", "b"}}, 2);
+  r.Set("h_bytes", {{"pool", "a"}}, 3);
+  r.BeginGaugeRefresh("g_bytes");
+  r.Set("g_bytes", {{"pool", "b"}}, 20);
+  r.Set("g_bytes", {{"pool", "c"}}, 30);
+  r.EndGaugeRefresh("g_bytes");
+  EXPECT_EQ(r.Render(),
+            "# HELP g_bytes G.\n"
+            "# TYPE g_bytes gauge\n"
+            "g_bytes{pool=\"b\"} 20\n"
+            "g_bytes{pool=\"c\"} 30\n"
+            "# HELP h_bytes H.\n"
+            "# TYPE h_bytes gauge\n"
+            "h_bytes{pool=\"a\"} 3\n");
+  r.BeginGaugeRefresh("g_bytes");  // nothing live any more
+  r.EndGaugeRefresh("g_bytes");
+  EXPECT_EQ(r.Render().find("g_bytes{"), std::string::npos);
+}
+
+// Whole numbers print without a point or exponent up to 1e15; the rest
+// with nine significant digits, as %.9g.
+TEST(MetricsTest, ValueFormatting) {
+  MetricsRegistry r;
+  r.AddGauge("v", "V.");
+  const std::pair<double, const char*> cases[] = {
+      {0, "0"},
+      {-3, "-3"},
+      {123456789012345, "123456789012345"},
+      {1e15, "1e+15"},
+      {18446744073709551615.0, "1.84467441e+19"},
+      {0.1, "0.1"},
+      {1.0 / 3, "0.333333333"},
+      {2.5e-5, "2.5e-05"},
+      {-1.5, "-1.5"},
+  };
+  for (const auto& [value, text] : cases) {
+    r.Set("v", value);
+    EXPECT_EQ(r.Render(), std::string("# HELP v V.\n# TYPE v gauge\nv ") + text + "\n") << value;
+  }
+}
+
 // Cells kept by a hot path update the same children as the label-based
 // calls, stay valid as other children are added, and survive a move of the
 // registry (the daemon's metrics object is built, then moved into place).
