@@ -8,6 +8,7 @@ set -euo pipefail
 pkgs=(
   build-essential cmake ninja-build pkg-config git
   clang clang-format
+  libclang-rt-14-dev          # clang's sanitizer and fuzzer runtimes (only a Recommends of clang)
   libhwloc-dev hwloc
   libnuma-dev numactl
   libcxl-dev libdaxctl-dev
@@ -20,6 +21,7 @@ pkgs=(
   libgtest-dev libgmock-dev
   libbenchmark-dev
   jq ccache
+  file                        # CPack's shlibdeps (dpkg-shlibdeps) runs it on every binary
   prometheus
 )
 if [[ " $* " == *" --vm "* ]]; then
