@@ -174,7 +174,10 @@ Result<FrameReader::Progress> FrameReader::Read(int sock, int timeout_ms) {
     if (!have_header_ && got_ == kFrameHeaderSize) {
       frame_.header = DecodeFrameHeader(std::span<const uint8_t, kFrameHeaderSize>(header_buf_));
       have_header_ = true;
-      CXLPOOL_RETURN_IF_ERROR(ValidateFrameHeader(frame_.header, limits_.max_payload_bytes));
+      if (Status st = ValidateFrameHeader(frame_.header, limits_.max_payload_bytes); !st.ok()) {
+        frame_.fds.clear();  // the frame is dead: nothing of it is kept
+        return st;
+      }
       EnforceFdLimit();  // the type's own limit applies from here
     }
   }

@@ -61,7 +61,8 @@ class FrameReader {
   // Reads until a frame is complete, the socket would block (timeout_ms ==
   // 0), the timeout passes (UNAVAILABLE), or an error. timeout_ms < 0 waits
   // forever. After a non-OK result the stream is unusable, except that
-  // header() still shows what was decoded (for an error reply's request id).
+  // header() still shows what was decoded (for an error reply's request id);
+  // after a bad header the reader holds no fd of the frame.
   // PROTOCOL: header invalid (see ValidateFrameHeader), EOF mid-frame.
   Result<Progress> Read(int sock, int timeout_ms);
 
