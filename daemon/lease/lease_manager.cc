@@ -81,6 +81,11 @@ const CallerInfo* LeaseManager::Caller(ConnId conn) const {
   return it == conns_.end() ? nullptr : &it->second.caller;
 }
 
+bool LeaseManager::HoldsLeases(ConnId conn) const {
+  auto it = conns_.find(conn);
+  return it != conns_.end() && !it->second.held.empty();
+}
+
 bool LeaseManager::IsAdmin(ConnId conn) const {
   const CallerInfo* c = Caller(conn);
   return c != nullptr && c->is_admin;

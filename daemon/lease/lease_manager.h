@@ -175,6 +175,9 @@ class LeaseManager {
   std::map<std::string, uint64_t> Gauges() const;
   bool IsAdmin(ConnId conn) const;
   const CallerInfo* Caller(ConnId conn) const;
+  // True while `conn` holds a lease or an attachment (the server never
+  // closes such a connection for being idle).
+  bool HoldsLeases(ConnId conn) const;
   const Topology& topology() const { return *topo_; }
 
   // Starts filling every pool's warm stock in the background.

@@ -201,10 +201,19 @@ template <typename Req, typename Rep>
 Status RawClient::Call(const Req& req, Rep* out, std::vector<UniqueFd>* fds_out,
                        const std::vector<int>& send_fds) {
   uint64_t id = next_id_++;
-  CXLPOOL_RETURN_IF_ERROR(wire::SendMessage(sock_.get(), req, id, send_fds, timeout_ms_));
+  Status sent = wire::SendMessage(sock_.get(), req, id, send_fds, timeout_ms_);
+  if (!sent.ok()) {
+    // Refused at connect (a limit): the daemon wrote why, then closed.
+    auto why = wire::RecvFrame(sock_.get(), {}, 100);
+    if (why.ok()) {
+      if (auto err = wire::ConnectionError(*why)) return *err;
+    }
+    return sent;
+  }
   for (;;) {
     auto f = wire::RecvFrame(sock_.get(), {}, timeout_ms_);
     if (!f.ok()) return f.status();
+    if (auto err = wire::ConnectionError(*f)) return *err;  // the daemon closes with this
     if (f->type() == proto::MSG_LEASE_EVENT) {
       ++pushes_;
       proto::LeaseEvent ev;
