@@ -6,8 +6,8 @@
 //   * Stats: percentiles over latency samples.
 //   * DaemonProc: a cxlpoold the bench spawns on a temp socket with a temp
 //     config (pid tracked, SIGTERM then SIGKILL at exit, PR_SET_PDEATHSIG).
-//   * WireClient: a blocking protocol client over cxlpool_ipc (the grant path
-//     without the client library's mapping).
+//   * WireClient: the grant path without the client library's mapping, over
+//     the shared blocking client (wire::BlockingClient).
 //   * BareServer / BareClient: the baseline, a trivial AF_UNIX stream server
 //     in its own process that answers each request with one memfd fd.
 //
@@ -28,6 +28,7 @@
 #include "cxlpool.pb.h"
 #include "cxlpool/common/status.h"
 #include "cxlpool/common/unique_fd.h"
+#include "cxlpool/proto/blocking_client.h"
 #include "pool/backing.h"
 
 namespace cxlpool::bench {
@@ -37,33 +38,33 @@ constexpr uint64_t kMiB = 1ull << 20;
 constexpr uint64_t kGiB = 1ull << 30;
 
 struct Options {
-  std::vector<std::string> only;  // empty: all of P1..P6
+  std::vector<std::string> only; // empty: all of P1..P6
   bool quick = false;
   bool json = false;
   int node = 0;
-  std::string daemon_path;  // cxlpoold to spawn
-  std::string socket;       // use a running daemon instead
+  std::string daemon_path; // cxlpoold to spawn
+  std::string socket;      // use a running daemon instead
   std::string command_line;
   // Spawned daemons pin (mlock) leases; off when we may not lock memory
   // (not root and RLIMIT_MEMLOCK below 2 GiB), noted in the report.
   bool pin = true;
 
-  bool Wants(const std::string& p) const;
+  bool Wants(const std::string &p) const;
   bool spawn() const { return socket.empty(); }
 };
 
 // One measured figure next to its baseline.
 struct Row {
-  std::string figure;   // "P1"
-  std::string metric;   // "grant 2 MiB warm p50"
-  double value = 0;     // cxlpool
-  double baseline = 0;  // the baseline measured in the same run
-  std::string unit;     // "us", "ms", "GB/s", "ops/s", "x", "KiB"
+  std::string figure;  // "P1"
+  std::string metric;  // "grant 2 MiB warm p50"
+  double value = 0;    // cxlpool
+  double baseline = 0; // the baseline measured in the same run
+  std::string unit;    // "us", "ms", "GB/s", "ops/s", "x", "KiB"
   // "le": ratio <= goal is good, "ge": ratio >= goal, "": informational.
   std::string goal_op;
   double goal = 0;
   std::string note;
-  bool skipped = false;  // value/baseline meaningless; note says why
+  bool skipped = false; // value/baseline meaningless; note says why
 
   double Ratio() const { return baseline > 0 ? value / baseline : 0; }
   // "met", "NOT met", "info" or "skipped".
@@ -72,28 +73,29 @@ struct Row {
 
 struct Report {
   std::vector<Row> rows;
-  std::vector<std::string> notes;  // machine facts, limits met on the way
+  std::vector<std::string> notes; // machine facts, limits met on the way
   void Add(Row r) { rows.push_back(std::move(r)); }
-  void Skip(const std::string& figure, const std::string& metric, const std::string& why);
+  void Skip(const std::string &figure, const std::string &metric,
+            const std::string &why);
   std::string Table() const;
-  std::string Json(const Options& o) const;  // one JSON document
+  std::string Json(const Options &o) const; // one JSON document
 };
 
 // Latency samples in nanoseconds.
 class Stats {
- public:
+public:
   void Add(uint64_t ns) { v_.push_back(ns); }
   size_t size() const { return v_.size(); }
   // Nearest-rank percentile (q in [0,1]) in microseconds; 0 when empty.
   double PercentileUs(double q) const;
   double MedianUs() const { return PercentileUs(0.5); }
 
- private:
+private:
   mutable std::vector<uint64_t> v_;
   mutable bool sorted_ = false;
 };
 
-uint64_t NowNs();  // CLOCK_MONOTONIC, comparable across processes
+uint64_t NowNs(); // CLOCK_MONOTONIC, comparable across processes
 
 // ---- the daemon under test ----
 
@@ -108,23 +110,23 @@ struct DaemonConfig {
 };
 
 class DaemonProc {
- public:
+public:
   DaemonProc() = default;
-  ~DaemonProc();  // Stop()
-  DaemonProc(const DaemonProc&) = delete;
-  DaemonProc& operator=(const DaemonProc&) = delete;
+  ~DaemonProc(); // Stop()
+  DaemonProc(const DaemonProc &) = delete;
+  DaemonProc &operator=(const DaemonProc &) = delete;
 
   // Writes the config into a fresh temp dir, starts `binary --config F
   // --socket S --foreground`, waits until it accepts and its warm stock is
   // built. UNAVAILABLE (did not come up; its log tail is in the message), IO.
-  Status Start(const std::string& binary, const DaemonConfig& cfg);
+  Status Start(const std::string &binary, const DaemonConfig &cfg);
   // SIGTERM, wait up to 10 s, then SIGKILL; removes the temp dir.
   void Stop();
   pid_t pid() const { return pid_; }
-  const std::string& socket() const { return socket_; }
+  const std::string &socket() const { return socket_; }
   std::string LogTail() const;
 
- private:
+private:
   pid_t pid_ = -1;
   std::string dir_;
   std::string socket_;
@@ -136,32 +138,30 @@ void KillAllChildren();
 // ---- a blocking protocol client ----
 
 class WireClient {
- public:
-  static Result<WireClient> Connect(const std::string& socket_path);
+public:
+  static Result<WireClient> Connect(const std::string &socket_path);
 
   // ALLOC; the lease fd is closed unless `fd` is given (the daemon keeps the
-  // lease alive for this connection either way).
+  // lease alive for this connection either way). A lease of several extents
+  // is refused with PROTOCOL when `fd` is given.
   Result<proto::LeaseInfo> Alloc(uint64_t size, int node, bool hugetlb = false,
-                                 UniqueFd* fd = nullptr);
+                                 UniqueFd *fd = nullptr);
   Status Release(uint64_t id);
   Result<proto::StatsReply> GetStats();
   Result<proto::PoolsReply> GetPools();
   // Waits (polling STATS) until no backing is being built (warm stock ready)
   // and no released lease is still being reclaimed.
   Status WaitIdle(int timeout_ms = 120000);
-  int fd() const { return sock_.get(); }
+  int fd() const { return client_.fd(); }
   // Whether the daemon's event loop (its main thread) last ran on the CPU
   // this thread is on now: /proc/<daemon>/stat's processor against
   // sched_getcpu(). Read after a sample, outside its timing; nullopt when
   // either is unknown (no peer pid, /proc unreadable).
   std::optional<bool> LoopOnMyCpu() const;
 
- private:
-  template <typename Req, typename Rep>
-  Status Call(const Req& req, Rep* out, std::vector<UniqueFd>* fds);
-  UniqueFd sock_;
-  uint64_t next_id_ = 1;
-  pid_t peer_pid_ = 0;  // SO_PEERCRED at connect
+private:
+  explicit WireClient(wire::BlockingClient c) : client_(std::move(c)) {}
+  wire::BlockingClient client_; // proto/blocking_client.h
 };
 
 // ---- the baseline: a bare fd-passing AF_UNIX server ----
@@ -177,25 +177,25 @@ class WireClient {
 // cold grant and its release, with no protocol, journal or threads around
 // it. P3 reports it as the floor under the daemon's throughput.
 class BareServer {
- public:
+public:
   BareServer() = default;
   ~BareServer();
-  BareServer(const BareServer&) = delete;
-  BareServer& operator=(const BareServer&) = delete;
+  BareServer(const BareServer &) = delete;
+  BareServer &operator=(const BareServer &) = delete;
   // Forks; returns once the socket accepts.
   Status Start(std::optional<MemfdSpec> build = std::nullopt);
   void Stop();
-  const std::string& socket() const { return socket_; }
+  const std::string &socket() const { return socket_; }
 
- private:
+private:
   pid_t pid_ = -1;
   std::string dir_;
   std::string socket_;
 };
 
 class BareClient {
- public:
-  static Result<BareClient> Connect(const std::string& socket_path);
+public:
+  static Result<BareClient> Connect(const std::string &socket_path);
   // One round trip that brings back an fd (closed at once), the shape of a
   // grant. IO/PROTOCOL on failure.
   Status GrantRoundTrip();
@@ -207,7 +207,7 @@ class BareClient {
   // makes its round trip several times faster; nullopt when unknown.
   std::optional<bool> last_same_cpu() const;
 
- private:
+private:
   Status RoundTrip(uint32_t op, bool expect_fd);
   UniqueFd sock_;
   uint64_t next_id_ = 1;
@@ -223,21 +223,23 @@ Result<std::map<std::string, uint64_t>> NodeMeminfo(int node);
 Result<std::map<std::string, uint64_t>> ProcStatus(pid_t pid);
 // Sum of a smaps field (kB -> bytes) over the mappings overlapping [addr,
 // addr+len) of this process.
-Result<uint64_t> SmapsField(const void* addr, uint64_t len, const std::string& field);
-std::string ReadFirstLine(const std::string& path);  // "" if unreadable
-std::string HumanSize(uint64_t bytes);               // "2 MiB", "1 GiB", "4100 KiB"
+Result<uint64_t> SmapsField(const void *addr, uint64_t len,
+                            const std::string &field);
+std::string ReadFirstLine(const std::string &path); // "" if unreadable
+std::string HumanSize(uint64_t bytes); // "2 MiB", "1 GiB", "4100 KiB"
 
 // ---- the figures ----
 
-void RunP1(const Options& o, Report* r);
-void RunP2(const Options& o, Report* r);
-void RunP3(const Options& o, Report* r);
-void RunP4(const Options& o, Report* r);
-void RunP5(const Options& o, Report* r);
-void RunP6(const Options& o, Report* r);
+void RunP1(const Options &o, Report *r);
+void RunP2(const Options &o, Report *r);
+void RunP3(const Options &o, Report *r);
+void RunP4(const Options &o, Report *r);
+void RunP5(const Options &o, Report *r);
+void RunP6(const Options &o, Report *r);
 
 // The socket to talk to for a phase: the running daemon's, or a daemon the
 // phase spawns with `cfg` (kept in *owned). Errors are reported by the caller.
-Result<std::string> PhaseSocket(const Options& o, const DaemonConfig& cfg, DaemonProc* owned);
+Result<std::string> PhaseSocket(const Options &o, const DaemonConfig &cfg,
+                                DaemonProc *owned);
 
-}  // namespace cxlpool::bench
+} // namespace cxlpool::bench
