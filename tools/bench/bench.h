@@ -38,33 +38,33 @@ constexpr uint64_t kMiB = 1ull << 20;
 constexpr uint64_t kGiB = 1ull << 30;
 
 struct Options {
-  std::vector<std::string> only; // empty: all of P1..P6
+  std::vector<std::string> only;  // empty: all of P1..P6
   bool quick = false;
   bool json = false;
   int node = 0;
-  std::string daemon_path; // cxlpoold to spawn
-  std::string socket;      // use a running daemon instead
+  std::string daemon_path;  // cxlpoold to spawn
+  std::string socket;       // use a running daemon instead
   std::string command_line;
   // Spawned daemons pin (mlock) leases; off when we may not lock memory
   // (not root and RLIMIT_MEMLOCK below 2 GiB), noted in the report.
   bool pin = true;
 
-  bool Wants(const std::string &p) const;
+  bool Wants(const std::string& p) const;
   bool spawn() const { return socket.empty(); }
 };
 
 // One measured figure next to its baseline.
 struct Row {
-  std::string figure;  // "P1"
-  std::string metric;  // "grant 2 MiB warm p50"
-  double value = 0;    // cxlpool
-  double baseline = 0; // the baseline measured in the same run
-  std::string unit;    // "us", "ms", "GB/s", "ops/s", "x", "KiB"
+  std::string figure;   // "P1"
+  std::string metric;   // "grant 2 MiB warm p50"
+  double value = 0;     // cxlpool
+  double baseline = 0;  // the baseline measured in the same run
+  std::string unit;     // "us", "ms", "GB/s", "ops/s", "x", "KiB"
   // "le": ratio <= goal is good, "ge": ratio >= goal, "": informational.
   std::string goal_op;
   double goal = 0;
   std::string note;
-  bool skipped = false; // value/baseline meaningless; note says why
+  bool skipped = false;  // value/baseline meaningless; note says why
 
   double Ratio() const { return baseline > 0 ? value / baseline : 0; }
   // "met", "NOT met", "info" or "skipped".
@@ -73,29 +73,28 @@ struct Row {
 
 struct Report {
   std::vector<Row> rows;
-  std::vector<std::string> notes; // machine facts, limits met on the way
+  std::vector<std::string> notes;  // machine facts, limits met on the way
   void Add(Row r) { rows.push_back(std::move(r)); }
-  void Skip(const std::string &figure, const std::string &metric,
-            const std::string &why);
+  void Skip(const std::string& figure, const std::string& metric, const std::string& why);
   std::string Table() const;
-  std::string Json(const Options &o) const; // one JSON document
+  std::string Json(const Options& o) const;  // one JSON document
 };
 
 // Latency samples in nanoseconds.
 class Stats {
-public:
+ public:
   void Add(uint64_t ns) { v_.push_back(ns); }
   size_t size() const { return v_.size(); }
   // Nearest-rank percentile (q in [0,1]) in microseconds; 0 when empty.
   double PercentileUs(double q) const;
   double MedianUs() const { return PercentileUs(0.5); }
 
-private:
+ private:
   mutable std::vector<uint64_t> v_;
   mutable bool sorted_ = false;
 };
 
-uint64_t NowNs(); // CLOCK_MONOTONIC, comparable across processes
+uint64_t NowNs();  // CLOCK_MONOTONIC, comparable across processes
 
 // ---- the daemon under test ----
 
@@ -110,23 +109,23 @@ struct DaemonConfig {
 };
 
 class DaemonProc {
-public:
+ public:
   DaemonProc() = default;
-  ~DaemonProc(); // Stop()
-  DaemonProc(const DaemonProc &) = delete;
-  DaemonProc &operator=(const DaemonProc &) = delete;
+  ~DaemonProc();  // Stop()
+  DaemonProc(const DaemonProc&) = delete;
+  DaemonProc& operator=(const DaemonProc&) = delete;
 
   // Writes the config into a fresh temp dir, starts `binary --config F
   // --socket S --foreground`, waits until it accepts and its warm stock is
   // built. UNAVAILABLE (did not come up; its log tail is in the message), IO.
-  Status Start(const std::string &binary, const DaemonConfig &cfg);
+  Status Start(const std::string& binary, const DaemonConfig& cfg);
   // SIGTERM, wait up to 10 s, then SIGKILL; removes the temp dir.
   void Stop();
   pid_t pid() const { return pid_; }
-  const std::string &socket() const { return socket_; }
+  const std::string& socket() const { return socket_; }
   std::string LogTail() const;
 
-private:
+ private:
   pid_t pid_ = -1;
   std::string dir_;
   std::string socket_;
@@ -138,14 +137,14 @@ void KillAllChildren();
 // ---- a blocking protocol client ----
 
 class WireClient {
-public:
-  static Result<WireClient> Connect(const std::string &socket_path);
+ public:
+  static Result<WireClient> Connect(const std::string& socket_path);
 
   // ALLOC; the lease fd is closed unless `fd` is given (the daemon keeps the
   // lease alive for this connection either way). A lease of several extents
   // is refused with PROTOCOL when `fd` is given.
   Result<proto::LeaseInfo> Alloc(uint64_t size, int node, bool hugetlb = false,
-                                 UniqueFd *fd = nullptr);
+                                 UniqueFd* fd = nullptr);
   Status Release(uint64_t id);
   Result<proto::StatsReply> GetStats();
   Result<proto::PoolsReply> GetPools();
@@ -159,9 +158,9 @@ public:
   // either is unknown (no peer pid, /proc unreadable).
   std::optional<bool> LoopOnMyCpu() const;
 
-private:
+ private:
   explicit WireClient(wire::BlockingClient c) : client_(std::move(c)) {}
-  wire::BlockingClient client_; // proto/blocking_client.h
+  wire::BlockingClient client_;  // proto/blocking_client.h
 };
 
 // ---- the baseline: a bare fd-passing AF_UNIX server ----
@@ -177,25 +176,25 @@ private:
 // cold grant and its release, with no protocol, journal or threads around
 // it. P3 reports it as the floor under the daemon's throughput.
 class BareServer {
-public:
+ public:
   BareServer() = default;
   ~BareServer();
-  BareServer(const BareServer &) = delete;
-  BareServer &operator=(const BareServer &) = delete;
+  BareServer(const BareServer&) = delete;
+  BareServer& operator=(const BareServer&) = delete;
   // Forks; returns once the socket accepts.
   Status Start(std::optional<MemfdSpec> build = std::nullopt);
   void Stop();
-  const std::string &socket() const { return socket_; }
+  const std::string& socket() const { return socket_; }
 
-private:
+ private:
   pid_t pid_ = -1;
   std::string dir_;
   std::string socket_;
 };
 
 class BareClient {
-public:
-  static Result<BareClient> Connect(const std::string &socket_path);
+ public:
+  static Result<BareClient> Connect(const std::string& socket_path);
   // One round trip that brings back an fd (closed at once), the shape of a
   // grant. IO/PROTOCOL on failure.
   Status GrantRoundTrip();
@@ -207,7 +206,7 @@ public:
   // makes its round trip several times faster; nullopt when unknown.
   std::optional<bool> last_same_cpu() const;
 
-private:
+ private:
   Status RoundTrip(uint32_t op, bool expect_fd);
   UniqueFd sock_;
   uint64_t next_id_ = 1;
@@ -223,23 +222,29 @@ Result<std::map<std::string, uint64_t>> NodeMeminfo(int node);
 Result<std::map<std::string, uint64_t>> ProcStatus(pid_t pid);
 // Sum of a smaps field (kB -> bytes) over the mappings overlapping [addr,
 // addr+len) of this process.
-Result<uint64_t> SmapsField(const void *addr, uint64_t len,
-                            const std::string &field);
-std::string ReadFirstLine(const std::string &path); // "" if unreadable
-std::string HumanSize(uint64_t bytes); // "2 MiB", "1 GiB", "4100 KiB"
+Result<uint64_t> SmapsField(const void* addr, uint64_t len, const std::string& field);
+std::string ReadFirstLine(const std::string& path);  // "" if unreadable
+// mbind(MPOL_BIND) of [p, p+len) to `node`.
+Status BindToNode(void* p, uint64_t len, int node);
+// MADV_POPULATE_WRITE, else a write to every `page`.
+void PopulateWrite(void* p, uint64_t len, uint64_t page);
+std::string HumanSize(uint64_t bytes);  // "2 MiB", "1 GiB", "4100 KiB"
 
 // ---- the figures ----
 
-void RunP1(const Options &o, Report *r);
-void RunP2(const Options &o, Report *r);
-void RunP3(const Options &o, Report *r);
-void RunP4(const Options &o, Report *r);
-void RunP5(const Options &o, Report *r);
-void RunP6(const Options &o, Report *r);
+void RunP1(const Options& o, Report* r);
+void RunP2(const Options& o, Report* r);
+void RunP3(const Options& o, Report* r);
+void RunP4(const Options& o, Report* r);
+void RunP5(const Options& o, Report* r);
+void RunP6(const Options& o, Report* r);
+// Issue 18's extent measurements (extents.cc): per-granule build, map and
+// fd-passing costs, and scrubbing against memset.
+void RunLadder(const Options& o, Report* r);
+void RunRecycle(const Options& o, Report* r);
 
 // The socket to talk to for a phase: the running daemon's, or a daemon the
 // phase spawns with `cfg` (kept in *owned). Errors are reported by the caller.
-Result<std::string> PhaseSocket(const Options &o, const DaemonConfig &cfg,
-                                DaemonProc *owned);
+Result<std::string> PhaseSocket(const Options& o, const DaemonConfig& cfg, DaemonProc* owned);
 
-} // namespace cxlpool::bench
+}  // namespace cxlpool::bench
