@@ -166,10 +166,10 @@ bool HostArena::Free(void* ptr) {
           if (s->device == b.slab->device && s->used == 0) ++empty;
         }
         if (empty > options_.keep_empty_slabs) {
-          auto it = std::find_if(slabs_.begin(), slabs_.end(),
-                                 [&](const auto& s) { return s.get() == b.slab; });
-          to_release = std::move((*it)->lease);
-          slabs_.erase(it);
+          auto slab = std::find_if(slabs_.begin(), slabs_.end(),
+                                   [&](const auto& s) { return s.get() == b.slab; });
+          to_release = std::move((*slab)->lease);
+          slabs_.erase(slab);
         }
       }
     } else {
