@@ -65,37 +65,34 @@ if [[ $MODE == bundle || $MODE == run ]]; then
   cmake --build "$BUILD_DIR" -j "$JOBS" --target cxlpoold cxlpoolctl cxlpool cxlpool_preload
 fi
 if [[ $MODE == bundle ]]; then
+  # bin/ and lib/: the daemon and the CLI with what they load; lib/client/:
+  # libcxlpool, the preload shim and theirs, the only libraries the Python
+  # processes get (nothing there shadows what the interpreter itself loads).
   rm -rf "$BUNDLE"
-  mkdir -p "$BUNDLE/bin" "$BUNDLE/lib"
+  mkdir -p "$BUNDLE/bin" "$BUNDLE/lib/client"
   objcopy --strip-debug "$BUILD_DIR/daemon/cxlpoold" "$BUNDLE/bin/cxlpoold"
   objcopy --strip-debug "$BUILD_DIR/tools/cxlpoolctl" "$BUNDLE/bin/cxlpoolctl"
-  objcopy --strip-debug "$BUILD_DIR/client_lib/libcxlpool.so.0" "$BUNDLE/lib/libcxlpool.so.0"
-  objcopy --strip-debug "$BUILD_DIR/client_lib/preload/libcxlpool_preload.so" "$BUNDLE/lib/libcxlpool_preload.so"
-  # Every library the loader resolves beyond the C and C++ runtimes.
-  ldd "$BUNDLE"/bin/* "$BUNDLE"/lib/*.so* | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | sort -u |
-    while read -r soname path; do
-      case $soname in
-        libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | libstdc++.so.* | libgcc_s.so.*) ;;
-        libcxlpool.so.*) ;;
-        *) cp -L "$path" "$BUNDLE/lib/$soname" ;;
-      esac
-    done
+  objcopy --strip-debug "$BUILD_DIR/client_lib/libcxlpool.so.0" "$BUNDLE/lib/client/libcxlpool.so.0"
+  objcopy --strip-debug "$BUILD_DIR/client_lib/preload/libcxlpool_preload.so" \
+    "$BUNDLE/lib/client/libcxlpool_preload.so"
+  pack() {  # pack DEST FILE...: every library they load beyond the C and C++ runtimes
+    local dest=$1
+    shift
+    ldd "$@" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | sort -u |
+      while read -r soname path; do
+        case $soname in
+          libc.so.* | libm.so.* | libpthread.so.* | libdl.so.* | librt.so.* | libstdc++.so.* | libgcc_s.so.*) ;;
+          libcxlpool.so.*) ;;
+          *) cp -L "$path" "$dest/$soname" ;;
+        esac
+      done
+  }
+  pack "$BUNDLE/lib" "$BUNDLE"/bin/*
+  pack "$BUNDLE/lib/client" "$BUNDLE"/lib/client/*.so*
   git rev-parse --short HEAD >"$BUNDLE/COMMIT" 2>/dev/null || true
   say "bundle in $BUNDLE ($(du -sh "$BUNDLE" | cut -f1)); on the GPU machine: scripts/gpu-torch-check.sh --prebuilt $BUNDLE"
   exit 0
 fi
-
-if [[ $MODE == prebuilt ]]; then
-  BUNDLE=$(cd "$BUNDLE" && pwd)
-  BIN=$BUNDLE/bin LIB=$BUNDLE/lib PRELOAD=$BUNDLE/lib/libcxlpool_preload.so
-  export LD_LIBRARY_PATH=$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-else
-  BIN=$ROOT/$BUILD_DIR/bin LIB=$ROOT/$BUILD_DIR/client_lib PRELOAD=$ROOT/$BUILD_DIR/client_lib/preload/libcxlpool_preload.so
-  mkdir -p "$BIN"
-  ln -sf "$ROOT/$BUILD_DIR/daemon/cxlpoold" "$BIN/cxlpoold"
-  ln -sf "$ROOT/$BUILD_DIR/tools/cxlpoolctl" "$BIN/cxlpoolctl"
-fi
-"$BIN/cxlpoolctl" --help >/dev/null 2>&1 || { say "cannot run $BIN/cxlpoolctl: $("$BIN/cxlpoolctl" --help 2>&1 | head -1)"; exit 1; }
 
 TMP=$(mktemp -d /tmp/cxlpool-gpu-torch-XXXXXX)
 DAEMON_PID=
@@ -110,6 +107,24 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
+if [[ $MODE == prebuilt ]]; then
+  BUNDLE=$(cd "$BUNDLE" && pwd)
+  LIB=$BUNDLE/lib/client PRELOAD=$BUNDLE/lib/client/libcxlpool_preload.so BIN=$TMP/bin
+  mkdir -p "$BIN"
+  for b in cxlpoold cxlpoolctl; do
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$BUNDLE/lib:$BUNDLE/lib/client" "$BUNDLE/bin/$b" >"$BIN/$b"
+    chmod +x "$BIN/$b"
+  done
+  # The Python processes: libcxlpool's own dependencies only.
+  export LD_LIBRARY_PATH=$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+else
+  BIN=$TMP/bin LIB=$ROOT/$BUILD_DIR/client_lib PRELOAD=$ROOT/$BUILD_DIR/client_lib/preload/libcxlpool_preload.so
+  mkdir -p "$BIN"
+  ln -sf "$ROOT/$BUILD_DIR/daemon/cxlpoold" "$BIN/cxlpoold"
+  ln -sf "$ROOT/$BUILD_DIR/tools/cxlpoolctl" "$BIN/cxlpoolctl"
+fi
+"$BIN/cxlpoolctl" --help >/dev/null 2>&1 || { say "cannot run $BIN/cxlpoolctl: $("$BIN/cxlpoolctl" --help 2>&1 | head -1)"; exit 1; }
+
 
 # The Python package and the allocator extension, for this interpreter.
 PYTHON=$PY scripts/build-python-ext.sh "$TMP/py" "$LIB"
