@@ -225,7 +225,10 @@ Result<std::map<std::string, uint64_t>> ProcStatus(pid_t pid);
 // addr+len) of this process.
 Result<uint64_t> SmapsField(const void* addr, uint64_t len, const std::string& field);
 std::string ReadFirstLine(const std::string& path);  // "" if unreadable
-std::string HumanSize(uint64_t bytes);               // "2 MiB", "1 GiB", "4100 KiB"
+// Per-node meminfo counters are per-CPU deltas folded every
+// vm.stat_interval seconds: sleeps two intervals so they have caught up.
+void SettleVmstat();
+std::string HumanSize(uint64_t bytes);  // "2 MiB", "1 GiB", "4100 KiB"
 
 // ---- the figures ----
 

@@ -58,13 +58,6 @@ int64_t Field(const std::map<std::string, uint64_t>& m, const char* k) {
   return it == m.end() ? 0 : static_cast<int64_t>(it->second);
 }
 
-// Per-node counters fold every vm.stat_interval seconds.
-void Settle() {
-  std::string v = ReadFirstLine("/proc/sys/vm/stat_interval");
-  int s = v.empty() ? 1 : std::max(1, std::atoi(v.c_str()));
-  ::usleep(static_cast<useconds_t>(2 * s) * 1000000u + 200000u);
-}
-
 }  // namespace
 
 void RunP7(const Options& o, Report* r) {
@@ -96,7 +89,7 @@ void RunP7(const Options& o, Report* r) {
   ao.cuda_register = false;  // no GPU here; registration does not change committed bytes
   ao.label = "bench-p7";
   auto arena = std::make_unique<hostalloc::HostArena>(std::move(*client), ao);
-  Settle();
+  SettleVmstat();
   auto m0 = NodeMeminfo(o.node);
   auto p0 = ProcStatus(::getpid());
   if (!m0.ok()) return r->Skip("P7", "pinned", m0.status().ToString());
@@ -115,7 +108,7 @@ void RunP7(const Options& o, Report* r) {
     }
   }
   if (Status s = w->WaitIdle(); !s.ok()) return r->Skip("P7", "pinned", s.ToString());
-  Settle();
+  SettleVmstat();
   auto m1 = NodeMeminfo(o.node);
   auto p1 = ProcStatus(::getpid());
   hostalloc::ArenaStats st = arena->stats();
