@@ -62,12 +62,13 @@ warm_stock = []
     ASSERT_TRUE(st.ok()) << st.ToString();
   }
 
-  ProbeRun Run(const std::string& args, const std::string& env = "") {
+  ProbeRun Run(const std::string& args, const std::string& env = "",
+               const std::string& probe = Env("CXLPOOL_PROBE")) {
     std::string sock = daemon_.started() ? daemon_.socket() : "/nonexistent/cxlpool.sock";
     std::string cmd = "env CXLPOOL_SOCKET=" + sock + " CXLPOOL_CUDA_LIBRARY=libcuda.so.1 " +
                       "PROBE_LEASES_CMD='" + testsupport::CtlBinary() + " leases --json --socket " +
                       sock + "' " + env + " LD_PRELOAD=" + Env("CXLPOOL_PRELOAD_LIB") + " " +
-                      Env("CXLPOOL_PROBE") + " " + args + " 2>&1";
+                      probe + " " + args + " 2>&1";
     ProbeRun r;
     auto [rc, out] = RunShell(cmd);
     r.rc = rc;
@@ -216,6 +217,29 @@ TEST_F(PreloadTest, EnvironmentSwitchAndThreshold) {
   ProbeRun low = Run("runtime", "CXLPOOL_PRELOAD_MIN_BYTES=32K");
   EXPECT_EQ(low.Get("live_after_all"), "1") << "64 KiB served, write-combined not:\n" << low.out;
   EXPECT_EQ(low.Get("served"), "2");
+}
+
+TEST_F(PreloadTest, RuntimeLoadedRtldLocalIsFoundAmongTheLoadedObjects) {
+  // As under Python: the runtime sits in a dlopen(RTLD_LOCAL) library's
+  // scope, so dlsym(RTLD_NEXT) from the shim finds nothing; the shim must
+  // still serve the big request and hand the small one and the foreign free
+  // to the real (versioned) functions.
+  StartDaemon();
+  // No libcuda.so.1 in this program's search path: the driver by its path.
+  ProbeRun r =
+      Run("", "CXLPOOL_CUDA_LIBRARY=" + Env("CXLPOOL_FAKE_LIBCUDA"), Env("CXLPOOL_LOCAL_PROBE"));
+  ASSERT_EQ(r.rc, 0) << r.out;
+  EXPECT_EQ(r.Get("runtime_global"), "0") << "the runtime must not be in the global scope";
+  EXPECT_EQ(r.Get("big_rc"), "0") << r.out;
+  EXPECT_EQ(r.Get("small_rc"), "0") << r.out;
+  EXPECT_EQ(r.Get("live"), "1") << "only the 4 KiB request reaches the real runtime:\n" << r.out;
+  EXPECT_EQ(r.Get("free_big"), "0");
+  EXPECT_EQ(r.Get("free_small"), "0");
+  EXPECT_EQ(r.Get("free_foreign"), "1");
+  EXPECT_EQ(r.Get("foreign_frees"), "1");
+  EXPECT_EQ(r.Get("live_end"), "0");
+  EXPECT_EQ(r.Get("served"), "1");
+  EXPECT_EQ(r.Get("freed"), "1");
 }
 
 TEST_F(PreloadTest, SymbolVersions) {
