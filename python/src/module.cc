@@ -621,8 +621,23 @@ the Client object and its close(): each keeps the connection open.)")
            py::arg("gpu") = py::none(), py::arg("tier") = py::none(), py::arg("strict") = false,
            py::arg("hugetlb") = false, py::arg("cuda_register") = false, py::arg("label") = "",
            py::arg("name") = py::none(), py::arg("acl_uids") = py::none(),
-           py::arg("acl_gids") = py::none(), "See cxlpool.Client.allocate.")
-      .def("attach", &PyClient::Attach, py::arg("name"), "Maps a shared named lease.")
+           py::arg("acl_gids") = py::none(),
+           R"(A lease of `size` bytes (the daemon rounds up to its page size).
+
+numa_node: a node id, or None to let the daemon place it. near_gpu: a GPU index to
+place it near; gpu: a GPU UUID or PCI bus id (overrides near_gpu). tier: node kinds in
+order of preference, a list or "dram,cxl". strict: refuse rather than fall back.
+hugetlb: ask for hugetlb backing. cuda_register: register with CUDA on near_gpu (0 when
+None); a failed registration does not fail the allocation, device_ptr raises its error.
+label: shown by `cxlpoolctl leases`. name: make it a shared named lease that processes
+whose uid is in acl_uids or gid in acl_gids (and the owner) can attach().
+
+Raises InvalidArgumentError, ResourceExhaustedError (pool full, quota; the message
+names the limit), NotFoundError (unknown node or GPU), AlreadyExistsError (name taken),
+UnavailableError (no daemon), ProtocolError, IoError.)")
+      .def("attach", &PyClient::Attach, py::arg("name"),
+           "Maps the shared named lease `name`. Raises NotFoundError (no such name),\n"
+           "PermissionDeniedError (not in its ACL), UnavailableError.")
       .def("process_events", &PyClient::ProcessEvents,
            "Reads pushed lease events (revocations) without blocking; returns how many.")
       .def("close", &PyClient::Close)
