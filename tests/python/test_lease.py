@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import os
 import time
 
 import pytest
@@ -181,3 +182,24 @@ def test_process_events_and_revocation(daemon):
         time.sleep(0.01)
     assert lease.revoked
     lease.release()  # REVOKED is not an error for release()
+
+
+def pages_nodes(ptr: int, size: int, step: int = 1 << 20) -> set[int]:
+    """The NUMA node of one page per `step` bytes, asked of the kernel
+    (move_pages with no target nodes only reports)."""
+    libnuma = ctypes.CDLL("libnuma.so.1", use_errno=True)
+    n = max(1, size // step)
+    pages = (ctypes.c_void_p * n)(*[ptr + i * step for i in range(n)])
+    status = (ctypes.c_int * n)()
+    libnuma.numa_move_pages.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.POINTER(ctypes.c_void_p),
+                                        ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int), ctypes.c_int]
+    rc = libnuma.numa_move_pages(0, n, pages, None, status, 0)
+    assert rc == 0, os.strerror(ctypes.get_errno())
+    return set(status)
+
+
+def test_pages_are_where_the_daemon_says(daemon):
+    lease = cxlpool.Client().allocate(16 * MiB, numa_node=0, strict=True)
+    memoryview(lease)[::4096] = b"\1" * (lease.size // 4096)
+    assert pages_nodes(lease.ptr, lease.size) == {lease.numa_node} == {0}
+    lease.release()
