@@ -2,7 +2,7 @@
 
 The extension is a plain shared library with a small C interface (no Python
 headers), built against PyTorch >= 2.8 by CMake where such a PyTorch is
-installed, or by scripts/build-torch-ext.sh. It is looked up at
+installed, or by scripts/build-python-ext.sh. It is looked up at
 ``$CXLPOOL_TORCH_EXT``, else next to this file as
 ``_torch_host_allocator.so``.
 """
@@ -74,7 +74,7 @@ def load() -> ctypes.CDLL:
             raise _from_code(
                 ErrorCode.UNSUPPORTED,
                 f"the host-allocator extension is not built ({p} missing): build it with "
-                "scripts/build-torch-ext.sh, or set CXLPOOL_TORCH_EXT",
+                "scripts/build-python-ext.sh, or set CXLPOOL_TORCH_EXT",
             )
         lib = ctypes.CDLL(p, mode=ctypes.RTLD_GLOBAL)
         lib.cxlpool_torch_install.restype = ctypes.c_int

@@ -209,3 +209,15 @@ def test_no_daemon_raises_from_torch_helpers(tmp_path, monkeypatch):
                    "    print(type(e).__name__, int(e.code))\n")
     assert r.returncode == 0, r.stderr
     assert r.stdout.split()[0] in ("NotFoundError", "UnavailableError")
+
+
+def test_pinned_allocator_says_how_to_build_the_missing_extension(daemon, monkeypatch, tmp_path):
+    # As on a PyTorch >= 2.8 where the extension was not built.
+    from cxlpool import _torch_ext
+
+    monkeypatch.setattr(torch, "__version__", "2.11.0+cu130")
+    monkeypatch.setenv("CXLPOOL_TORCH_EXT", str(tmp_path / "_torch_host_allocator.so"))
+    assert _torch_ext.path() == str(tmp_path / "_torch_host_allocator.so")
+    with pytest.raises(cxlpool.UnsupportedError, match="not built.*build-python-ext.sh"):
+        ct.use_as_pinned_allocator()
+    assert _torch_ext.loaded() is None
