@@ -38,7 +38,7 @@ constexpr uint64_t kMiB = 1ull << 20;
 constexpr uint64_t kGiB = 1ull << 30;
 
 struct Options {
-  std::vector<std::string> only;  // empty: all of P1..P6
+  std::vector<std::string> only;  // empty: all of P1..P7
   bool quick = false;
   bool json = false;
   int node = 0;
@@ -228,6 +228,9 @@ std::string ReadFirstLine(const std::string& path);  // "" if unreadable
 Status BindToNode(void* p, uint64_t len, int node);
 // MADV_POPULATE_WRITE, else a write to every `page`.
 void PopulateWrite(void* p, uint64_t len, uint64_t page);
+// Per-node meminfo counters are per-CPU deltas folded every
+// vm.stat_interval seconds: sleeps two intervals so they have caught up.
+void SettleVmstat();
 std::string HumanSize(uint64_t bytes);  // "2 MiB", "1 GiB", "4100 KiB"
 
 // ---- the figures ----
@@ -238,6 +241,7 @@ void RunP3(const Options& o, Report* r);
 void RunP4(const Options& o, Report* r);
 void RunP5(const Options& o, Report* r);
 void RunP6(const Options& o, Report* r);
+void RunP7(const Options& o, Report* r);  // pinned committed bytes (p7_pinned.cc)
 // Issue 18's extent measurements (extents.cc): per-granule build, map and
 // fd-passing costs, and scrubbing against memset.
 void RunLadder(const Options& o, Report* r);
