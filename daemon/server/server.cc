@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cxlpool/common/log.h"
+#include "cxlpool/common/proc.h"
 #include "cxlpool/common/strings.h"
 #include "cxlpool/proto/codec.h"
 #include "cxlpool/proto/ipc.h"
@@ -41,19 +42,6 @@ std::string FirstLine(std::string s) {
   size_t nl = s.find('\n');
   if (nl != std::string::npos) s.resize(nl);
   return s;
-}
-
-// "0::/system.slice/foo.service" -> "/system.slice/foo.service".
-std::string UnifiedCgroup(const std::string& text) {
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t nl = text.find('\n', pos);
-    std::string line = text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
-    if (line.rfind("0::", 0) == 0) return line.substr(3);
-    if (nl == std::string::npos) break;
-    pos = nl + 1;
-  }
-  return "";
 }
 
 }  // namespace
@@ -113,6 +101,9 @@ struct Connection {
   bool hello_done = false;
   bool hello_pending = false;
   uint32_t version = 0;
+  // The version frames to this client are written in: kHelloWireVersion
+  // until the HELLO reply has been queued, then the negotiated one.
+  uint16_t frame_version = wire::kHelloWireVersion;
   size_t inflight = 0;
 
   int fd() { return socket.native_handle(); }
@@ -418,7 +409,8 @@ Result<ConnectionId> Server::Impl::Admit(UniqueFd fd) {
     // The client reads this as the answer to its HELLO (request id 0: the
     // connection's own error), then EOF. Its socket buffer is empty, so the
     // frame fits; if not, the close alone has to say it.
-    std::string frame = wire::EncodeFrame(proto::MSG_ERROR_REPLY, 0, wire::EncodeErrorPayload(st));
+    std::string frame = wire::EncodeFrame(proto::MSG_ERROR_REPLY, 0, wire::EncodeErrorPayload(st),
+                                          wire::kHelloWireVersion);
     (void)!::send(fd.get(), frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
     return st;
   }
@@ -443,7 +435,7 @@ Result<ConnectionId> Server::Impl::Admit(UniqueFd fd) {
     if (auto comm = fs_->ReadFile(proc + "/comm"); comm.ok())
       c->peer.comm = SanitizeUtf8(FirstLine(*comm));
     if (auto cg = fs_->ReadFile(proc + "/cgroup"); cg.ok())
-      c->peer.cgroup = SanitizeUtf8(UnifiedCgroup(*cg));
+      c->peer.cgroup = SanitizeUtf8(ParseUnifiedCgroup(*cg));
   }
   error_code ec;
   c->socket.assign(stream_protocol(), fd.get(), ec);
@@ -865,7 +857,8 @@ void Server::Impl::CompleteRequest(ConnectionId id, uid_t uid, uint64_t request_
     reply = MakeErrorReply(Status(
         Code::kInternal,
         "reply too large for one frame (" + std::to_string(reply.payload.size()) + " bytes)"));
-  } else if (reply.fds.size() > wire::MaxFdsForType(reply.type, limits().max_fds_per_frame)) {
+  } else if (reply.fds.size() >
+             wire::MaxFdsForType(reply.type, limits().max_fds_per_frame, c->frame_version)) {
     CXLPOOL_LOG(kError) << "server: " << wire::MsgTypeName(reply.type) << " reply with "
                         << reply.fds.size() << " fds refused";
     reply = MakeErrorReply(Status(Code::kInternal, "daemon built a " +
@@ -898,7 +891,9 @@ void Server::Impl::CompleteRequest(ConnectionId id, uid_t uid, uint64_t request_
       close_after = !c->hello_done;  // a failed hello ends the connection
     }
   }
-  if (!Enqueue(c, reply.type, request_id, reply.payload, reply.fds)) return;
+  const bool queued = Enqueue(c, reply.type, request_id, reply.payload, reply.fds);
+  if (c->hello_done) c->frame_version = static_cast<uint16_t>(c->version);
+  if (!queued) return;
   if (close_after) {
     CloseAfterFlush(c, "HELLO failed");
     return;
@@ -918,7 +913,7 @@ bool Server::Impl::Enqueue(const std::shared_ptr<Connection>& c, proto::MsgType 
     borrowed = fds;
     fds = {};
   }
-  Result<wire::OutFrame> f = wire::MakeOutFrame(type, request_id, payload, fds);
+  Result<wire::OutFrame> f = wire::MakeOutFrame(type, request_id, payload, fds, c->frame_version);
   if (f.ok() && c->queue.empty()) {
     Result<bool> sent = wire::SendSome(c->fd(), &*f, borrowed);
     if (!sent.ok()) {
@@ -939,7 +934,7 @@ bool Server::Impl::Enqueue(const std::shared_ptr<Connection>& c, proto::MsgType 
     // instead of a reply it cannot use.
     CXLPOOL_LOG(kError) << "server: " << Describe(*c) << ": " << f.status().ToString();
     f = wire::MakeOutFrame(proto::MSG_ERROR_REPLY, request_id, wire::EncodeErrorPayload(f.status()),
-                           {});
+                           {}, c->frame_version);
     if (!f.ok()) {
       Drop(c, f.status().ToString());
       return false;
@@ -1055,8 +1050,8 @@ void Server::Impl::Abort(const std::shared_ptr<Connection>& c, uint64_t request_
     CXLPOOL_LOG(kInfo) << "server: closing " << Describe(*c) << ": " << st.ToString();
   }
   DiscardQueue(c.get());
-  Result<wire::OutFrame> f =
-      wire::MakeOutFrame(proto::MSG_ERROR_REPLY, request_id, wire::EncodeErrorPayload(st), {});
+  Result<wire::OutFrame> f = wire::MakeOutFrame(proto::MSG_ERROR_REPLY, request_id,
+                                                wire::EncodeErrorPayload(st), {}, c->frame_version);
   if (!f.ok()) {
     Drop(c, st.message());
     return;
@@ -1182,6 +1177,7 @@ Status Server::Impl::MarkHelloDone(ConnectionId id, uint32_t version) {
   if (!c->hello_done) {
     c->hello_done = true;
     c->version = version;
+    c->frame_version = static_cast<uint16_t>(version);
     if (limits().idle_timeout.count() > 0) {
       ArmIdleTimer(c, limits().idle_timeout);
     } else {

@@ -83,7 +83,10 @@ void FrameReader::TakeFds(std::vector<int>& fds) {
 
 void FrameReader::EnforceFdLimit() {
   size_t limit = std::min(limits_.max_fds, fd_allowance_);
-  if (have_header_) limit = std::min(limit, MaxFdsForType(frame_.header.type, limits_.max_fds));
+  if (have_header_) {
+    limit =
+        std::min(limit, MaxFdsForType(frame_.header.type, limits_.max_fds, frame_.header.version));
+  }
   if (fds_refused_ == 0 && !ctrunc_ && frame_.fds.size() <= limit) return;
   // Over: nothing of this frame is kept, now or when more fds arrive.
   fds_refused_ += frame_.fds.size();
@@ -194,7 +197,7 @@ Frame FrameReader::TakeFrame() {
 }
 
 Result<OutFrame> MakeOutFrame(proto::MsgType type, uint64_t request_id, std::string_view payload,
-                              std::span<const int> fds) {
+                              std::span<const int> fds, uint16_t version) {
   if (fds.size() > kHardMaxFdsPerFrame) {
     return Status(Code::kInvalidArgument, std::to_string(fds.size()) +
                                               " fds on one frame; the maximum is " +
@@ -206,7 +209,7 @@ Result<OutFrame> MakeOutFrame(proto::MsgType type, uint64_t request_id, std::str
   }
   OutFrame f;
   CXLPOOL_RETURN_IF_ERROR(KeepFds(&f, fds));
-  f.bytes = EncodeFrame(type, request_id, payload);
+  f.bytes = EncodeFrame(type, request_id, payload, version);
   return f;
 }
 
@@ -244,7 +247,7 @@ Result<bool> SendSome(int sock, OutFrame* f, std::span<const int> borrowed_fds) 
 }
 
 Status SendFrame(int sock, proto::MsgType type, uint64_t request_id, std::string_view payload,
-                 std::span<const int> fds, int timeout_ms) {
+                 std::span<const int> fds, int timeout_ms, uint16_t version) {
   if (fds.size() > kHardMaxFdsPerFrame) {
     return Status(Code::kInvalidArgument, std::to_string(fds.size()) +
                                               " fds on one frame; the maximum is " +
@@ -255,6 +258,7 @@ Status SendFrame(int sock, proto::MsgType type, uint64_t request_id, std::string
                   "payload of " + std::to_string(payload.size()) + " bytes is over the hard limit");
   }
   FrameHeader h;
+  h.version = version;
   h.type = static_cast<uint16_t>(type);
   h.length = static_cast<uint32_t>(payload.size());
   h.request_id = request_id;
