@@ -43,7 +43,7 @@ if has fuzz; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCXLPOOL_FUZZ=ON -DCXLPOOL_SANITIZE=address,undefined -DCXLPOOL_BUILD_BENCH=OFF \
     -DCXLPOOL_BUILD_TESTS=ON -DCXLPOOL_FUZZ_SECONDS="${CXLPOOL_FUZZ_SECONDS:-60}"
-  cmake --build build-fuzz -j "$JOBS" --target fuzz_config fuzz_topology fuzz_frame fuzz_handler fuzz_server
+  cmake --build build-fuzz -j "$JOBS" --target fuzz_config fuzz_topology fuzz_frame fuzz_extents fuzz_handler fuzz_server
   stage "fuzz: run"
   ctest --test-dir build-fuzz --output-on-failure -L fuzz
 fi

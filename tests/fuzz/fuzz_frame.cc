@@ -148,7 +148,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       size_t held_cap = cap;
       if (reader.have_header()) {
         held_cap =
-            std::min(held_cap, cxlpool::wire::MaxFdsForType(reader.header().type, limits.max_fds));
+            std::min(held_cap, cxlpool::wire::MaxFdsForType(reader.header().type, limits.max_fds,
+                                                            reader.header().version));
       }
       if (reader.fds_held() > held_cap) __builtin_trap();
       if (reader.fds_refused() > 0 && reader.fds_held() != 0) __builtin_trap();
@@ -159,7 +160,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (*r == cxlpool::wire::FrameReader::Progress::kFrame) {
         cxlpool::wire::Frame f = reader.TakeFrame();
         if (f.payload.size() != f.header.length) __builtin_trap();
-        if (f.fds.size() > std::min(cap, cxlpool::wire::MaxFdsForType(f.header.type, 64)))
+        if (f.fds.size() >
+            std::min(cap, cxlpool::wire::MaxFdsForType(f.header.type, 64, f.header.version)))
           __builtin_trap();
         if (f.fds_dropped > 0 && !f.fds.empty()) __builtin_trap();
         DecodeAs(f.header.type, f.payload);
