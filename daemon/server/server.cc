@@ -664,11 +664,15 @@ void Server::Impl::DoRead(const std::shared_ptr<Connection>& c) {
         const wire::FrameHeader& h = c->reader.header();
         uint64_t rid = c->reader.have_header() && h.magic == wire::kFrameMagic ? h.request_id : 0;
         std::string msg = st.message();
+        const char* limit = nullptr;
+        // The length is checked last: a bad magic, version or flags is that.
         if (c->reader.have_header() && h.magic == wire::kFrameMagic &&
-            h.length > limits().max_request_bytes && h.length <= options_.max_frame_bytes) {
+            h.length > limits().max_request_bytes &&
+            wire::ValidateFrameHeader(h, UINT32_MAX).ok()) {
           msg += " (limits.max_request_bytes)";
+          limit = "max_request_bytes";
         }
-        Abort(c, rid, Status(st.code(), msg), nullptr);
+        Abort(c, rid, Status(st.code(), msg), limit);
       } else {
         Drop(c, st.ToString());
       }

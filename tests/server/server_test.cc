@@ -929,6 +929,7 @@ TEST_F(ServerTest, OversizeRequestNamesMaxRequestBytes) {
   ExpectError(Call(fd.get(), proto::MSG_STAT_REQUEST, 9, std::string(4096, 'x')), Code::kProtocol,
               9, "limits.max_request_bytes");
   ExpectClosed(fd.get());
+  EXPECT_EQ(OnLoop([&] { return server_->stats().hits("max_request_bytes"); }), 1u);
   ExpectGoodClientServed();
 }
 
