@@ -98,8 +98,10 @@ DaemonMetrics::DaemonMetrics() {
   reg_.AddGauge("cxlpool_pending_builds", "Backings being built (leases and warm stock).");
   reg_.AddGauge("cxlpool_pending_reclaims", "Released backings being reclaimed on workers.");
   reg_.AddGauge("cxlpool_waiting_allocs", "Allocations waiting for reclaims in flight.");
-  reg_.AddGauge("cxlpool_journal_damaged",
-                "1 if the lease journal was found damaged or lost at start (see the log).");
+  reg_.AddGauge(
+      "cxlpool_journal_damaged",
+      "1 if the lease journal was found damaged or lost at start, or a holder reclaimed a "
+      "lease it did not know (see the log).");
   reg_.AddGauge("cxlpool_journal_skipped_bytes",
                 "Bytes of damaged journal records replay went past at start.");
   reg_.AddGauge("cxlpool_journal_dropped_tail_bytes",

@@ -250,7 +250,8 @@ class LeaseManager {
   // of this boot may be missing, or orphans were found, the grace period
   // runs its full length so their holders can reclaim them before anything
   // new is granted, and re-adopted leases are kept through it even if
-  // unheld. The damage shows in Gauges() (journal_*) and the log.
+  // unheld. The damage shows in Gauges() (journal_*) and the log; a later
+  // RECLAIM of a lease the journal did not know sets journal_damaged too.
   RecoveryReport Recover(std::vector<DurableLease> journalled, std::map<uint64_t, UniqueFd> stored,
                          std::chrono::milliseconds grace, const JournalHealth& health = {});
   bool in_grace() const { return grace_; }

@@ -520,6 +520,7 @@ LeaseManager::ReclaimOutcome LeaseManager::Reclaim(ConnId conn, std::vector<Recl
       CXLPOOL_LOG(kWarning) << "reclaim: lease " << id << " (" << HumanBytes(l.size) << " in "
                             << l.pool->name() << ", uid " << who.uid
                             << ") was not in the journal: accounted again";
+      health_.damaged = true;  // live state the journal did not know: it lost it
       out.accepted.push_back(id);
       Count("reclaims");
       continue;

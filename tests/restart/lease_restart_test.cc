@@ -412,6 +412,22 @@ TEST(JournalDamageTest, AReclaimedLeaseTheJournalLostIsAccountedAgain) {
   EXPECT_EQ(h.Pool("node0").leased_bytes, 4096u);
 }
 
+// A journal that looked intact at start, and a holder reclaims a lease it
+// does not know: that is damage found late, and it is said so.
+TEST(JournalDamageTest, AnUnknownReclaimAfterACleanStartIsReportedToo) {
+  DamagedHarness h;
+  h.mgr->Recover({}, {}, std::chrono::seconds(60), {});
+  EXPECT_FALSE(h.mgr->in_grace());
+  EXPECT_EQ(h.mgr->Gauges()["journal_damaged"], 0u);
+  UniqueFd mem = LeaseLikeMemfd(1 << 20);
+  h.ConnectPid(1, 600, 1000);
+  std::vector<LeaseManager::ReclaimItem> items;
+  items.push_back(Item(40, mem, 1 << 20, "node0", 1000u));
+  ASSERT_EQ(h.mgr->Reclaim(1, std::move(items)).accepted.size(), 1u);
+  EXPECT_EQ(h.mgr->Gauges()["journal_damaged"], 1u);
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 1u << 20);
+}
+
 TEST(JournalDamageTest, SizeComesFromTheFdNotTheClient) {
   DamagedHarness h;
   h.mgr->Recover({}, {}, std::chrono::seconds(60), Lost());
