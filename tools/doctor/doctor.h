@@ -50,9 +50,12 @@ struct DoctorInputs {
   std::optional<bool> daemon_dumpable;
   std::optional<uint64_t> daemon_memlock_bytes;  // nullopt = unlimited or unknown
   uint64_t pool_capacity_bytes = 0;              // sum over pools
+  // Nodes the daemon has a pool on (when it answered).
+  std::optional<std::vector<int>> pooled_nodes;
 };
 
-// Runs every check. `topo` supplies node kinds and zones (DiscoverMemory).
+// Runs every check. `topo` supplies node kinds and zones (DiscoverTopology:
+// GPU memory nodes included).
 std::vector<Finding> RunDoctor(const FileSystem& fs, const Topology& topo, const DoctorInputs& in);
 
 // Worst severity among findings (kOk when empty).
