@@ -23,6 +23,8 @@ pkgs=(
   jq ccache
   file                        # CPack's shlibdeps (dpkg-shlibdeps) runs it on every binary
   prometheus
+  python3-dev pybind11-dev    # the cxlpool Python package
+  python3-numpy python3-pytest python3-torch   # its tests (Debian's PyTorch 1.13)
 )
 if [[ " $* " == *" --vm "* ]]; then
   pkgs+=(qemu-system-x86 busybox-static ndctl daxctl cpio kmod)
