@@ -1,4 +1,5 @@
-// Pools: one per NUMA node with memory (GPU-memory nodes excluded) and one per
+// Pools: one per NUMA node with memory (GPU memory, and memory of unknown kind
+// unless enabled, excluded: BuildPools) and one per
 // configured devdax region. A pool knows its capacity, does the accounting
 // for admission control, builds backings, and keeps a warm stock of
 // prefaulted memfds in a few size classes.
