@@ -20,6 +20,7 @@
 #include "cxlpool/common/log.h"
 #include "cxlpool/common/page_census.h"
 #include "cxlpool/proto/codec.h"
+#include "cxlpool/proto/extents.h"
 
 namespace cxlpool::detail {
 namespace {
@@ -201,11 +202,12 @@ Status ClientCore::HelloLocked() {
   req.set_min_version(wire::kMinWireVersion);
   req.set_max_version(wire::kMaxWireVersion);
   req.set_client_name("libcxlpool/" + std::string(cxlpool_version()) + " " + ProcessComm());
+  req.set_max_fds_per_frame(static_cast<uint32_t>(wire::kHardMaxFdsPerFrame));
   Result<std::string> payload = wire::Encode(req);
   if (!payload.ok()) return payload.status();
   const uint64_t id = next_request_id_++;
-  Status s =
-      wire::SendFrame(sock_.get(), proto::MSG_HELLO_REQUEST, id, *payload, {}, kHelloTimeoutMs);
+  Status s = wire::SendFrame(sock_.get(), proto::MSG_HELLO_REQUEST, id, *payload, {},
+                             kHelloTimeoutMs, wire::kHelloWireVersion);
   if (!s.ok()) return Broken(s);
   Result<wire::Frame> frame = wire::RecvFrame(sock_.get(), {}, kHelloTimeoutMs);
   if (!frame.ok()) return Broken(frame.status());
@@ -232,6 +234,7 @@ Status ClientCore::HelloLocked() {
   }
   wire::RecvLimits limits;
   limits.max_payload_bytes = max_payload_bytes_;
+  limits.max_fds = wire::kHardMaxFdsPerFrame;  // as announced in the hello
   reader_ = wire::FrameReader(limits);
   return Status::Ok();
 }
@@ -258,16 +261,13 @@ Result<wire::Frame> ClientCore::Call(proto::MsgType type, const std::string& pay
   // mu_ is held by the caller.
   if (!broken_.ok()) return broken_;
   const uint64_t id = next_request_id_++;
-  Status s = wire::SendFrame(sock_.get(), type, id, payload, fds);
+  Status s =
+      wire::SendFrame(sock_.get(), type, id, payload, fds, -1, static_cast<uint16_t>(version_));
   if (!s.ok()) return Broken(s);
   for (;;) {
-    Result<wire::FrameReader::Progress> p = reader_.Read(sock_.get(), -1);
-    if (!p.ok()) return Broken(p.status());
-    if (*p == wire::FrameReader::Progress::kEof) {
-      return Broken(Status(Code::kUnavailable, "cxlpoold closed the connection"));
-    }
-    if (*p != wire::FrameReader::Progress::kFrame) continue;
-    wire::Frame frame = reader_.TakeFrame();
+    Result<wire::Frame> next = ReadFrame();
+    if (!next.ok()) return next.status();
+    wire::Frame frame = std::move(*next);
     if (frame.type() == proto::MSG_LEASE_EVENT && frame.request_id() == 0) {
       HandleEvent(frame);
       continue;
@@ -289,18 +289,39 @@ Result<wire::Frame> ClientCore::CallMessage(const Req& req) {
   return Call(wire::TypeOf<Req>(), *payload);
 }
 
-Result<std::unique_ptr<LeaseState>> ClientCore::MapReply(wire::Frame frame,
-                                                         const proto::LeaseInfo& info) {
-  Status bad;
-  if (frame.fds.size() != 1) {
-    bad = Status(Code::kProtocol, wire::MsgTypeName(frame.header.type) + " carried " +
-                                      std::to_string(frame.fds.size()) + " fds, expected 1");
-  } else if (info.id() == 0 || info.size_bytes() == 0) {
-    bad = Status(Code::kProtocol, "lease reply without id or size");
+Result<wire::Frame> ClientCore::ReadFrame() {
+  for (;;) {
+    Result<wire::FrameReader::Progress> p = reader_.Read(sock_.get(), -1);
+    if (!p.ok()) return Broken(p.status());
+    if (*p == wire::FrameReader::Progress::kEof) {
+      return Broken(Status(Code::kUnavailable, "cxlpoold closed the connection"));
+    }
+    if (*p == wire::FrameReader::Progress::kFrame) return reader_.TakeFrame();
   }
-  Result<Mapping> m = bad.ok()
-                          ? Mapping::Map(std::move(frame.fds[0]), info.size_bytes(), info.backing())
-                          : Result<Mapping>(bad);
+}
+
+Result<std::unique_ptr<LeaseState>> ClientCore::MapReply(wire::Frame frame) {
+  wire::LeaseReplyAssembler reply;
+  Status st = reply.Start(std::move(frame));
+  // A reply whose fds come on several frames, read to its end; a reply
+  // that does not add up leaves the stream where nothing can be trusted.
+  bool multi = st.ok() && !reply.complete();
+  while (st.ok() && !reply.complete()) {
+    Result<wire::Frame> next = ReadFrame();
+    if (!next.ok()) return next.status();
+    st = reply.Add(std::move(*next));
+  }
+  if (!st.ok() && (multi || reply.frames_left() > 0)) return Broken(st);
+  const proto::LeaseInfo& info = reply.lease();
+  if (st.ok() && info.id() == 0) st = Status(Code::kProtocol, "lease reply without an id");
+  Result<ExtentMapping> m = Result<ExtentMapping>(st);
+  if (st.ok()) {
+    std::vector<ExtentMapping::Piece> pieces;
+    for (wire::ReceivedExtent& e : reply.TakeExtents()) {
+      pieces.push_back({std::move(e.fd), e.place.size, e.place.page_size});
+    }
+    m = ExtentMapping::Map(std::move(pieces), info.backing());
+  }
   if (!m.ok()) {
     // Do not leave the daemon holding memory we cannot use.
     if (info.id() != 0) {
@@ -330,7 +351,7 @@ Result<std::unique_ptr<LeaseState>> ClientCore::Allocate(const proto::AllocReque
       continue;  // the grace period after a restart: ask again
     }
     CXLPOOL_RETURN_IF_ERROR(st);
-    Result<std::unique_ptr<LeaseState>> l = MapReply(std::move(*frame), reply.lease());
+    Result<std::unique_ptr<LeaseState>> l = MapReply(std::move(*frame));
     if (!l.ok()) return l.status();
     lease = std::move(*l);
     break;
@@ -357,7 +378,7 @@ Result<std::unique_ptr<LeaseState>> ClientCore::Attach(const std::string& name) 
       continue;
     }
     CXLPOOL_RETURN_IF_ERROR(st);
-    Result<std::unique_ptr<LeaseState>> l = MapReply(std::move(*frame), reply.lease());
+    Result<std::unique_ptr<LeaseState>> l = MapReply(std::move(*frame));
     if (!l.ok()) return l.status();
     lease = std::move(*l);
     break;
@@ -477,6 +498,8 @@ Status ClientCore::ReclaimLocked() {
   {
     std::lock_guard<std::mutex> lock(leases_mu_);
     for (const auto& [id, lease] : leases_) {
+      // A lease of several extents has no single fd (fd() < 0): handing
+      // those back needs a RECLAIM form that carries every extent's fd.
       if (lease->revoked() || lease->fd() < 0) continue;
       UniqueFd dup(::fcntl(lease->fd(), F_DUPFD_CLOEXEC, 0));
       if (!dup.valid()) return Status::FromErrno(errno, "dup lease fd for reclaim");
@@ -652,7 +675,7 @@ void ClientCore::Untrack(LeaseState* lease) {
 
 // ---------------------------------------------------------------- LeaseState
 
-LeaseState::LeaseState(std::shared_ptr<ClientCore> core, Mapping mapping, LeaseInfo info)
+LeaseState::LeaseState(std::shared_ptr<ClientCore> core, ExtentMapping mapping, LeaseInfo info)
     : core_(std::move(core)), mapping_(std::move(mapping)), info_(std::move(info)) {}
 
 LeaseState::~LeaseState() {

@@ -13,19 +13,6 @@
 
 namespace cxlpool {
 
-std::vector<gid_t> ParseStatusGroups(const std::string& status_text) {
-  std::vector<gid_t> out;
-  for (const auto& line : Split(status_text, '\n')) {
-    if (!StartsWith(line, "Groups:")) continue;
-    for (const auto& f : SplitWhitespace(std::string_view(line).substr(7))) {
-      auto v = ParseU64(f);
-      if (v && *v < 0xffffffffull) out.push_back(static_cast<gid_t>(*v));
-    }
-    break;
-  }
-  return out;
-}
-
 DaemonHandler::DaemonHandler(LeaseManager* leases, const FileSystem* proc, HandlerOptions options)
     : leases_(leases), proc_(proc), options_(std::move(options)) {}
 

@@ -19,6 +19,7 @@
 
 #include "cxlpool/common/clock.h"
 #include "cxlpool/common/fs.h"
+#include "cxlpool/common/proc.h"  // ParseStatusGroups
 #include "handler/daemon_metrics.h"
 #include "lease/lease_manager.h"
 #include "server/handler.h"
@@ -66,8 +67,5 @@ class DaemonHandler final : public RequestHandler {
   // const pointer), so its JSON is rendered once, on the first TOPOLOGY.
   std::string topology_json_;
 };
-
-// "Groups:\t10 27 1000" from /proc/<pid>/status -> {10, 27, 1000}.
-std::vector<gid_t> ParseStatusGroups(const std::string& status_text);
 
 }  // namespace cxlpool

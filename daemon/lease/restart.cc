@@ -13,7 +13,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "cxlpool/common/fs.h"
 #include "cxlpool/common/log.h"
+#include "cxlpool/common/proc.h"
 #include "cxlpool/common/strings.h"
 
 namespace cxlpool {
@@ -23,18 +25,11 @@ class ProcProbe final : public ProcessProbe {
  public:
   std::optional<uint64_t> StartTime(pid_t pid) const override {
     if (pid <= 0) return std::nullopt;
-    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-    if (!f) return std::nullopt;
-    std::stringstream ss;
-    ss << f.rdbuf();
-    std::string text = ss.str();
+    static const std::unique_ptr<FileSystem> proc = MakeRootedFileSystem("/");
+    auto st = ReadProcStat(*proc, pid);
     // A zombie (or a dying task) no longer holds any fd or mapping.
-    auto close = text.rfind(") ");
-    if (close != std::string::npos && close + 2 < text.size() &&
-        (text[close + 2] == 'Z' || text[close + 2] == 'X')) {
-      return std::nullopt;
-    }
-    return ParseStatStartTime(text);
+    if (!st.ok() || st->gone()) return std::nullopt;
+    return st->start_time;
   }
 
   Holding HoldsFile(pid_t pid, uint64_t dev, uint64_t ino) const override {
@@ -103,14 +98,9 @@ class AwaitedMemory final : public Backing {
 std::unique_ptr<ProcessProbe> MakeProcProbe() { return std::make_unique<ProcProbe>(); }
 
 std::optional<uint64_t> ParseStatStartTime(const std::string& stat_text) {
-  // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so
-  // count fields after the last ')'. starttime is field 22, i.e. the 20th
-  // after the comm.
-  auto close = stat_text.rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  auto fields = SplitWhitespace(std::string_view(stat_text).substr(close + 1));
-  if (fields.size() < 20) return std::nullopt;
-  return ParseU64(fields[19]);
+  auto st = ParseProcStat(stat_text);
+  if (!st.ok()) return std::nullopt;
+  return st->start_time;
 }
 
 bool HolderAlive(const ProcessProbe& probe, const HolderId& holder) {

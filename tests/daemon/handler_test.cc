@@ -74,11 +74,11 @@ TEST_F(HandlerTest, HelloNegotiatesAndReportsAdmin) {
   ASSERT_EQ(r.type, proto::MSG_HELLO_REPLY);
   proto::HelloReply out;
   ASSERT_TRUE(wire::Decode(r.payload, &out).ok());
-  EXPECT_EQ(out.version(), 1u);
+  EXPECT_EQ(out.version(), wire::kMaxWireVersion);
   EXPECT_FALSE(out.is_admin());
   ASSERT_TRUE(wire::Decode(Call(2, hello).payload, &out).ok());
   EXPECT_TRUE(out.is_admin());
-  hello.set_min_version(2);
+  hello.set_min_version(wire::kMaxWireVersion + 1);
   EXPECT_EQ(ErrorOf(Call(1, hello)).code(), Code::kProtocol);
 }
 
