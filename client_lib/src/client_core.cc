@@ -128,6 +128,8 @@ LeaseInfo FromProto(const proto::LeaseInfo& p) {
   i.pool = p.pool();
   i.label = p.label();
   i.name = p.name();
+  i.owner_uid = p.owner_uid();
+  i.owner_gid = p.owner_gid();
   i.long_term_pin = p.long_term_pin();
   i.placed_numa_node = p.has_placed_numa_node() ? p.placed_numa_node() : -1;
   i.moved_reason = p.moved_reason();
@@ -360,7 +362,8 @@ Result<std::unique_ptr<LeaseState>> ClientCore::Allocate(const proto::AllocReque
   return lease;
 }
 
-Result<std::unique_ptr<LeaseState>> ClientCore::Attach(const std::string& name) {
+Result<std::unique_ptr<LeaseState>> ClientCore::Attach(const std::string& name,
+                                                       std::optional<uint32_t> owner_uid) {
   std::unique_ptr<LeaseState> lease;
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(ReconnectTimeoutMs());
@@ -368,6 +371,7 @@ Result<std::unique_ptr<LeaseState>> ClientCore::Attach(const std::string& name) 
     std::lock_guard<std::mutex> lock(mu_);
     proto::AttachRequest req;
     req.set_name(name);
+    if (owner_uid) req.set_owner_uid(*owner_uid);
     Result<wire::Frame> frame = CallMessageRecovering(req);
     if (!frame.ok()) return frame.status();
     proto::AttachReply reply;
@@ -409,7 +413,10 @@ Status ClientCore::Release(uint64_t lease_id, int fd, uint64_t size) {
   if (!frame.ok()) {
     if (!ConnectionLost(st)) return st;
     CXLPOOL_RETURN_IF_ERROR(ReconnectLocked());
-  } else if (st.code() != Code::kPermissionDenied || generation_ == 0) {
+  } else if ((st.code() != Code::kPermissionDenied && st.code() != Code::kNotFound) ||
+             generation_ == 0) {
+    // After a reconnect the new daemon may not know the lease yet (a
+    // non-owner gets NOT_FOUND, its owner PERMISSION_DENIED).
     return st;
   }
   Result<bool> back = ReclaimOne(lease_id, fd, size);
@@ -418,6 +425,21 @@ Status ClientCore::Release(uint64_t lease_id, int fd, uint64_t size) {
   frame = CallMessage(req);
   if (!frame.ok()) return frame.status();
   return wire::DecodeReply(*frame, &reply);
+}
+
+void ClientCore::ToReclaimInfo(const LeaseInfo& l, uint64_t size, proto::LeaseInfo* out) {
+  out->set_id(l.id);
+  out->set_size_bytes(size);
+  out->set_requested_bytes(l.requested_bytes);
+  out->set_numa_node(l.numa_node);
+  out->set_kind(l.kind);
+  out->set_label(l.label);
+  out->set_name(l.name);
+  out->set_owner_uid(l.owner_uid);
+  out->set_owner_gid(l.owner_gid);
+  out->set_backing(l.backing);
+  out->set_page_size(l.page_size);
+  out->set_pool(l.pool);
 }
 
 Result<bool> ClientCore::ReclaimOne(uint64_t lease_id, int fd, uint64_t size) {
@@ -493,6 +515,7 @@ Status ClientCore::ReclaimLocked() {
     uint64_t id;
     uint64_t size;
     UniqueFd fd;
+    LeaseInfo info;
   };
   std::vector<Item> items;
   {
@@ -503,7 +526,7 @@ Status ClientCore::ReclaimLocked() {
       if (lease->revoked() || lease->fd() < 0) continue;
       UniqueFd dup(::fcntl(lease->fd(), F_DUPFD_CLOEXEC, 0));
       if (!dup.valid()) return Status::FromErrno(errno, "dup lease fd for reclaim");
-      items.push_back(Item{id, lease->size(), std::move(dup)});
+      items.push_back(Item{id, lease->size(), std::move(dup), lease->info()});
     }
   }
   size_t accepted = 0;
@@ -512,9 +535,7 @@ Status ClientCore::ReclaimLocked() {
     proto::ReclaimRequest rr;
     std::vector<int> fds;
     for (size_t i = at; i < end; ++i) {
-      proto::LeaseInfo* info = rr.add_leases();
-      info->set_id(items[i].id);
-      info->set_size_bytes(items[i].size);
+      ToReclaimInfo(items[i].info, items[i].size, rr.add_leases());
       fds.push_back(items[i].fd.get());
     }
     Result<std::string> payload = wire::Encode(rr, max_payload_bytes_);

@@ -32,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -61,7 +62,9 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
 
   // Sends an AllocRequest (private or named) and maps the reply's fd.
   Result<std::unique_ptr<LeaseState>> Allocate(const proto::AllocRequest& req);
-  Result<std::unique_ptr<LeaseState>> Attach(const std::string& name);
+  // The shared lease `name` of `owner_uid` (nullopt: the caller's own uid).
+  Result<std::unique_ptr<LeaseState>> Attach(const std::string& name,
+                                             std::optional<uint32_t> owner_uid);
   // ReleaseRequest for one lease id. After a reconnect the lease (its `fd`
   // and `size`) is handed back first, so the new daemon can free it.
   Status Release(uint64_t lease_id, int fd, uint64_t size);
@@ -104,6 +107,9 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
                            std::span<const int> fds = {});
   // mu_ held: hands one lease back (RECLAIM); true if the daemon took it.
   Result<bool> ReclaimOne(uint64_t lease_id, int fd, uint64_t size);
+  // What a RECLAIM entry says of a lease: everything the daemon told us
+  // (hints for a daemon whose journal lost it).
+  static void ToReclaimInfo(const LeaseInfo& l, uint64_t size, proto::LeaseInfo* out);
   template <typename Req>
   Result<wire::Frame> CallMessage(const Req& req);
   Status Broken(Status s);

@@ -51,7 +51,9 @@ class DaemonHandler final : public RequestHandler {
   void OnDisconnect(ConnectionId conn) override;
 
   // The Prometheus exposition (MSG_METRICS_REQUEST, the HTTP endpoint).
-  std::string MetricsText();
+  // `tenants`: with the per-tenant families (quota rules and usage), which
+  // only admins get over the socket; the HTTP endpoint serves them.
+  std::string MetricsText(bool tenants = true);
   const DaemonMetrics& metrics() const { return metrics_; }
 
  private:

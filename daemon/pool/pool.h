@@ -156,6 +156,8 @@ class MemfdPool final : public Pool {
   bool stock_is_hugetlb() const override { return cfg_.hugetlb; }
   LongTermPinPolicy long_term_pin_policy() const override { return cfg_.long_term_pins; }
   const PoolConfig& config() const { return cfg_; }
+  // Its memory is bound to its node (false for a foreign topology).
+  bool binds() const { return opts_.bind; }
 
  private:
   // Free 2 MiB pages on the node right now (from sysfs), or 0.

@@ -239,6 +239,8 @@ void FakeServer::Handle(proto::MsgType type, uint64_t request_id, const std::str
       info.set_numa_node(req.has_numa_node() ? req.numa_node() : 0);
       info.set_memory_tier(req.has_numa_node() ? 2 : 1);
       info.set_label(req.label());
+      info.set_owner_uid(::getuid());  // the fake's one tenant: whoever runs the test
+      info.set_owner_gid(::getgid());
       info.set_placement_reason(req.gpu().empty() ? "fake: default node"
                                                   : "fake: nearest to GPU " + req.gpu());
       if (!req.name().empty()) names_[req.name()] = info.id();
@@ -255,7 +257,7 @@ void FakeServer::Handle(proto::MsgType type, uint64_t request_id, const std::str
       if (!wire::Decode(payload, &req).ok())
         return SendError(request_id, Code::kProtocol, "attach");
       auto it = names_.find(req.name());
-      if (it == names_.end())
+      if (it == names_.end() || (req.has_owner_uid() && req.owner_uid() != ::getuid()))
         return SendError(request_id, Code::kNotFound, "no lease " + req.name());
       proto::AttachReply reply;
       proto::LeaseInfo* info = reply.mutable_lease();
@@ -266,6 +268,8 @@ void FakeServer::Handle(proto::MsgType type, uint64_t request_id, const std::str
       info->set_name(req.name());
       info->set_holders(++holders_[it->second]);
       info->set_backing("memfd");
+      info->set_owner_uid(::getuid());
+      info->set_owner_gid(::getgid());
       Send(proto::MSG_ATTACH_REPLY, request_id, *wire::Encode(reply), {leases_[it->second].get()});
       return;
     }

@@ -92,9 +92,11 @@ Result<proto::LeaseInfo> RawClient::Alloc(uint64_t size, UniqueFd* fd, const std
   return r.lease();
 }
 
-Result<proto::LeaseInfo> RawClient::Attach(const std::string& name, UniqueFd* fd) {
+Result<proto::LeaseInfo> RawClient::Attach(const std::string& name, UniqueFd* fd,
+                                           std::optional<uint32_t> owner_uid) {
   proto::AttachRequest a;
   a.set_name(name);
+  if (owner_uid) a.set_owner_uid(*owner_uid);
   proto::AttachReply r;
   std::vector<UniqueFd> fds;
   CXLPOOL_RETURN_IF_ERROR(Call(a, &r, &fds));

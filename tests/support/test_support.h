@@ -71,7 +71,9 @@ class RawClient {
   // (PROTOCOL for a lease of several extents).
   Result<proto::LeaseInfo> Alloc(uint64_t size, UniqueFd* fd, const std::string& name = "",
                                  const std::vector<uint32_t>& acl_uids = {});
-  Result<proto::LeaseInfo> Attach(const std::string& name, UniqueFd* fd);
+  // The shared lease `name` of `owner_uid` (nullopt: the caller's own uid).
+  Result<proto::LeaseInfo> Attach(const std::string& name, UniqueFd* fd,
+                                  std::optional<uint32_t> owner_uid = std::nullopt);
   Status Release(uint64_t id);
 
   // The next server push: one kept aside by an earlier call, else the next
