@@ -370,6 +370,7 @@ int RunDaemon(const DaemonFlags& flags) {
   leases.SetDaemonLimits(DaemonLimitsNow(*proc, nofile, *limits));
   leases.SetStockExecutor(stock.get_executor());
   leases.SetInlineMax(cfg->inline_max_bytes);
+  leases.SetBuildConcurrency(cfg->workers);
   // Long-term pinned leases on a mixed node are moved into its kernel zones
   // before the grant; only where the topology is this machine's.
   if (fs->IsThisSystem()) leases.SetPinSettle(proc.get());

@@ -465,25 +465,31 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
       });
       return;
     }
-    boost::asio::post(
-        workers_, [this, pool, sz, hugetlb, settle, complete = std::move(complete)]() mutable {
-          // A long-term pin on a mixed node: only where its
-          // kernel zones have room, then moved there.
-          Status zone_room = settle != nullptr ? CheckKernelZoneRoom(sz, pool->numa_node(), *settle)
-                                               : Status::Ok();
-          auto built = std::make_shared<Result<std::unique_ptr<Backing>>>(
-              zone_room.ok() ? pool->Build(sz, hugetlb, Pool::BuildFor::kRequest)
-                             : Result<std::unique_ptr<Backing>>(zone_room));
-          if (built->ok() && settle != nullptr) {
-            const Backing& b = ***built;
-            Status st = SettleInKernelZones(b.daemon_addr(), b.size_bytes(), b.page_size(),
-                                            pool->numa_node());
-            if (!st.ok()) *built = st;  // the backing reclaims itself
-          }
-          boost::asio::post(loop_, [complete = std::move(complete), built]() mutable {
-            complete(std::move(*built));
-          });
-        });
+    // On a worker when the owner's turn comes (BuildQueue); the completion
+    // on the loop frees its turn.
+    auto on_loop = std::make_shared<decltype(complete)>(std::move(complete));
+    auto finish = [this, alive, on_loop, uid = owner.uid](Result<std::unique_ptr<Backing>> built) {
+      if (auto a = alive.lock(); a && *a) build_queue_.Done(uid);
+      (*on_loop)(std::move(built));
+    };
+    build_queue_.Submit(owner.uid, [this, pool, sz, hugetlb, settle, finish]() {
+      boost::asio::post(workers_, [this, pool, sz, hugetlb, settle, finish]() mutable {
+        // A long-term pin on a mixed node: only where its
+        // kernel zones have room, then moved there.
+        Status zone_room =
+            settle != nullptr ? CheckKernelZoneRoom(sz, pool->numa_node(), *settle) : Status::Ok();
+        auto built = std::make_shared<Result<std::unique_ptr<Backing>>>(
+            zone_room.ok() ? pool->Build(sz, hugetlb, Pool::BuildFor::kRequest)
+                           : Result<std::unique_ptr<Backing>>(zone_room));
+        if (built->ok() && settle != nullptr) {
+          const Backing& b = ***built;
+          Status st = SettleInKernelZones(b.daemon_addr(), b.size_bytes(), b.page_size(),
+                                          pool->numa_node());
+          if (!st.ok()) *built = st;  // the backing reclaims itself
+        }
+        boost::asio::post(loop_, [finish, built]() mutable { finish(std::move(*built)); });
+      });
+    });
     return;
   }
   refuse(Status(why_code, "cannot place " + HumanBytes(p.size_bytes) + ": " + why_not),

@@ -53,6 +53,7 @@
 #include "cxlpool/common/clock.h"
 #include "cxlpool/common/status.h"
 #include "cxlpool/topology/topology.h"
+#include "lease/build_queue.h"
 #include "lease/placement.h"
 #include "lease/quota.h"
 #include "lease/restart.h"
@@ -257,6 +258,10 @@ class LeaseManager {
   // Leases up to `bytes` are built and reclaimed on the loop thread itself
   // (their completion is still posted, as from a worker). Default 0: never.
   void SetInlineMax(uint64_t bytes) { inline_max_ = bytes; }
+  // At most `n` cold builds for requests run at once (the worker count);
+  // the rest wait, the owners' uids taking turns (lease/build_queue.h).
+  // Default: no limit, in the order asked.
+  void SetBuildConcurrency(size_t n) { build_queue_.set_max_running(n); }
   // Stops refills and reclaims every lease and all stock (daemon exit).
   void Shutdown();
 
@@ -446,6 +451,7 @@ class LeaseManager {
   Executor workers_;
   std::optional<Executor> stock_;
   uint64_t inline_max_ = 0;
+  BuildQueue build_queue_;
   const FileSystem* settle_fs_ = nullptr;
   const Clock* clock_;
   bool stopping_ = false;
