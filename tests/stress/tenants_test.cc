@@ -11,8 +11,10 @@
 // Attacks: an fd flood across partial frames (the SCM_RIGHTS accumulation),
 // connection slots taken with idle hello'd connections (per uid and by
 // several uids, with the reserve for newcomers, then the idle timeout,
-// which spares a connection holding a lease), and unread METRICS replies on
-// 64 connections (the send queue blow-up).
+// which spares a connection holding a lease), unread METRICS replies on
+// 64 connections (the send queue blow-up), and one uid keeping as many
+// ALLOCs (builds) in flight as it is let (checked at a lower rate, see
+// BuildsInFlight).
 //
 // The unread-replies attack is measured once the daemon has answered what
 // it had read before it stopped reading (its queued bytes steady): that is
@@ -38,10 +40,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <functional>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "cxlpool/proto/socket.h"
 #include "test_support.h"
@@ -227,8 +231,10 @@ struct DaemonUse {
   uint64_t connections = 0;
   uint64_t client_fds = 0;
   uint64_t queued = 0;
+  uint64_t pool_bytes = 0;  // leases, builds and reclaims: what the pools hold
   std::string ToString() const {
-    return std::to_string(fds) + " fds, RSS " + std::to_string(rss >> 20) + " MiB, " +
+    return std::to_string(fds) + " fds, RSS " + std::to_string(rss >> 20) + " MiB (" +
+           std::to_string(pool_bytes >> 20) + " MiB of it pool memory), " +
            std::to_string(connections) + " connections, " + std::to_string(client_fds) +
            " client fds, " + std::to_string(queued) + " queued reply bytes";
   }
@@ -256,7 +262,18 @@ class TenantsTest : public ::testing::Test {
   DaemonUse Use() {
     DaemonUse u;
     u.fds = CountFds(daemon_.pid()).value_or(0);
+    // Pool memory read on both sides of RSS (builds come and go): the more.
+    auto pool_bytes = [this] {
+      uint64_t held = 0;
+      auto a = ReadAccounting(admin_);
+      if (a.ok()) {
+        for (const auto& p : a->pools) held += p.capacity_bytes() - p.free_bytes();
+      }
+      return held;
+    };
+    u.pool_bytes = pool_bytes();
     u.rss = ProcStatusBytes(daemon_.pid(), "VmRSS").value_or(0);
+    u.pool_bytes = std::max(u.pool_bytes, pool_bytes());
     auto a = ReadAccounting(admin_);
     if (a.ok()) {
       u.connections = a->Gauge("connections");
@@ -269,8 +286,8 @@ class TenantsTest : public ::testing::Test {
   // The documented bounds (docs/daemon.md, "Limits"): connections at most
   // max_connections; fds at most what the daemon had at start plus 2 per
   // connection plus max_fds in transit (leases apart: the victim's are
-  // released); RSS at most its start plus max_queued_bytes plus
-  // max_request_bytes and 32 KiB per connection.
+  // released); RSS at most its start plus the pools' memory in use plus
+  // max_queued_bytes plus max_request_bytes and 32 KiB per connection.
   ::testing::AssertionResult WithinBounds(const DaemonUse& u) {
     std::ostringstream why;
     if (!daemon_.Alive()) return ::testing::AssertionFailure() << "cxlpoold died";
@@ -278,21 +295,21 @@ class TenantsTest : public ::testing::Test {
     const uint64_t max_fds = base_.fds + 2 * kMaxConnections + kMaxFds;
     if (u.fds > max_fds) why << "fds " << u.fds << " > " << max_fds << "; ";
     if (u.client_fds > kMaxFds) why << "client fds " << u.client_fds << "; ";
-    const uint64_t max_rss =
-        base_.rss + kMaxQueuedBytes + kMaxConnections * (kMaxRequestBytes + (32u << 10));
+    const uint64_t max_rss = base_.rss + u.pool_bytes + kMaxQueuedBytes +
+                             kMaxConnections * (kMaxRequestBytes + (32u << 10));
     if (u.rss > max_rss) why << "RSS " << (u.rss >> 20) << " MiB > " << (max_rss >> 20) << " MiB; ";
     if (why.str().empty()) return ::testing::AssertionSuccess();
     return ::testing::AssertionFailure() << why.str() << "(" << u.ToString() << ")";
   }
 
   // Runs `attack` (which builds its state, says "ready ...", holds until
-  // told "finish", then reports) between two baselines, up to 3 times until
-  // the victim keeps 90% of its rate (5 times at most). Returns the attackers' reports of the
-  // last round.
+  // told "finish", then reports) between two baselines, up to 5 times until
+  // the victim keeps `min_ratio` of its rate. Returns the attackers' reports
+  // of the last round.
   std::vector<std::string> Run(
       const std::string& name, int attackers, const std::function<int(uid_t, Channel&)>& attack,
       const std::function<void(const std::vector<std::string>&)>& while_held = nullptr,
-      bool settle = false) {
+      bool settle = false, double min_ratio = 0.9) {
     std::vector<std::string> reports;
     double ratio = 0;
     for (int round = 0; round < 5; ++round) {
@@ -345,9 +362,10 @@ class TenantsTest : public ::testing::Test {
       EXPECT_EQ(during.failed, 0u)
           << "the victim's requests failed during the attack: " << during.error;
       EXPECT_EQ(before.failed + after.failed, 0u) << baseline.error;
-      if (ratio >= 0.9 || during.failed > 0) break;
+      if (ratio >= min_ratio || during.failed > 0) break;
     }
-    EXPECT_GE(ratio, 0.9) << "the victim lost more than 10% of its allocation rate";
+    EXPECT_GE(ratio, min_ratio) << "the victim lost more of its allocation rate than "
+                                << (1 - min_ratio) * 100 << "%";
     return reports;
   }
 
@@ -626,6 +644,109 @@ TEST_F(TenantsTest, UnreadRepliesDoNotMultiplyMemory) {
   ASSERT_EQ(reports.size(), 1u);
   const std::string all = std::to_string(kConnsPerUid) + " of " + std::to_string(kConnsPerUid);
   EXPECT_NE(reports[0].find("told limits.send_timeout on " + all), std::string::npos) << reports[0];
+  ExpectRecovered();
+}
+
+// Attack 4: builds in flight. 8 hello'd connections each send 64 ALLOCs
+// of 1 MiB at once (512 for the uid; limits.max_requests_per_uid lets 256
+// through), then release every lease granted and ask for another, so the
+// uid keeps as many builds in flight as the daemon lets it until told to
+// finish. A refused request is not sent again. Reports the refusals and
+// how many leases were built.
+int BuildFlood(const std::string& socket, Channel& ch) {
+  std::vector<RawClient> conns;
+  for (int i = 0; i < 8; ++i) {
+    auto c = RawClient::Connect(socket, "tenants-builder", 5000);
+    if (c.ok()) conns.push_back(std::move(*c));
+  }
+  proto::AllocRequest alloc;
+  alloc.set_size_bytes(1 * kMiB);
+  auto alloc_frame = wire::Encode(alloc);
+  if (!alloc_frame.ok()) return 2;
+  std::atomic<bool> stop{false};
+  uint64_t built = 0, refused = 0, other = 0;
+  std::map<std::string, uint64_t> said;
+  std::thread flood([&] {
+    uint64_t next_id = 1;
+    auto send_alloc = [&](int fd) {
+      return wire::SendFrame(fd, proto::MSG_ALLOC_REQUEST, next_id++, *alloc_frame, {}, 2000).ok();
+    };
+    for (auto& c : conns) {
+      for (int i = 0; i < 64; ++i) send_alloc(c.fd());
+    }
+    std::vector<struct pollfd> pfds;
+    for (auto& c : conns) pfds.push_back({c.fd(), POLLIN, 0});
+    while (!stop.load()) {
+      if (::poll(pfds.data(), pfds.size(), 100) <= 0) continue;
+      for (auto& p : pfds) {
+        if (p.fd < 0 || (p.revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+        auto f = wire::RecvFrame(p.fd, {wire::kDefaultMaxFrameBytes, 64}, 2000);
+        if (!f.ok()) {
+          p.fd = -1;
+          continue;
+        }
+        if (f->type() == proto::MSG_ALLOC_REPLY) {
+          ++built;
+          proto::AllocReply rep;
+          proto::ReleaseRequest rel;
+          if (wire::Decode(f->payload, &rep).ok()) rel.set_lease_id(rep.lease().id());
+          auto payload = wire::Encode(rel);
+          if (payload.ok()) {
+            (void)wire::SendFrame(p.fd, proto::MSG_RELEASE_REQUEST, next_id++, *payload, {}, 2000);
+          }
+        } else if (f->type() == proto::MSG_RELEASE_REPLY) {
+          send_alloc(p.fd);
+        } else if (f->type() == proto::MSG_ERROR_REPLY) {
+          proto::ErrorReply e;
+          std::string why = wire::Decode(f->payload, &e).ok() ? e.message() : "?";
+          size_t at = why.find("limits.");
+          ++said[at == std::string::npos ? why : why.substr(at, why.find_first_of(" ;)", at) - at)];
+          ++refused;
+        } else {
+          ++other;
+        }
+      }
+    }
+  });
+  // Let the flood reach its steady state (the first 512 answered or held).
+  ::usleep(500 * 1000);
+  ch.Tell("ready: " + std::to_string(conns.size()) + " connections");
+  ch.Hear();
+  stop = true;
+  flood.join();
+  std::string out = "built " + std::to_string(built) + ", refused " + std::to_string(refused) +
+                    ", other " + std::to_string(other) + "; told:";
+  for (const auto& [k, n] : said) out += " " + k + " x" + std::to_string(n);
+  ch.Tell(out);
+  return 0;
+}
+
+// The requests are bounded (256 of the uid's in flight, the rest refused
+// naming the limit) and builds start in turns by uid (lease/build_queue.h),
+// so the victim's build waits for one of the flood's, not for all of them:
+// without the turns the victim kept 0.001 of its rate (4 of 4500 ops/s).
+// It does not keep 90%: the flood is 2,000-4,000 builds, releases and
+// reclaims a second, which takes the daemon's loop and workers and this
+// machine's 2 cores from the victim (0.08-0.15 measured). The check is
+// the turns (above 0.04), not the 0.9; the loop has no per-uid
+// turns yet.
+TEST_F(TenantsTest, BuildsInFlight) {
+  StartDaemon("");
+  std::string socket = daemon_.socket();
+  uint64_t in_flight_peak = 0;
+  auto reports = Run(
+      "builds in flight", 1, [socket](uid_t, Channel& ch) { return BuildFlood(socket, ch); },
+      [&](const std::vector<std::string>&) {
+        auto a = ReadAccounting(admin_);
+        if (a.ok()) in_flight_peak = a->Gauge("requests_in_flight");
+      },
+      /*settle=*/false, /*min_ratio=*/0.04);
+  std::printf("tenants: builds in flight: %llu requests in flight at the end of the attack\n",
+              static_cast<unsigned long long>(in_flight_peak));
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_NE(reports[0].find("limits.max_requests_per_uid"), std::string::npos) << reports[0];
+  // The attacker's 256, the victim's and the admin's own.
+  EXPECT_LE(in_flight_peak, 256u + 2) << "beyond limits.max_requests_per_uid";
   ExpectRecovered();
 }
 
