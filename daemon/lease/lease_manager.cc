@@ -403,6 +403,7 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
     if (!p.name.empty()) names_[name_key] = 0;
     Count("warm_misses");
     ++pending_builds_;
+    const uint32_t owner_builds = ++pending_builds_by_uid_[tenant.uid];
     uint64_t sz = *size;
     bool hugetlb = p.hugetlb;
     Tenant owner = tenant;
@@ -414,6 +415,9 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
       auto a = alive.lock();
       if (!a || !*a) return;  // manager gone; `built` reclaims itself
       --pending_builds_;
+      if (auto b = pending_builds_by_uid_.find(owner.uid); --b->second == 0) {
+        pending_builds_by_uid_.erase(b);
+      }
       auto conn_it = conns_.find(conn);
       if (!built.ok() && settle != nullptr && !p.strict && conn_it != conns_.end() && !stopping_) {
         // The mixed node's kernel zones could not keep it: try the next
@@ -453,10 +457,11 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
       const Lease& l = leases_.at(id);
       done(Granted{Snapshot(l), l.backing->fd()});
     };
-    if (sz <= inline_max_ && pending_builds_ == 1 && settle == nullptr) {
-      // Small, and no other build in flight (a sign the loop is not busy):
-      // a few syscalls here cost less than a hand-off to a worker and back.
-      // Under load the workers build in parallel while the loop serves. The
+    if (sz <= inline_max_ && owner_builds == 1 && settle == nullptr) {
+      // Small, and no other build of this uid in flight: a few syscalls here
+      // cost less than a hand-off to a worker and back, and need not wait
+      // behind other uids' builds. A uid with builds in flight has the rest
+      // built on the workers, so one uid's flood does not take the loop. The
       // completion is posted, as it would be from a worker.
       auto built = std::make_shared<Result<std::unique_ptr<Backing>>>(
           pool->Build(sz, hugetlb, Pool::BuildFor::kRequest));

@@ -457,6 +457,7 @@ class LeaseManager {
   bool stopping_ = false;
   uint64_t next_id_ = 1;
   uint32_t pending_builds_ = 0;
+  std::unordered_map<uid_t, uint32_t> pending_builds_by_uid_;  // request builds
   DaemonLimits limits_;
   // Flipped when the manager dies so late completions do nothing.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
