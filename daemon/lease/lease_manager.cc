@@ -15,10 +15,6 @@ constexpr size_t kMaxLabelBytes = 256;
 constexpr size_t kMaxAclEntries = 64;
 constexpr size_t kMaxRevokedRemembered = 65536;
 
-std::string TierOfPool(const Pool* p) {
-  return std::string(p->backing()) == "devdax" ? "devdax" : p->kind();
-}
-
 // The refusal counter's reason for an error code (refusals_<reason>).
 const char* RefusalReason(Code code) {
   switch (code) {
@@ -265,7 +261,7 @@ uint64_t LeaseManager::Insert(ConnId conn, const AllocParams& p, Pool* pool, uin
   l.size = size;
   l.requested = p.size_bytes;
   l.pool = pool;
-  l.tier = TierOfPool(pool);
+  l.tier = pool->quota_tier();
   l.label = p.label;
   l.name = p.name;
   l.acl_uids = p.acl_uids;
@@ -345,7 +341,7 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
       note(size.status().code() == Code::kInvalidArgument ? "invalid" : "capacity");
       continue;
     }
-    std::string tier = TierOfPool(pool);
+    const std::string& tier = pool->quota_tier();
     Status q = quotas_.Check(tenant, tier, *size);
     if (!q.ok()) {
       why_not += (why_not.empty() ? "" : "; ") + pool->name() + ": " + q.message();

@@ -24,10 +24,6 @@ namespace cxlpool {
 namespace {
 constexpr uint64_t kIdBatch = 1024;
 
-std::string QuotaTier(const Pool* p) {
-  return std::string(p->backing()) == "devdax" ? "devdax" : p->kind();
-}
-
 bool SameHolder(const HolderId& a, pid_t pid, uint64_t start_time) {
   return a.pid == pid && (a.start_time == 0 || start_time == 0 || a.start_time == start_time);
 }
@@ -256,7 +252,7 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
     l.size = d.size_bytes;
     l.requested = d.requested_bytes;
     l.pool = pool;
-    l.tier = QuotaTier(pool);
+    l.tier = pool->quota_tier();
     l.label = d.label;
     l.name = d.name;
     l.acl_uids = d.acl_uids;
@@ -660,7 +656,7 @@ Result<uint64_t> LeaseManager::Readopt(uint64_t id, UniqueFd fd, const ReclaimIt
   }
   // The checks an ALLOC of the same size passes: an fd nobody can tell from
   // a real lease gets the caller no more than asking for memory would.
-  const std::string tier = QuotaTier(pool);
+  const std::string& tier = pool->quota_tier();
   CallerInfo owner = who != nullptr ? *who : CallerInfo();
   const Tenant tenant = TenantOf(owner);
   if (who != nullptr) {
