@@ -53,114 +53,20 @@
 #include "cxlpool/common/clock.h"
 #include "cxlpool/common/status.h"
 #include "cxlpool/topology/topology.h"
+#include "lease/lease_types.h"
 #include "lease/placement.h"
 #include "lease/quota.h"
+#include "lease/reclaim_queue.h"
 #include "lease/restart.h"
+#include "lease/wait_queue.h"
 #include "pool/pool.h"
 
 namespace cxlpool {
 
-using ConnId = uint64_t;  // the server's ConnectionId
-
-struct CallerInfo {
-  pid_t pid = -1;
-  uid_t uid = static_cast<uid_t>(-1);
-  gid_t gid = static_cast<gid_t>(-1);
-  std::vector<gid_t> groups;  // supplementary groups (for shared-lease ACLs)
-  std::string comm;
-  std::string cgroup;
-  bool is_admin = false;
-  uint64_t start_time = 0;  // /proc/<pid>/stat field 22 (restart: pid reuse); 0 unknown
-};
-
-// The key of a shared name in names_: one namespace per owner uid.
-inline std::string NameKey(uid_t owner, const std::string& name) {
-  return std::to_string(owner) + "/" + name;
-}
-
-// The tenant a caller's leases are charged to (quotas, priority class).
-inline Tenant TenantOf(const CallerInfo& c) {
-  auto cg = NormalizeCgroupPath(c.cgroup);
-  return Tenant{c.uid, c.gid, cg.ok() ? *cg : std::string()};
-}
-
-struct AllocParams {
-  uint64_t size_bytes = 0;
-  std::optional<int> numa_node;
-  std::string gpu;
-  std::vector<std::string> tiers;
-  bool strict = false;
-  bool hugetlb = false;
-  std::string label;
-  std::string name;  // shared name; "" private
-  std::vector<uint32_t> acl_uids;
-  std::vector<uint32_t> acl_gids;
-  std::optional<int> home_node;  // the caller's node (placement without GPU/node)
-  bool long_term_pin = false;    // the holder will pin it long-term (lease/placement.h rule 4)
-  // Set by Allocate itself when a build on a mixed node could not keep the
-  // lease in its kernel zones: those pools are skipped, and why is named.
-  std::vector<const Pool*> exclude_pools;
-  std::string fell_back_from;
-};
-
-struct LeaseSnapshot {
-  uint64_t id = 0;
-  uint64_t size_bytes = 0;
-  uint64_t requested_bytes = 0;
-  int numa_node = -1;
-  std::string kind;
-  std::optional<int> memory_tier;
-  std::string label;
-  std::string name;
-  CallerInfo owner;
-  int64_t created_unix = 0;
-  uint32_t holders = 0;  // references (connections x attaches)
-  std::string backing;
-  uint64_t page_size = 0;
-  bool from_warm_stock = false;
-  std::string placement_reason;
-  std::string pool;
-  bool long_term_pin = false;
-  // Set once the lease's pages were found off the node it was placed on
-  // (CheckMoved): where it was placed, and what the daemon saw. numa_node,
-  // kind and pool are then where the pages are now.
-  std::optional<int> placed_numa_node;
-  std::string moved_reason;
-};
-
-// A granted (or attached) lease and its fd, borrowed: valid until the lease
-// ends; send it before returning to the loop.
-struct Granted {
-  LeaseSnapshot lease;
-  int fd = -1;
-};
-
-struct PoolSnapshot {
-  std::string name;
-  int numa_node = -1;
-  std::string kind;
-  std::optional<int> memory_tier;
-  uint64_t capacity_bytes = 0;
-  uint64_t leased_bytes = 0;
-  uint64_t warm_bytes = 0;
-  uint64_t free_bytes = 0;
-  uint64_t page_size = 0;
-  std::string backing;
-  bool dynamic_region = false;
-  uint32_t lease_count = 0;
-  uint64_t reclaiming_bytes = 0;  // ended leases still being reclaimed (not free yet)
-  // The node's zones (memfd pools, when the topology knows them) and what a
-  // long-term pin does there ("yes", "partly", "no"; "" unknown).
-  std::optional<uint64_t> kernel_zone_bytes;
-  std::optional<uint64_t> movable_bytes;
-  std::string long_term_pins;
-  std::string long_term_pin_policy;  // "auto", "allow", "refuse"
-};
-
 class LeaseManager {
  public:
   using Executor = boost::asio::any_io_executor;
-  using AllocDone = std::function<void(Result<Granted>)>;
+  using AllocDone = cxlpool::AllocDone;
   using RevokeDone = std::function<void(Result<std::vector<ConnId>>)>;
 
   LeaseManager(const Topology* topo, std::vector<std::unique_ptr<Pool>> pools, QuotaTable quotas,
@@ -253,14 +159,17 @@ class LeaseManager {
   void SetStockExecutor(Executor stock) { stock_ = std::move(stock); }
   // Leases up to `bytes` are built and reclaimed on the loop thread itself
   // (their completion is still posted, as from a worker). Default 0: never.
-  void SetInlineMax(uint64_t bytes) { inline_max_ = bytes; }
+  void SetInlineMax(uint64_t bytes) {
+    inline_max_ = bytes;
+    reclaims_.set_inline_max(bytes);
+  }
   // Stops refills and reclaims every lease and all stock (daemon exit).
   void Shutdown();
 
   // For tests: builds in flight (leases and stock), reclaims in flight, and
   // allocations waiting for reclaims.
   uint32_t pending_builds() const { return pending_builds_; }
-  uint32_t pending_reclaims() const { return pending_reclaims_; }
+  uint32_t pending_reclaims() const { return reclaims_.pending(); }
   size_t waiting_allocs() const { return waiting_.size(); }
 
   // ---- restart support (lease/lease_restart.cc, docs/daemon.md) ----
@@ -375,20 +284,51 @@ class LeaseManager {
     std::unordered_set<uint64_t> held;
   };
 
+  // Allocate's steps: check the request, plan the candidate pools, and for
+  // each admit it (size, quota, priority reserve), grant from warm stock,
+  // wait for reclaims, or start a build; else refuse, naming every pool's
+  // reason.
+  struct PoolRefusals {
+    std::string text;
+    Code code = Code::kResourceExhausted;
+    const char* first_reason = nullptr;  // why the preferred pool refused
+    void Add(const std::string& why, const char* reason, Code c = Code::kOk);
+  };
+  // A build in flight: what its completion needs to grant or undo it.
+  struct BuildJob {
+    ConnId conn = 0;
+    AllocParams params;
+    AllocDone done;
+    Pool* pool = nullptr;
+    uint64_t size = 0;
+    std::string reason;
+    std::string tier;
+    Tenant owner;
+    std::string name_key;  // NameKey of a shared lease; "" private
+    const FileSystem* settle = nullptr;
+  };
+  void Refuse(const AllocDone& done, Status st, const char* reason = nullptr);
+  Status CheckRequest(const CallerInfo& caller, const AllocParams& p) const;
+  static PlacementRequest PlacementFor(const AllocParams& p);
+  // The lease's size in `pool`, or nullopt with why not added to `why`.
+  std::optional<uint64_t> Admit(const Tenant& tenant, const AllocParams& p, Pool* pool,
+                                PoolRefusals* why) const;
+  // True when `pool` had warm stock of `size` and `done` was called.
+  bool GrantFromWarm(ConnId conn, const AllocParams& p, Pool* pool, uint64_t size,
+                     const std::string& reason, const AllocDone& done);
+  // Charges and reserves for `job`, then builds on a worker (or the loop).
+  void StartBuild(BuildJob job);
+  // On the loop: grants the built lease, places it elsewhere (a failed
+  // kernel-zone settle), or undoes the hold and refuses.
+  void FinishBuild(BuildJob job, Result<std::unique_ptr<Backing>> built);
+  void UndoBuildHold(const BuildJob& job);
   uint64_t Insert(ConnId conn, const AllocParams& p, Pool* pool, uint64_t size,
                   std::unique_ptr<Backing> backing, bool from_warm, std::string reason);
-  // Ends a lease: bookkeeping now, memory reclaimed on a worker (ReclaimBacking).
+  // Ends a lease: bookkeeping now, memory reclaimed off the request path
+  // (reclaims_).
   // `then` runs on the loop once the memory is truncated (or never, when
   // the manager is gone by then).
   void Free(uint64_t id, const char* counter, std::function<void()> then = nullptr);
-  void ReclaimBacking(Pool* pool, uint64_t size, std::unique_ptr<Backing> backing,
-                      std::function<void()> then);
-  // ReclaimBacking's second half, one loop turn later (all that were
-  // deferred, in order): the truncation on the loop (small, nothing else in
-  // flight) or on a worker.
-  void StartDeferredReclaims();
-  void StartReclaim(Pool* pool, uint64_t size, std::unique_ptr<Backing> backing,
-                    std::function<void()> then);
   // Back on the loop after a reclaim: the bytes are free; waiting
   // allocations run again, then warm stock refills.
   void BackingReclaimed(Pool* pool, uint64_t size);
@@ -451,28 +391,10 @@ class LeaseManager {
   DaemonLimits limits_;
   // Flipped when the manager dies so late completions do nothing.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
-  // How a reclaim on a worker reaches the loop without touching the
-  // manager: closed (under its mutex) when the manager dies, after which
-  // finished reclaims post nothing.
-  struct ReclaimChannel;
-  std::shared_ptr<ReclaimChannel> reclaim_channel_;
-  uint32_t pending_reclaims_ = 0;
-  // Ended leases whose reclaim starts on the loop's next turn (counted in
-  // pending_reclaims_ already).
-  struct DeferredReclaim {
-    Pool* pool;
-    uint64_t size;
-    std::unique_ptr<Backing> backing;
-    std::function<void()> then;
-  };
-  std::deque<DeferredReclaim> deferred_reclaims_;
-  // Allocations that fit once reclaims in flight finish, in arrival order.
-  struct Waiting {
-    ConnId conn = 0;
-    AllocParams params;
-    AllocDone done;
-  };
-  std::vector<Waiting> waiting_;
+  // Ended leases' memory, given back on the workers (or the loop).
+  ReclaimQueue reclaims_;
+  // Allocations that fit once reclaims in flight finish.
+  AllocWaitQueue waiting_;
   bool retrying_waiters_ = false;
 
   std::unordered_map<uint64_t, Lease> leases_;
