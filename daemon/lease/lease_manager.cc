@@ -81,8 +81,8 @@ void LeaseManager::Disconnect(ConnId conn) {
   if (it == conns_.end()) return;
   std::vector<uint64_t> held(it->second.held.begin(), it->second.held.end());
   for (uint64_t id : held) {
-    auto l = leases_.find(id);
-    if (l == leases_.end()) continue;
+    auto l = table_.leases().find(id);
+    if (l == table_.leases().end()) continue;
     auto h = l->second.holders.find(conn);
     if (h == l->second.holders.end()) continue;
     DropRef(l->second, conn, h->second);
@@ -115,9 +115,7 @@ void LeaseManager::DropRef(Lease& lease, ConnId conn, uint32_t n) {
 }
 
 void LeaseManager::Free(uint64_t id, const char* counter, std::function<void()> then) {
-  auto it = leases_.find(id);
-  CXLPOOL_CHECK(it != leases_.end());
-  Lease& l = it->second;
+  Lease l = table_.Remove(id);
   Unpersist(id);
   for (const auto& [conn, n] : l.holders) {
     auto c = conns_.find(conn);
@@ -127,18 +125,8 @@ void LeaseManager::Free(uint64_t id, const char* counter, std::function<void()> 
   // truncated them; the tenant's quota is free now.
   l.pool->BeginReclaim(l.size);
   quotas_.Uncharge(TenantOf(l.owner), l.tier, l.size);
-  if (!l.name.empty()) names_.erase(NameKey(l.owner.uid, l.name));
-  auto u = by_uid_.find(l.owner.uid);
-  if (u != by_uid_.end()) {
-    u->second.erase(id);
-    if (u->second.empty()) by_uid_.erase(u);
-  }
-  Pool* pool = l.pool;
-  uint64_t size = l.size;
-  std::unique_ptr<Backing> backing = std::move(l.backing);
-  leases_.erase(it);
   Count(counter);
-  reclaims_.Submit(pool, size, std::move(backing), std::move(then));
+  reclaims_.Submit(l.pool, l.size, std::move(l.backing), std::move(then));
 }
 
 void LeaseManager::BackingReclaimed(Pool* pool, uint64_t size) {
@@ -170,7 +158,7 @@ uint64_t LeaseManager::Insert(ConnId conn, const AllocParams& p, Pool* pool, uin
                               std::unique_ptr<Backing> backing, bool from_warm,
                               std::string reason) {
   uint64_t id = NextId();
-  Lease& l = leases_[id];
+  Lease l;
   l.id = id;
   l.size = size;
   l.requested = p.size_bytes;
@@ -189,8 +177,7 @@ uint64_t LeaseManager::Insert(ConnId conn, const AllocParams& p, Pool* pool, uin
   l.holders[conn] = 1;
   l.refs = 1;
   conns_.at(conn).held.insert(id);
-  by_uid_[l.owner.uid].insert(id);
-  if (!p.name.empty()) names_[NameKey(l.owner.uid, p.name)] = id;
+  table_.Add(std::move(l));  // indexed by owner and name
   Count("grants");
   return id;
 }
@@ -234,9 +221,8 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
       why.Add(PoolRoom(pool), "capacity");
       continue;
     }
-    std::string name_key = p.name.empty() ? "" : NameKey(caller.uid, p.name);
     return StartBuild(BuildJob{conn, std::move(p), std::move(done), pool, *size, std::move(reason),
-                               pool->quota_tier(), tenant, std::move(name_key), settle});
+                               pool->quota_tier(), tenant, settle});
   }
   Refuse(done, Status(why.code, "cannot place " + HumanBytes(p.size_bytes) + ": " + why.text),
          why.first_reason);
@@ -264,7 +250,7 @@ Status LeaseManager::CheckRequest(const CallerInfo& caller, const AllocParams& p
     return Status(Code::kInvalidArgument, "an ACL needs a shared name");
   }
   // Names are per owner uid: only the caller's own namespace can clash.
-  if (!p.name.empty() && names_.count(NameKey(caller.uid, p.name))) {
+  if (!p.name.empty() && table_.Named(caller.uid, p.name)) {
     return Status(Code::kAlreadyExists, "you (uid " + std::to_string(caller.uid) +
                                             ") already have a shared lease named '" + p.name + "'");
   }
@@ -313,7 +299,7 @@ bool LeaseManager::GrantFromWarm(ConnId conn, const AllocParams& p, Pool* pool, 
   Count("warm_hits");
   uint64_t id = Insert(conn, p, pool, size, std::move(b), true, reason);
   if (!PersistGrant(id, done)) return true;
-  done(Granted{Snapshot(leases_.at(id)), leases_.at(id).backing->fd()});
+  done(Granted{Snapshot(table_.leases().at(id)), table_.leases().at(id).backing->fd()});
   // Only now (the reply is on the socket): a worker prefaulting the
   // replacement must not compete with sending it.
   Refill(pool);
@@ -323,7 +309,7 @@ bool LeaseManager::GrantFromWarm(ConnId conn, const AllocParams& p, Pool* pool, 
 void LeaseManager::StartBuild(BuildJob job) {
   // Quota and capacity are held while it builds; so is a shared name.
   quotas_.Charge(job.owner, job.tier, job.size);
-  if (!job.params.name.empty()) names_[job.name_key] = 0;
+  if (!job.params.name.empty()) table_.HoldName(job.owner.uid, job.params.name);
   Count("warm_misses");
   ++pending_builds_;
   Pool* pool = job.pool;
@@ -373,7 +359,7 @@ void LeaseManager::UndoBuildHold(const BuildJob& job) {
   job.pool->CancelReserve(job.size);
   // The charge was made against the caller at request time.
   quotas_.Uncharge(job.owner, job.tier, job.size);
-  if (!job.params.name.empty()) names_.erase(job.name_key);
+  if (!job.params.name.empty()) table_.DropHeldName(job.owner.uid, job.params.name);
 }
 
 void LeaseManager::FinishBuild(BuildJob job, Result<std::unique_ptr<Backing>> built) {
@@ -411,7 +397,7 @@ void LeaseManager::FinishBuild(BuildJob job, Result<std::unique_ptr<Backing>> bu
   uint64_t id = Insert(job.conn, job.params, job.pool, job.size, std::move(*built), false,
                        std::move(job.reason));
   if (!PersistGrant(id, job.done)) return;
-  const Lease& l = leases_.at(id);
+  const Lease& l = table_.leases().at(id);
   job.done(Granted{Snapshot(l), l.backing->fd()});
 }
 
@@ -420,15 +406,20 @@ namespace {
 Status NoLease(uint64_t id) { return Status(Code::kNotFound, "no lease " + std::to_string(id)); }
 }  // namespace
 
+Status LeaseManager::NotInTable(ConnId conn, uint64_t id) const {
+  const std::vector<uid_t>* told = table_.RevokedFor(id);
+  const CallerInfo* c = Caller(conn);
+  if (told != nullptr && c != nullptr &&
+      (c->is_admin || std::find(told->begin(), told->end(), c->uid) != told->end())) {
+    return Status(Code::kRevoked, "lease " + std::to_string(id) + " was revoked by an admin");
+  }
+  return NoLease(id);
+}
+
 Status LeaseManager::Release(ConnId conn, uint64_t id) {
-  auto it = leases_.find(id);
-  if (it == leases_.end()) {
-    auto r = revoked_.find(id);
-    const CallerInfo* c = Caller(conn);
-    if (r != revoked_.end() && c != nullptr &&
-        (c->is_admin || std::find(r->second.begin(), r->second.end(), c->uid) != r->second.end()))
-      return Status(Code::kRevoked, "lease " + std::to_string(id) + " was revoked by an admin");
-    return NoLease(id);
+  auto it = table_.leases().find(id);
+  if (it == table_.leases().end()) {
+    return NotInTable(conn, id);
   }
   if (!Visible(it->second, conn)) return NoLease(id);
   auto h = it->second.holders.find(conn);
@@ -474,14 +465,14 @@ Result<Granted> LeaseManager::Attach(ConnId conn, const std::string& name,
                                        std::to_string(owner) + " that uid " +
                                        std::to_string(who.uid) + " may attach");
   };
-  auto n = names_.find(NameKey(owner, name));
-  if (n == names_.end()) return not_found();
-  if (n->second == 0) {
+  std::optional<uint64_t> named = table_.Named(owner, name);
+  if (!named) return not_found();
+  if (*named == 0) {
     // Its ACL is not known before the lease exists: only its owner hears.
     if (who.uid != owner) return not_found();
     return Status(Code::kUnavailable, "shared lease '" + name + "' is still being built");
   }
-  Lease& l = leases_.at(n->second);
+  Lease& l = table_.leases().at(*named);
   if (!InAcl(l, who)) return not_found();
   if (l.awaited_memory) {
     return Status(Code::kUnavailable,
@@ -502,14 +493,9 @@ bool LeaseManager::Visible(const Lease& l, ConnId conn) const {
 }
 
 Result<LeaseSnapshot> LeaseManager::Stat(ConnId conn, uint64_t id) const {
-  auto it = leases_.find(id);
-  if (it == leases_.end()) {
-    auto r = revoked_.find(id);
-    const CallerInfo* c = Caller(conn);
-    if (r != revoked_.end() && c != nullptr &&
-        (c->is_admin || std::find(r->second.begin(), r->second.end(), c->uid) != r->second.end()))
-      return Status(Code::kRevoked, "lease " + std::to_string(id) + " was revoked by an admin");
-    return NoLease(id);
+  auto it = table_.leases().find(id);
+  if (it == table_.leases().end()) {
+    return NotInTable(conn, id);
   }
   if (!Visible(it->second, conn)) return NoLease(id);
   return Snapshot(it->second);
@@ -546,16 +532,16 @@ Status LeaseManager::CheckDaemonLimits() const {
   // warm stock and libraries' own. Maps: the same leases, plus the
   // process's ordinary mappings.
   constexpr uint64_t kFdReserve = 128, kMapReserve = 1024;
-  const uint64_t per_lease = leases_.size() + pending_builds_ + reclaims_.pending();
+  const uint64_t per_lease = table_.leases().size() + pending_builds_ + reclaims_.pending();
   if (per_lease + conns_.size() + kFdReserve >= limits_.max_fds) {
-    return Status(Code::kResourceExhausted, "daemon fd limit: " + std::to_string(leases_.size()) +
-                                                " leases held and RLIMIT_NOFILE is " +
-                                                std::to_string(limits_.max_fds) +
-                                                "; raise LimitNOFILE= for cxlpoold");
+    return Status(Code::kResourceExhausted,
+                  "daemon fd limit: " + std::to_string(table_.leases().size()) +
+                      " leases held and RLIMIT_NOFILE is " + std::to_string(limits_.max_fds) +
+                      "; raise LimitNOFILE= for cxlpoold");
   }
   if (per_lease + kMapReserve >= limits_.max_maps) {
     return Status(Code::kResourceExhausted,
-                  "daemon mapping limit: " + std::to_string(leases_.size()) +
+                  "daemon mapping limit: " + std::to_string(table_.leases().size()) +
                       " leases held and vm.max_map_count is " + std::to_string(limits_.max_maps) +
                       "; raise it (sysctl vm.max_map_count)");
   }
@@ -570,12 +556,12 @@ Result<std::vector<LeaseSnapshot>> LeaseManager::List(ConnId conn, bool all) con
     if (!c->is_admin) {
       return Status(Code::kPermissionDenied, "listing every tenant's leases needs admin");
     }
-    for (const auto& [id, l] : leases_) out.push_back(Snapshot(l));
+    for (const auto& [id, l] : table_.leases()) out.push_back(Snapshot(l));
   } else {
     std::unordered_set<uint64_t> ids = conns_.at(conn).held;
-    auto u = by_uid_.find(c->uid);
-    if (u != by_uid_.end()) ids.insert(u->second.begin(), u->second.end());
-    for (uint64_t id : ids) out.push_back(Snapshot(leases_.at(id)));
+    const std::unordered_set<uint64_t>& owned = table_.OwnedBy(c->uid);
+    ids.insert(owned.begin(), owned.end());
+    for (uint64_t id : ids) out.push_back(Snapshot(table_.leases().at(id)));
   }
   std::sort(out.begin(), out.end(),
             [](const LeaseSnapshot& a, const LeaseSnapshot& b) { return a.id < b.id; });
@@ -584,9 +570,9 @@ Result<std::vector<LeaseSnapshot>> LeaseManager::List(ConnId conn, bool all) con
 
 void LeaseManager::Revoke(ConnId conn, uint64_t id, RevokeDone done) {
   if (!IsAdmin(conn)) return done(Status(Code::kPermissionDenied, "revoke needs admin"));
-  auto it = leases_.find(id);
-  if (it == leases_.end()) {
-    if (revoked_.count(id)) {
+  auto it = table_.leases().find(id);
+  if (it == table_.leases().end()) {
+    if (table_.RevokedFor(id) != nullptr) {
       return done(Status(Code::kRevoked, "lease " + std::to_string(id) + " was already revoked"));
     }
     return done(NoLease(id));
@@ -598,8 +584,7 @@ void LeaseManager::Revoke(ConnId conn, uint64_t id, RevokeDone done) {
     if (const CallerInfo* hc = Caller(h); hc != nullptr) uids.push_back(hc->uid);
   }
   std::sort(holders.begin(), holders.end());
-  if (revoked_.size() >= kMaxRevokedRemembered) revoked_.clear();
-  revoked_[id] = std::move(uids);
+  table_.Revoked(id, std::move(uids), kMaxRevokedRemembered);
   // The holders hear of it only once the memory is truncated, so their next
   // access after the event SIGBUSes.
   Free(id, "revokes", [done = std::move(done), holders = std::move(holders)]() mutable {
@@ -638,14 +623,9 @@ LeaseSnapshot LeaseManager::Snapshot(const Lease& l) const {
 }
 
 Result<LeaseManager::MoveCheck> LeaseManager::CheckMoved(ConnId conn, uint64_t id) {
-  auto it = leases_.find(id);
-  if (it == leases_.end()) {
-    auto r = revoked_.find(id);
-    const CallerInfo* c = Caller(conn);
-    if (r != revoked_.end() && c != nullptr &&
-        (c->is_admin || std::find(r->second.begin(), r->second.end(), c->uid) != r->second.end()))
-      return Status(Code::kRevoked, "lease " + std::to_string(id) + " was revoked by an admin");
-    return NoLease(id);
+  auto it = table_.leases().find(id);
+  if (it == table_.leases().end()) {
+    return NotInTable(conn, id);
   }
   Lease& l = it->second;
   if (!Visible(l, conn)) return NoLease(id);  // not yours: as if it did not exist
@@ -734,12 +714,12 @@ std::vector<PoolSnapshot> LeaseManager::Pools() const {
 
 std::map<std::string, uint64_t> LeaseManager::Gauges() const {
   std::map<std::string, uint64_t> g;
-  g["live_leases"] = leases_.size();
+  g["live_leases"] = table_.leases().size();
   g["connections"] = conns_.size();
   g["pending_builds"] = pending_builds_;
   g["pending_reclaims"] = reclaims_.pending();
   g["waiting_allocs"] = waiting_.size();
-  g["shared_leases"] = names_.size();
+  g["shared_leases"] = table_.names();
   uint64_t leased = 0, warm = 0, cap = 0, reclaiming = 0;
   for (const Pool* p : pool_ptrs_) {
     leased += p->leased_bytes() + p->reserved_bytes();
@@ -800,7 +780,7 @@ void LeaseManager::Shutdown() {
   // turn again.
   reclaims_.StartNow();
   std::vector<uint64_t> ids;
-  for (const auto& [id, l] : leases_) ids.push_back(id);
+  for (const auto& [id, l] : table_.leases()) ids.push_back(id);
   for (uint64_t id : ids) Free(id, "shutdown_frees");
   for (Pool* p : pool_ptrs_) p->DropAllWarm();
 }

@@ -53,6 +53,7 @@
 #include "cxlpool/common/clock.h"
 #include "cxlpool/common/status.h"
 #include "cxlpool/topology/topology.h"
+#include "lease/lease_table.h"
 #include "lease/lease_types.h"
 #include "lease/placement.h"
 #include "lease/quota.h"
@@ -240,45 +241,7 @@ class LeaseManager {
   void HandOver();
 
  private:
-  struct Lease {
-    uint64_t id = 0;
-    uint64_t size = 0;
-    uint64_t requested = 0;
-    Pool* pool = nullptr;
-    std::string tier;  // quota tier: node kind or "devdax"
-    std::string label;
-    std::string name;
-    std::vector<uint32_t> acl_uids;
-    std::vector<uint32_t> acl_gids;
-    CallerInfo owner;
-    int64_t created_unix = 0;
-    std::unique_ptr<Backing> backing;
-    bool from_warm = false;
-    std::string placement_reason;
-    std::unordered_map<ConnId, uint32_t> holders;  // connection -> references
-    uint32_t refs = 0;
-    // Restart: journalled holders that have not reclaimed yet. The lease
-    // lives while refs > 0 or anyone awaits; awaited_memory: no fd yet.
-    std::vector<HolderId> awaiting;
-    bool awaited_memory = false;
-    uint64_t inode = 0;
-    uint64_t inode_dev = 0;
-    // Journal damage: accounted again without a journal record (a RECLAIM
-    // of an unknown lease, or an fd-store orphan). Kept through the grace
-    // period even when unheld; any holder of its memfd may reclaim it.
-    bool unjournalled = false;
-    // The owner is only a stand-in (an orphan, or a reclaimer that said it
-    // was not the owner): the first reclaimer whose uid is the owner it was
-    // told takes the lease (and its quota charge and name) over.
-    bool owner_provisional = false;
-    bool long_term_pin = false;
-    // CheckMoved found the pages elsewhere: where the lease was placed, what
-    // was seen, and (when that node has no pool to move it to) where the
-    // pages are while the accounting stays.
-    std::optional<int> placed_node;
-    std::string moved_reason;
-    std::optional<int> pages_node;
-  };
+  using Lease = LeaseRecord;
   struct Conn {
     CallerInfo caller;
     std::unordered_set<uint64_t> held;
@@ -304,7 +267,6 @@ class LeaseManager {
     std::string reason;
     std::string tier;
     Tenant owner;
-    std::string name_key;  // NameKey of a shared lease; "" private
     const FileSystem* settle = nullptr;
   };
   void Refuse(const AllocDone& done, Status st, const char* reason = nullptr);
@@ -337,6 +299,9 @@ class LeaseManager {
   void DropRef(Lease& lease, ConnId conn, uint32_t n);
   void Refill(Pool* pool);
   LeaseSnapshot Snapshot(const Lease& l) const;
+  // The answer for an id not in the table: REVOKED to those who could see
+  // it when an admin revoked it, else NOT_FOUND.
+  Status NotInTable(ConnId conn, uint64_t id) const;
   bool Visible(const Lease& l, ConnId conn) const;
   void Count(const std::string& name, uint64_t by = 1) { counters_[name] += by; }
   // The refusal, if any, of the daemon's own fd and mapping limits.
@@ -397,14 +362,9 @@ class LeaseManager {
   AllocWaitQueue waiting_;
   bool retrying_waiters_ = false;
 
-  std::unordered_map<uint64_t, Lease> leases_;
-  // Shared names by NameKey(owner uid, name); 0: being built.
-  std::unordered_map<std::string, uint64_t> names_;
+  // The leases and their indexes (owner, name, revocations).
+  LeaseTable table_;
   std::unordered_map<ConnId, Conn> conns_;
-  std::unordered_map<uid_t, std::unordered_set<uint64_t>> by_uid_;
-  // Revoked ids and the uids that could see each (owner, holders): others
-  // get NOT_FOUND for them.
-  std::unordered_map<uint64_t, std::vector<uid_t>> revoked_;
   std::map<std::string, uint64_t> counters_;
 
   // Restart support.

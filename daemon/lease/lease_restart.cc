@@ -127,7 +127,7 @@ void LeaseManager::Unpersist(uint64_t id) {
 
 bool LeaseManager::PersistGrant(uint64_t id, const AllocDone& done) {
   if (store_ == nullptr) return true;
-  Lease& l = leases_.at(id);
+  Lease& l = table_.leases().at(id);
   uint64_t ino = 0, dev = 0;
   struct stat st {};
   if (l.backing->Identity(&ino, &dev)) {  // memfds: read when built, off the loop
@@ -247,32 +247,31 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
       }
     }
     if (backing == nullptr) backing = MakeAwaitedBacking(d);
-    Lease& l = leases_[d.id];
-    l.id = d.id;
-    l.size = d.size_bytes;
-    l.requested = d.requested_bytes;
-    l.pool = pool;
-    l.tier = pool->quota_tier();
-    l.label = d.label;
-    l.name = d.name;
-    l.acl_uids = d.acl_uids;
-    l.acl_gids = d.acl_gids;
-    l.owner.pid = d.owner_pid;
-    l.owner.uid = d.owner_uid;
-    l.owner.gid = d.owner_gid;
-    l.owner.comm = d.owner_comm;
-    l.owner.cgroup = d.owner_cgroup;
-    l.owner.start_time = d.owner_start_time;
-    l.created_unix = d.created_unix;
-    l.backing = std::move(backing);
-    l.placement_reason = "recovered after a daemon restart";
-    l.awaiting = alive;
-    l.awaited_memory = !adopted;
-    l.inode = d.inode;
-    l.inode_dev = d.inode_dev;
+    Lease fresh;
+    fresh.id = d.id;
+    fresh.size = d.size_bytes;
+    fresh.requested = d.requested_bytes;
+    fresh.pool = pool;
+    fresh.tier = pool->quota_tier();
+    fresh.label = d.label;
+    fresh.name = d.name;
+    fresh.acl_uids = d.acl_uids;
+    fresh.acl_gids = d.acl_gids;
+    fresh.owner.pid = d.owner_pid;
+    fresh.owner.uid = d.owner_uid;
+    fresh.owner.gid = d.owner_gid;
+    fresh.owner.comm = d.owner_comm;
+    fresh.owner.cgroup = d.owner_cgroup;
+    fresh.owner.start_time = d.owner_start_time;
+    fresh.created_unix = d.created_unix;
+    fresh.backing = std::move(backing);
+    fresh.placement_reason = "recovered after a daemon restart";
+    fresh.awaiting = alive;
+    fresh.awaited_memory = !adopted;
+    fresh.inode = d.inode;
+    fresh.inode_dev = d.inode_dev;
+    Lease& l = table_.Add(std::move(fresh));  // indexed by owner and name
     quotas_.Charge(TenantOf(l.owner), l.tier, l.size);
-    by_uid_[l.owner.uid].insert(l.id);
-    if (!l.name.empty()) names_[NameKey(l.owner.uid, l.name)] = l.id;
     if (alive.size() != d.holders.size()) (void)Persist(l, -1);
     awaiting_any_ = true;
     Count(adopted ? "restart_adopted" : "restart_awaiting");
@@ -296,7 +295,8 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
       continue;
     }
     CXLPOOL_LOG(kError) << "restart: fd store lease-" << id << " ("
-                        << HumanBytes(leases_.at(id).size) << " in " << leases_.at(id).pool->name()
+                        << HumanBytes(table_.leases().at(id).size) << " in "
+                        << table_.leases().at(id).pool->name()
                         << ") has no journal record: accounted again, awaiting its holders";
     Count("fd_store_orphans");
     ++r.orphans;
@@ -358,7 +358,7 @@ Status LeaseManager::GraceRefusal() const {
 
 void LeaseManager::MaybeEndGrace() {
   if (!grace_ || grace_full_) return;
-  for (const auto& [id, l] : leases_) {
+  for (const auto& [id, l] : table_.leases()) {
     if (l.awaited_memory) return;
   }
   EndGrace("every journalled lease is accounted for");
@@ -374,18 +374,19 @@ void LeaseManager::EndGrace(const char* why) {
   // Holders that never reclaimed: struck off if dead or provably without the
   // memfd; the rest are watched until they exit (their lease stays counted).
   SweepAwaiting(true);
-  for (const auto& [id, l] : leases_) {
+  for (const auto& [id, l] : table_.leases()) {
     for (const HolderId& h : l.awaiting) WatchHolder(h);
   }
   // Leases the journal lost that no holder reclaimed (fd-store orphans, or
   // one whose reclaimers all let go): nobody accounts for them any more, so
   // their memory is taken back, as a revoke would.
   std::vector<uint64_t> unclaimed;
-  for (const auto& [id, l] : leases_) {
+  for (const auto& [id, l] : table_.leases()) {
     if (l.unjournalled && Unheld(l)) unclaimed.push_back(id);
   }
   for (uint64_t id : unclaimed) {
-    CXLPOOL_LOG(kWarning) << "restart: lease " << id << " (" << HumanBytes(leases_.at(id).size)
+    CXLPOOL_LOG(kWarning) << "restart: lease " << id << " ("
+                          << HumanBytes(table_.leases().at(id).size)
                           << "), which the journal had lost, was not reclaimed by the end of the "
                              "grace period: its memory is taken back";
     Free(id, "unjournalled_unclaimed");
@@ -396,7 +397,7 @@ void LeaseManager::SweepAwaiting(bool check_files, std::optional<HolderId> exite
   if (!awaiting_any_ || probe_ == nullptr) return;
   std::vector<uint64_t> unheld;
   bool any = false;
-  for (auto& [id, l] : leases_) {
+  for (auto& [id, l] : table_.leases()) {
     if (l.awaiting.empty()) continue;
     size_t before = l.awaiting.size();
     // Named copies: a structured binding cannot be captured before C++23's
@@ -426,7 +427,7 @@ void LeaseManager::CheckHolderOf(pid_t pid) {
   auto start = probe_->StartTime(pid);
   if (!start) return;
   std::vector<uint64_t> unheld;
-  for (auto& [id, l] : leases_) {
+  for (auto& [id, l] : table_.leases()) {
     auto it = std::find_if(l.awaiting.begin(), l.awaiting.end(),
                            [&](const HolderId& h) { return SameHolder(h, pid, *start); });
     if (it == l.awaiting.end()) continue;
@@ -489,9 +490,9 @@ LeaseManager::ReclaimOutcome LeaseManager::Reclaim(ConnId conn, std::vector<Recl
       continue;
     }
     const CallerInfo& who = c->second.caller;
-    auto it = leases_.find(id);
-    if (it == leases_.end()) {
-      if (revoked_.count(id)) {
+    auto it = table_.leases().find(id);
+    if (it == table_.leases().end()) {
+      if (table_.RevokedFor(id) != nullptr) {
         reject("lease " + std::to_string(id) + " was revoked by an admin");
         continue;
       }
@@ -508,7 +509,7 @@ LeaseManager::ReclaimOutcome LeaseManager::Reclaim(ConnId conn, std::vector<Recl
         reject(a.status().message());
         continue;
       }
-      Lease& l = leases_.at(id);
+      Lease& l = table_.leases().at(id);
       l.holders[conn] += 1;
       l.refs += 1;
       c->second.held.insert(id);
@@ -610,7 +611,7 @@ Result<uint64_t> LeaseManager::Readopt(uint64_t id, UniqueFd fd, const ReclaimIt
     CXLPOOL_LOG(kError) << "restart: " << msg;
     return Status(Code::kResourceExhausted, msg);
   };
-  for (const auto& [other, l] : leases_) {
+  for (const auto& [other, l] : table_.leases()) {
     if (l.inode == facts->inode && l.inode_dev == facts->dev) {
       Count("unjournalled_rejects");
       return Status(Code::kInvalidArgument, what + ": the fd is the memfd of another lease");
@@ -677,31 +678,30 @@ Result<uint64_t> LeaseManager::Readopt(uint64_t id, UniqueFd fd, const ReclaimIt
   if (pool->config().pin && ::mlock(backing->daemon_addr(), d.size_bytes) != 0) {
     CXLPOOL_LOG(kWarning) << "lease " << id << ": mlock after re-adoption failed; kept unpinned";
   }
-  Lease& l = leases_[id];
-  l.id = id;
-  l.size = d.size_bytes;
-  l.requested = d.size_bytes;
-  l.pool = pool;
-  l.tier = tier;
-  l.label = hints != nullptr ? hints->label.substr(0, 256) : std::string();
-  l.owner = owner;
-  l.created_unix = clock_->WallSeconds();
-  l.backing = std::move(backing);
-  l.placement_reason =
+  Lease fresh;
+  fresh.id = id;
+  fresh.size = d.size_bytes;
+  fresh.requested = d.size_bytes;
+  fresh.pool = pool;
+  fresh.tier = tier;
+  fresh.label = hints != nullptr ? hints->label.substr(0, 256) : std::string();
+  fresh.owner = owner;
+  fresh.created_unix = clock_->WallSeconds();
+  fresh.backing = std::move(backing);
+  fresh.placement_reason =
       "accounted again after journal damage (" +
       (node >= 0 ? "pages on node " + std::to_string(node) : std::string("no page resident")) +
       (who == nullptr ? ", from the fd store)" : ", from a reclaim)");
-  l.inode = d.inode;
-  l.inode_dev = d.inode_dev;
-  l.unjournalled = true;
-  l.owner_provisional =
+  fresh.inode = d.inode;
+  fresh.inode_dev = d.inode_dev;
+  fresh.unjournalled = true;
+  fresh.owner_provisional =
       who == nullptr || hints == nullptr || !hints->owner_uid || *hints->owner_uid != who->uid;
+  Lease& l = table_.Add(std::move(fresh));  // indexed by owner and name
   quotas_.Charge(tenant, tier, l.size);
-  by_uid_[l.owner.uid].insert(id);
   if (!l.owner_provisional && hints != nullptr && !hints->name.empty() &&
-      hints->name.size() <= 255 && !names_.count(NameKey(l.owner.uid, hints->name))) {
-    l.name = hints->name;
-    names_[NameKey(l.owner.uid, l.name)] = id;
+      hints->name.size() <= 255) {
+    (void)table_.SetName(l, hints->name);  // unless the owner has that name already
   }
   if (who != nullptr) Count("unjournalled_adopted");
   return id;
@@ -710,20 +710,9 @@ Result<uint64_t> LeaseManager::Readopt(uint64_t id, UniqueFd fd, const ReclaimIt
 void LeaseManager::TakeOver(Lease& l, const CallerInfo& who, const std::string& name,
                             bool confirmed) {
   quotas_.Uncharge(TenantOf(l.owner), l.tier, l.size);
-  auto u = by_uid_.find(l.owner.uid);
-  if (u != by_uid_.end()) {
-    u->second.erase(l.id);
-    if (u->second.empty()) by_uid_.erase(u);
-  }
-  if (!l.name.empty()) names_.erase(NameKey(l.owner.uid, l.name));
-  l.name.clear();
-  l.owner = who;
+  table_.SetOwner(l, who);  // its old name goes with the old owner
   quotas_.Charge(TenantOf(l.owner), l.tier, l.size);
-  by_uid_[l.owner.uid].insert(l.id);
-  if (confirmed && !name.empty() && name.size() <= 255 && !names_.count(NameKey(who.uid, name))) {
-    l.name = name;
-    names_[NameKey(who.uid, name)] = l.id;
-  }
+  if (confirmed && !name.empty() && name.size() <= 255) (void)table_.SetName(l, name);
   l.owner_provisional = !confirmed;
   CXLPOOL_LOG(kInfo) << "reclaim: lease " << l.id << " is now charged to uid " << who.uid
                      << (confirmed ? " (its owner)" : " (its first holder back)");
@@ -735,7 +724,7 @@ void LeaseManager::HandOver() {
   // The leases' memory must outlive this process: the backings are released
   // on purpose without Reclaim (which would truncate); the process exits next
   // and the kernel closes the daemon's fds and mappings only.
-  for (auto& [id, l] : leases_) {
+  for (auto& [id, l] : table_.leases()) {
     Backing* kept = l.backing.release();
 #if defined(__SANITIZE_ADDRESS__)
     __lsan_ignore_object(kept);  // deliberately never freed: see above
@@ -743,10 +732,8 @@ void LeaseManager::HandOver() {
     (void)kept;
 #endif
   }
-  size_t n = leases_.size();
-  leases_.clear();
-  names_.clear();
-  by_uid_.clear();
+  size_t n = table_.leases().size();
+  table_.Clear();
   for (auto& [conn, c] : conns_) c.held.clear();
   for (Pool* p : pool_ptrs_) p->DropAllWarm();
   watches_.clear();
