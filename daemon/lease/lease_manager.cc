@@ -732,10 +732,10 @@ std::map<std::string, uint64_t> LeaseManager::Gauges() const {
   g["warm_bytes"] = warm;
   g["capacity_bytes"] = cap;
   // What the last start found wrong with the journal (docs/daemon.md).
-  g["journal_damaged"] = health_.damaged ? 1 : 0;
-  g["journal_skipped_regions"] = health_.skipped_regions;
-  g["journal_skipped_bytes"] = health_.skipped_bytes;
-  g["journal_dropped_tail_bytes"] = health_.dropped_tail_bytes;
+  g["journal_damaged"] = restart_.health.damaged ? 1 : 0;
+  g["journal_skipped_regions"] = restart_.health.skipped_regions;
+  g["journal_skipped_bytes"] = restart_.health.skipped_bytes;
+  g["journal_dropped_tail_bytes"] = restart_.health.dropped_tail_bytes;
   return g;
 }
 
@@ -774,7 +774,7 @@ void LeaseManager::Refill(Pool* pool) {
 void LeaseManager::Shutdown() {
   // Also after a hand-over: nobody will make room for these any more.
   RefuseWaiting(Status(Code::kUnavailable, "daemon is shutting down"));
-  if (stopping_ || handed_over_) return;
+  if (stopping_ || restart_.handed_over) return;
   stopping_ = true;
   // Releases of this turn too, and every one from now: the loop may not
   // turn again.

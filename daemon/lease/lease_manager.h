@@ -202,7 +202,7 @@ class LeaseManager {
   // RECLAIM of a lease the journal did not know sets journal_damaged too.
   RecoveryReport Recover(std::vector<DurableLease> journalled, std::map<uint64_t, UniqueFd> stored,
                          std::chrono::milliseconds grace, const JournalHealth& health = {});
-  bool in_grace() const { return grace_; }
+  bool in_grace() const { return restart_.grace; }
   // During the grace period: UNAVAILABLE "daemon restarting: reclaim in
   // progress, retry in N s"; else OK.
   Status GraceRefusal() const;
@@ -311,7 +311,7 @@ class LeaseManager {
   static bool InAcl(const Lease& l, const CallerInfo& who);
   // Restart support (lease_restart.cc).
   bool Unheld(const Lease& l) const {
-    return l.refs == 0 && l.awaiting.empty() && !(l.unjournalled && grace_);
+    return l.refs == 0 && l.awaiting.empty() && !(l.unjournalled && restart_.grace);
   }
   DurableLease ToDurable(const Lease& l) const;
   // Journals a new grant (fd >= 0) or a holder change. OK when disabled.
@@ -367,18 +367,8 @@ class LeaseManager {
   std::unordered_map<ConnId, Conn> conns_;
   std::map<std::string, uint64_t> counters_;
 
-  // Restart support.
-  LeaseStore* store_ = nullptr;
-  const ProcessProbe* probe_ = nullptr;
-  uint64_t ids_reserved_ = 0;  // ids below this are reserved in the store
-  bool handed_over_ = false;
-  bool awaiting_any_ = false;  // some lease still awaits a holder's reclaim
-  bool grace_ = false;
-  bool grace_full_ = false;  // journal damage: no early end (unknown leases may come)
-  JournalHealth health_;
-  std::chrono::steady_clock::time_point grace_end_;
-  std::shared_ptr<void> grace_timer_;  // boost::asio::steady_timer
-  std::map<std::pair<pid_t, uint64_t>, std::shared_ptr<void>> watches_;  // pidfd waits
+  // Restart support (lease_restart.cc).
+  RestartState restart_;
 };
 
 }  // namespace cxlpool
