@@ -1,9 +1,14 @@
 // LeaseManager: the daemon's lease state. It places allocations on pools,
 // enforces capacity and quotas, builds backings on a worker pool, serves
-// exact-size requests from warm stock, keeps the lease table (hash maps by
-// id, by shared name, by connection and by owner uid), shares named leases
-// under a uid/gid ACL with reference counts, and releases everything a
-// connection held when it goes away.
+// exact-size requests from warm stock, shares named leases under a uid/gid
+// ACL with reference counts, and releases everything a connection held when
+// it goes away. It decides; its parts remember and run:
+//   - LeaseTable (lease_table.h): the leases, indexed by owner and name,
+//     and the revocations;
+//   - AllocWaitQueue (wait_queue.h): allocations waiting for reclaims;
+//   - ReclaimQueue (reclaim_queue.h): ended leases' memory given back;
+//   - RestartState (restart.h): the journal, the grace period, the holders
+//     awaited after a restart (lease_restart.cc).
 //
 // Nothing here knows protobuf or sockets; the handler translates.
 //
