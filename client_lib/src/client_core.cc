@@ -547,6 +547,14 @@ Status ClientCore::Reestablish(std::unique_lock<std::mutex>& lock) {
                            "cxlpoold at " + socket_path_ + " did not come back within " +
                                std::to_string(limit_ms) + " ms: " + last.message());
     sock_.Reset();
+    if (!deferred_.empty() && !stopping_.load()) {
+      // Nobody to hand them back to: holding their memory longer helps no
+      // one (a daemon that comes back later has them in its fd store, or
+      // drops them).
+      CXLPOOL_LOG(kWarning) << deferred_.size()
+                            << " released leases could not be handed back: " << broken_.message();
+      deferred_.clear();
+    }
     return broken_;
   }
   sock_ = std::move(fresh);

@@ -103,7 +103,8 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
     uint32_t max_payload_bytes = wire::kDefaultMaxFrameBytes;
   };
   // A release the daemon could not be told of because it was gone: the
-  // next reconnect hands the lease back and releases it.
+  // next reconnect hands the lease back and releases it; a reconnect that
+  // gives up closes it.
   struct DeferredRelease {
     uint64_t lease_id = 0;
     UniqueFd fd;  // a dup of the lease's fd

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <future>
 #include <string>
 #include <thread>
@@ -404,6 +405,45 @@ TEST(ClientTest, ReleaseDoesNotWaitForAReconnect) {
     // Another thread still gets a working connection.
     auto again = c->Allocate(o);
     EXPECT_TRUE(again.ok()) << again.status().ToString();
+  }
+  unsetenv("CXLPOOL_RECONNECT_TIMEOUT_MS");
+  unlink(path.c_str());
+  rmdir(dir);
+}
+
+// Open fds of this process whose target names `what` (/proc/self/fd).
+int OpenFdsNaming(const std::string& what) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    auto target = std::filesystem::read_symlink(e.path(), ec);
+    if (!ec && target.string().find(what) != std::string::npos) ++n;
+  }
+  return n;
+}
+
+// A release deferred while the daemon is gone keeps the lease's memfd only
+// until the reconnect gives up.
+TEST(ClientTest, ADeferredReleaseIsDroppedWhenTheDaemonDoesNotComeBack) {
+  char dir[] = "/tmp/cxlpool-client-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/s.sock";
+  setenv("CXLPOOL_RECONNECT_TIMEOUT_MS", "200", 1);
+  {
+    FakeServer server;
+    ASSERT_TRUE(server.StartListening(path).ok());
+    auto c = Client::Connect(path);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    AllocOptions o;
+    o.size_bytes = 1 << 20;
+    auto lease = c->Allocate(o);
+    ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+    server.HangUp();
+    EXPECT_TRUE(lease->Release().ok());
+    // The fake's own memfd went with its connection; what is left is the
+    // client's dup, until the watcher's reconnect gives up.
+    for (int i = 0; i < 1000 && OpenFdsNaming("fake-lease") > 0; ++i) usleep(10000);
+    EXPECT_EQ(OpenFdsNaming("fake-lease"), 0);
   }
   unsetenv("CXLPOOL_RECONNECT_TIMEOUT_MS");
   unlink(path.c_str());
