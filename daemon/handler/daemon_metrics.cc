@@ -229,6 +229,7 @@ std::string DaemonMetrics::Render(const LeaseManager& leases, const ProcessFacts
 
   reg_.Set("cxlpool_dumpable", facts.dumpable ? 1 : 0);
   reg_.Set("cxlpool_memlock_limit_bytes", static_cast<double>(facts.memlock_limit_bytes));
+  if (extra_) extra_(&reg_);
   return reg_.Render();
 }
 
