@@ -51,7 +51,10 @@ void DaemonHandler::OnConnect(ConnectionId conn, const PeerInfo& peer) {
   leases_->Connect(conn, std::move(c));
 }
 
-void DaemonHandler::OnDisconnect(ConnectionId conn) { leases_->Disconnect(conn); }
+void DaemonHandler::OnDisconnect(ConnectionId conn) {
+  leases_->Disconnect(conn);
+  if (tiering_ != nullptr) tiering_->OnDisconnect(conn);
+}
 
 namespace {
 
@@ -92,6 +95,13 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
   if (!req.fds.empty() && req.type != proto::MSG_RECLAIM_REQUEST) {
     return MakeErrorReply(
         Status(Code::kProtocol, wire::MsgTypeName(req.type) + " must not carry file descriptors"));
+  }
+  if (TieringRequests::Handles(req.type)) {
+    if (tiering_ == nullptr) {
+      return MakeErrorReply(Status(Code::kUnsupported, "tiering is off in this daemon"
+                                                       " ([tiering] enabled = false)"));
+    }
+    return tiering_->Handle(conn, req, reply, deferred);
   }
   switch (req.type) {
     case proto::MSG_HELLO_REQUEST: {

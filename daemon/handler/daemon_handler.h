@@ -20,6 +20,7 @@
 #include "cxlpool/common/clock.h"
 #include "cxlpool/common/fs.h"
 #include "handler/daemon_metrics.h"
+#include "handler/tiering_requests.h"
 #include "lease/lease_manager.h"
 #include "server/handler.h"
 
@@ -44,6 +45,8 @@ class DaemonHandler final : public RequestHandler {
 
   DaemonHandler(LeaseManager* leases, const FileSystem* proc, HandlerOptions options);
   void SetPush(PushFn push) { push_ = std::move(push); }
+  // The tiering messages go to `tiering` (null: UNSUPPORTED, tiering off).
+  void SetTiering(TieringRequests* tiering) { tiering_ = tiering; }
 
   void OnConnect(ConnectionId conn, const PeerInfo& peer) override;
   void OnRequest(ConnectionId conn, Request request, ReplyFn reply) override;
@@ -61,6 +64,7 @@ class DaemonHandler final : public RequestHandler {
   const FileSystem* proc_;
   HandlerOptions options_;
   PushFn push_;
+  TieringRequests* tiering_ = nullptr;
   DaemonMetrics metrics_;  // lives as long as the handler
   // The topology never changes after start (the lease manager holds it by
   // const pointer), so its JSON is rendered once, on the first TOPOLOGY.

@@ -146,6 +146,7 @@ void LeaseManager::Free(uint64_t id, const char* counter, std::function<void()> 
   // truncated them; the tenant's quota is free now.
   l.pool->BeginReclaim(l.size);
   quotas_.Uncharge(TenantOf(l.owner), l.tier, l.size);
+  DropPoolMove(l);
   if (!l.name.empty()) names_.erase(l.name);
   auto u = by_uid_.find(l.owner.uid);
   if (u != by_uid_.end()) {
@@ -275,6 +276,8 @@ uint64_t LeaseManager::Insert(ConnId conn, const AllocParams& p, Pool* pool, uin
   l.backing = std::move(backing);
   l.from_warm = from_warm;
   l.placement_reason = std::move(reason);
+  l.gpu = p.gpu;
+  l.home_node = p.home_node;
   l.holders[conn] = 1;
   l.refs = 1;
   conns_.at(conn).held.insert(id);

@@ -242,6 +242,36 @@ class LeaseManager {
   // held by `conn` (one reference per item: a lease attached twice on one
   // connection is listed twice). Accepted at any time, not only in grace.
   ReclaimOutcome Reclaim(ConnId conn, std::vector<ReclaimItem> items);
+  // ---- tiering support (lease/lease_migration.cc; daemon/tiering/lease_adapter.h) ----
+  // What the tiering engine needs of a lease.
+  struct MigrationFacts {
+    LeaseSnapshot lease;
+    const Pool* pool = nullptr;
+    int fd = -1;  // the memfd, borrowed; -1 for devdax and for memory not back after a restart
+    std::vector<ConnId> holders;
+    std::vector<pid_t> holder_pids;
+    int32_t priority = 0;  // the owner's priority class
+    std::string gpu;       // as asked at allocation ("" none)
+    std::optional<int> home_node;
+    const Pool* moving_to = nullptr;  // a move between pools under way
+    std::string moving_note;
+  };
+  std::vector<MigrationFacts> LeasesForMigration() const;
+  std::optional<MigrationFacts> LeaseForMigration(uint64_t id) const;
+  // The accounting of moving a lease's pages to another pool's node. Begin:
+  // room on `to` is reserved and the tenant's quota charged in `to`'s tier
+  // as well (a move in progress counts in both pools, so nothing is ever
+  // overcommitted), and the intent journalled. Commit: the bytes and the
+  // charge leave the old pool, journalled. Abort with an empty note: the
+  // reservation and the second charge go; with a note (pages left split):
+  // both stay and the note says why, until a later move finishes.
+  // Begin: NOT_FOUND, ALREADY_EXISTS (a move under way), INVALID_ARGUMENT
+  // (same pool, devdax), UNAVAILABLE (memory not back after a restart),
+  // RESOURCE_EXHAUSTED (room, quota, priority reserve: named), IO (journal).
+  Status BeginPoolMove(uint64_t id, Pool* to);
+  Status CommitPoolMove(uint64_t id);
+  Status AbortPoolMove(uint64_t id, const std::string& split_note);
+
   // SIGTERM with restart support: forget every lease WITHOUT freeing its
   // memory or journalling its end, so the clients keep their mappings and
   // reclaim from the next daemon. Stops refills; Shutdown is then a no-op.
@@ -271,6 +301,12 @@ class LeaseManager {
     bool awaited_memory = false;
     uint64_t inode = 0;
     uint64_t inode_dev = 0;
+    // Tiering: what the holder asked for (its GPU, its node), and a move
+    // between pools under way (room reserved on moving_to).
+    std::string gpu;
+    std::optional<int> home_node;
+    Pool* moving_to = nullptr;
+    std::string moving_note;
   };
   struct Conn {
     CallerInfo caller;
@@ -304,6 +340,12 @@ class LeaseManager {
   // Restart support (lease_restart.cc).
   bool Unheld(const Lease& l) const { return l.refs == 0 && l.awaiting.empty(); }
   DurableLease ToDurable(const Lease& l) const;
+  MigrationFacts FactsOf(const Lease& l) const;
+  // The second charge and the reservation of a move under way go (Free, Abort).
+  void DropPoolMove(Lease& l);
+  // Recover: a journalled move to `to_pool` that was not finished is
+  // accounted again as it was (or, without room there, as a move back).
+  void RecoverPoolMove(Lease& l, const std::string& to_pool);
   // Journals a new grant (fd >= 0) or a holder change. OK when disabled.
   Status Persist(const Lease& l, int fd);
   // Journals the end of a lease (errors logged).

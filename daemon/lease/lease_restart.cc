@@ -90,6 +90,7 @@ DurableLease LeaseManager::ToDurable(const Lease& l) const {
   d.inode_dev = l.inode_dev;
   d.dax_device = l.backing->dax_device();
   d.dax_rdev = l.backing->device_number();
+  if (l.moving_to != nullptr) d.migrating_to_pool = l.moving_to->name();
   auto add = [&](HolderId h) {
     if (std::find(d.holders.begin(), d.holders.end(), h) == d.holders.end()) {
       d.holders.push_back(h);
@@ -267,6 +268,7 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
     l.inode = d.inode;
     l.inode_dev = d.inode_dev;
     quotas_.Charge(TenantOf(l.owner), l.tier, l.size);
+    RecoverPoolMove(l, d.migrating_to_pool);
     by_uid_[l.owner.uid].insert(l.id);
     if (!l.name.empty()) names_[l.name] = l.id;
     if (alive.size() != d.holders.size()) (void)Persist(l, -1);

@@ -63,6 +63,8 @@ struct DurableLease {
   std::string dax_device;         // devdax: the device ("dax0.1"), else ""
   uint64_t dax_rdev = 0;          // devdax: its device number (st_rdev); 0 unknown
   std::vector<HolderId> holders;  // every process holding a reference
+  // A move to another pool was begun and not finished (tiering): that pool.
+  std::string migrating_to_pool;
 };
 
 // The durable side. Errors are IO-like Statuses with the path in them.

@@ -50,8 +50,17 @@ namespace cxlpool::wire {
   X(QuotaSetReply, MSG_QUOTA_SET_REPLY)         \
   X(MetricsRequest, MSG_METRICS_REQUEST)        \
   X(MetricsReply, MSG_METRICS_REPLY)            \
+  X(TieringSignalsRequest, MSG_TIERING_SIGNALS_REQUEST) \
+  X(TieringSignalsReply, MSG_TIERING_SIGNALS_REPLY)     \
+  X(TieringLeaseRequest, MSG_TIERING_LEASE_REQUEST)     \
+  X(TieringLeaseReply, MSG_TIERING_LEASE_REPLY)         \
+  X(MigrationReadyRequest, MSG_MIGRATION_READY_REQUEST) \
+  X(MigrationReadyReply, MSG_MIGRATION_READY_REPLY)     \
+  X(TieringReportRequest, MSG_TIERING_REPORT_REQUEST)   \
+  X(TieringReportReply, MSG_TIERING_REPORT_REPLY)       \
   X(ErrorReply, MSG_ERROR_REPLY)                \
-  X(LeaseEvent, MSG_LEASE_EVENT)
+  X(LeaseEvent, MSG_LEASE_EVENT)                \
+  X(MigrationEvent, MSG_MIGRATION_EVENT)
 
 // TypeOf(&msg) / TypeOf<M>(): the MsgType a message travels under.
 // Encode(msg): the serialized payload; PROTOCOL if it exceeds
