@@ -167,6 +167,11 @@ ClientCore::~ClientCore() {
     uint64_t one = 1;
     (void)!::write(stop_fd_.get(), &one, sizeof one);
   }
+  {
+    std::lock_guard<std::mutex> lock(tier_mu_);
+    tier_cv_.notify_all();
+  }
+  if (flusher_.joinable()) flusher_.join();
   if (watcher_.joinable()) watcher_.join();
 }
 
@@ -239,6 +244,13 @@ void ClientCore::HandleEvent(const wire::Frame& frame) {
     CXLPOOL_LOG(kWarning) << "ignoring undecodable lease event: " << s.ToString();
     return;
   }
+  if (ev.event() == "moved" && ev.has_numa_node()) {
+    // The tiering engine moved its pages (in place: the mapping is the same).
+    std::lock_guard<std::mutex> lock(leases_mu_);
+    auto [begin, end] = leases_.equal_range(ev.lease_id());
+    for (auto it = begin; it != end; ++it) it->second->SetNode(ev.numa_node());
+    return;
+  }
   if (ev.event() != "revoked") {
     CXLPOOL_LOG(kDebug) << "ignoring lease event '" << ev.event() << "' for lease "
                         << ev.lease_id();
@@ -264,10 +276,7 @@ Result<wire::Frame> ClientCore::Call(proto::MsgType type, const std::string& pay
     }
     if (*p != wire::FrameReader::Progress::kFrame) continue;
     wire::Frame frame = reader_.TakeFrame();
-    if (frame.type() == proto::MSG_LEASE_EVENT && frame.request_id() == 0) {
-      HandleEvent(frame);
-      continue;
-    }
+    if (HandlePush(frame)) continue;
     if (frame.request_id() != id) {
       return Broken(Status(Code::kProtocol, "reply " + wire::MsgTypeName(frame.header.type) +
                                                 " carries request id " +
@@ -276,13 +285,6 @@ Result<wire::Frame> ClientCore::Call(proto::MsgType type, const std::string& pay
     }
     return frame;
   }
-}
-
-template <typename Req>
-Result<wire::Frame> ClientCore::CallMessage(const Req& req) {
-  Result<std::string> payload = wire::Encode(req, max_payload_bytes_);
-  if (!payload.ok()) return payload.status();
-  return Call(wire::TypeOf<Req>(), *payload);
 }
 
 Result<std::unique_ptr<LeaseState>> ClientCore::MapReply(wire::Frame frame,
@@ -451,7 +453,14 @@ Status ClientCore::ReconnectLocked() {
   reconnects_.fetch_add(1);
   CXLPOOL_LOG(kInfo) << "reconnected to cxlpoold at " << socket_path_
                      << (old_instance != instance_id_ ? " (a new daemon instance)" : "");
-  return ReclaimLocked();
+  {
+    // Asks of the old connection are void: its daemon will not wait for them.
+    std::lock_guard<std::mutex> lock(tier_mu_);
+    migrations_.clear();
+  }
+  CXLPOOL_RETURN_IF_ERROR(ReclaimLocked());
+  ResendTieringLocked();
+  return Status::Ok();
 }
 
 Status ClientCore::ReclaimLocked() {
@@ -583,9 +592,7 @@ void ClientCore::WatchLoop() {
       }
       if (*pr != wire::FrameReader::Progress::kFrame) continue;
       wire::Frame frame = reader_.TakeFrame();
-      if (frame.type() == proto::MSG_LEASE_EVENT && frame.request_id() == 0) {
-        HandleEvent(frame);
-      } else {
+      if (!HandlePush(frame)) {
         (void)Broken(Status(Code::kProtocol, "unsolicited " + wire::MsgTypeName(frame.header.type) +
                                                  " with no request pending"));
         break;
@@ -609,11 +616,10 @@ Result<int> ClientCore::ProcessEvents() {
       return Broken(Status(Code::kUnavailable, "cxlpoold closed the connection"));
     }
     wire::Frame frame = reader_.TakeFrame();
-    if (frame.type() != proto::MSG_LEASE_EVENT || frame.request_id() != 0) {
+    if (!HandlePush(frame)) {
       return Broken(Status(Code::kProtocol, "unsolicited " + wire::MsgTypeName(frame.header.type) +
                                                 " with no request pending"));
     }
-    HandleEvent(frame);
     ++handled;
   }
 }
@@ -640,7 +646,12 @@ void ClientCore::Untrack(LeaseState* lease) {
 // ---------------------------------------------------------------- LeaseState
 
 LeaseState::LeaseState(std::shared_ptr<ClientCore> core, Mapping mapping, LeaseInfo info)
-    : core_(std::move(core)), mapping_(std::move(mapping)), info_(std::move(info)) {}
+    : core_(std::move(core)),
+      mapping_(std::move(mapping)),
+      info_(std::move(info)),
+      signals_(mapping_.size()) {
+  node_.store(info_.numa_node, std::memory_order_relaxed);
+}
 
 LeaseState::~LeaseState() {
   Status s = Release();
@@ -669,6 +680,7 @@ Status LeaseState::CudaRegister(int device) {
   }
   cuda_ = std::move(*reg);
   cuda_status_ = Status::Ok();
+  DeclareCooperative();
   return Status::Ok();
 }
 
@@ -676,6 +688,7 @@ Status LeaseState::CudaUnregister() {
   if (!cuda_.registered()) return Status(Code::kNotFound, "the lease is not registered with CUDA");
   Status s = cuda_.Unregister();
   cuda_status_ = Status(Code::kNotFound, "the lease is not registered with CUDA");
+  DeclareCooperative();
   return s;
 }
 

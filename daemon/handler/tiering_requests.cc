@@ -172,6 +172,23 @@ void TieringRequests::Tell(tiering::ConnId conn, const tiering::MigrationNotice&
   }
 }
 
+void TieringRequests::Moved(tiering::ConnId conn, uint64_t lease_id, int numa_node,
+                            const std::string& pool) {
+  if (!push_) return;
+  // A LeaseEvent: clients of any version accept it (older ones ignore
+  // events they do not know).
+  proto::LeaseEvent ev;
+  ev.set_lease_id(lease_id);
+  ev.set_event("moved");
+  ev.set_numa_node(numa_node);
+  ev.set_pool(pool);
+  Status st = push_(conn, AsReply(ev));
+  if (!st.ok()) {
+    CXLPOOL_LOG(kDebug) << "lease " << lease_id << " moved: could not tell connection " << conn
+                        << ": " << st.ToString();
+  }
+}
+
 void ToProto(const tiering::TieringReport& r, proto::TieringReportReply* out) {
   out->set_enabled(r.enabled);
   out->set_disabled_why(r.disabled_why);

@@ -36,6 +36,8 @@ class TieringRequests final : public tiering::HolderChannel {
   // HolderChannel
   Status Ask(tiering::ConnId conn, const tiering::MigrationAsk& ask) override;
   void Tell(tiering::ConnId conn, const tiering::MigrationNotice& notice) override;
+  void Moved(tiering::ConnId conn, uint64_t lease_id, int numa_node,
+             const std::string& pool) override;
 
   // Most signals one frame may carry.
   static constexpr int kMaxSignalsPerFrame = 4096;

@@ -658,6 +658,7 @@ void TieringEngine::Moved(uint64_t id, Result<MoveReport> r) {
                                                  : "bytes_demoted",
           m.d.length);
     Count("moves_done");
+    for (const auto& [c, pid] : m.pids) holders_->Moved(c, m.d.lease_id, m.to_node, m.d.to_pool);
     Finish("moved", r->ToString(), r->move_ns, true);
     return;
   }

@@ -128,6 +128,9 @@ class HolderChannel {
   virtual Status Ask(ConnId conn, const MigrationAsk& ask) = 0;
   // Pushes a CANCELLED (errors logged by the implementation).
   virtual void Tell(ConnId conn, const MigrationNotice& notice) = 0;
+  // Tells a holder its lease's pages moved (in place: its mapping is the
+  // same) and where they are now. Every holder, pinning or not.
+  virtual void Moved(ConnId conn, uint64_t lease_id, int numa_node, const std::string& pool) = 0;
 };
 
 }  // namespace cxlpool::tiering

@@ -165,6 +165,16 @@ class FakeChannel final : public HolderChannel {
     return ask_error;
   }
   void Tell(ConnId conn, const MigrationNotice& n) override { tells.emplace_back(conn, n); }
+  void Moved(ConnId conn, uint64_t lease, int node, const std::string& pool) override {
+    moved.push_back({conn, lease, node, pool});
+  }
+  struct MovedNote {
+    ConnId conn;
+    uint64_t lease;
+    int node;
+    std::string pool;
+  };
+  std::vector<MovedNote> moved;
   std::vector<std::pair<ConnId, MigrationAsk>> asks;
   std::vector<std::pair<ConnId, MigrationNotice>> tells;
   Status ask_error;
@@ -252,6 +262,11 @@ TEST_F(EngineTest, CopiedBytesHeatALeaseAndItIsPromotedThenAccounted) {
   EXPECT_NE(r.why.find("hot (temperature 3.00 >= hot 1.00"), std::string::npos) << r.why;
   EXPECT_NE(r.why.find("holders copied 192.0 MiB in"), std::string::npos) << r.why;
   EXPECT_EQ(engine->counters().at("bytes_promoted"), 64 * kMiB);
+  // The holder is told where its pages are now.
+  ASSERT_EQ(channel.moved.size(), 1u);
+  EXPECT_EQ(channel.moved[0].conn, 7u);
+  EXPECT_EQ(channel.moved[0].node, 0);
+  EXPECT_EQ(channel.moved[0].pool, "node0");
   // It stays now: hot, and where it belongs.
   engine->Tick();
   Drain();
