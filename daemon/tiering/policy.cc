@@ -39,6 +39,7 @@ std::string CheckPolicyConfig(const PolicyConfig& c) {
   }
   if (!(c.slow_reserve >= 0) || !(c.slow_reserve < 1)) return "slow_reserve must be in [0, 100%)";
   if (c.min_residency_ns < 0) return "min_residency must not be negative";
+  if (!(c.swap_ratio == 0 || c.swap_ratio >= 1)) return "swap_ratio must be 0 (off) or >= 1";
   return "";
 }
 
@@ -335,10 +336,14 @@ PolicyOutput Decide(const PolicyConfig& config, const std::vector<PoolState>& po
     int64_t need = static_cast<int64_t>(w->length) + p.Keep(*tp) - p.Free(to);
     std::vector<const UnitState*> victims;
     int64_t found = 0;
+    const double swap = config.swap_ratio;
+    auto colder = [&](const UnitState& x) {
+      return x.temperature <= cold || (swap > 0 && x.temperature * swap <= w->temperature);
+    };
     for (const UnitState* v : sorted(
              [&](const UnitState& x) {
-               return x.pool == to && x.temperature <= cold && x.priority <= w->priority &&
-                      CanDemoteTo(p, x) && p.Fits(x, x.demote_pool);
+               return x.pool == to && colder(x) && x.priority <= w->priority && CanDemoteTo(p, x) &&
+                      p.Fits(x, x.demote_pool);
              },
              false)) {
       if (found >= need) break;
@@ -347,9 +352,9 @@ PolicyOutput Decide(const PolicyConfig& config, const std::vector<PoolState>& po
     }
     if (found < need) {
       p.Stay(*w, "hot (" + p.TempWhy(*w) + "), but " + p.RoomText(*w, to) +
-                     "; cold ranges of priority <= " + std::to_string(w->priority) +
-                     " there hold " + HumanBytes(static_cast<uint64_t>(found)) +
-                     ", not enough to make room");
+                     "; ranges of priority <= " + std::to_string(w->priority) +
+                     " there that are cold or " + Temp(swap) + "x colder hold " +
+                     HumanBytes(static_cast<uint64_t>(found)) + ", not enough to make room");
       continue;
     }
     bool all = true;
@@ -359,10 +364,14 @@ PolicyOutput Decide(const PolicyConfig& config, const std::vector<PoolState>& po
         all = false;
         continue;
       }
+      std::string why = v->temperature <= cold
+                            ? "this range is cold (" + p.TempVs(*v, "<=", "cold", cold) + ")"
+                            : "this range is " + Temp(w->temperature / v->temperature) +
+                                  "x colder (temperature " + Temp(v->temperature) + " vs " +
+                                  Temp(w->temperature) + "; swap_ratio " + Temp(swap) + ")";
       all = p.Emit(*v, Direction::kDemote, v->demote_pool, "demand",
                    "makes room on " + to + " for hot lease " + std::to_string(w->lease_id) +
-                       " (priority " + std::to_string(w->priority) + "); this range is cold (" +
-                       p.TempVs(*v, "<=", "cold", cold) + ")") &&
+                       " (priority " + std::to_string(w->priority) + "); " + why) &&
             all;
     }
     if (!all) continue;

@@ -16,8 +16,10 @@
 //     the fast pool nearest its holder's GPU moves there, when that leaves
 //     the pool at or above its low watermark; highest priority class first,
 //     then hottest first.
-//  4. Demand: a hot range that found no room may make room by demoting cold
-//     ranges of the same or a lower priority class from that pool.
+//  4. Demand: a hot range that found no room may make room by demoting
+//     ranges of the same or a lower priority class from that pool that are
+//     cold, or `swap_ratio` times colder than it (so that when every range
+//     is warm, the hottest still get DRAM; the ratio is the hysteresis).
 // Hysteresis: a range between the cold and the hot threshold never moves;
 // a range that moved stays put for `min_residency`; and a demotion target
 // keeps `slow_reserve` of itself free. Opted-out leases (pinned to their
@@ -57,6 +59,9 @@ struct PolicyConfig {
   double fast_high_watermark = 0.20;
   // Slow pools keep this fraction free (room for new grants).
   double slow_reserve = 0.02;
+  // Rule 4: a range at most 1/swap_ratio as hot as a hot range that wants
+  // its room may be demoted for it. 0: only cold ranges make room.
+  double swap_ratio = 4.0;
 };
 
 // INVALID_ARGUMENT-style text when the config is inconsistent, "" when fine.

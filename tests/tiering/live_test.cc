@@ -27,7 +27,7 @@
 #include "test_support.h"
 #include "tiering/lease_adapter.h"
 #include "tiering/migrator.h"
-#include "uring_pin.h"
+#include "uring_pin.h"  // tests/support
 
 namespace cxlpool {
 namespace {

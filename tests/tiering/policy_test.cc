@@ -243,6 +243,30 @@ TEST_F(PolicyTest, DemandDemotesColderRangesOfTheSameOrLowerPriority) {
   EXPECT_NE(Stay(o, 1).find("not enough to make room"), std::string::npos) << Stay(o, 1);
 }
 
+TEST_F(PolicyTest, WhenEverythingIsWarmTheHottestSwapInForMuchColderRanges) {
+  // DRAM full of warm ranges (none cold): a range 5x hotter than the
+  // coldest of them takes its place; one only 2x hotter does not (hysteresis).
+  P("node0").free_bytes = 110 * kMiB;
+  units.push_back(Unit(1, "node2", 10.0));
+  units.push_back(Unit(2, "node0", 2.0));
+  units.push_back(Unit(3, "node0", 6.0));
+  PolicyOutput o = Run();
+  ASSERT_EQ(o.decisions.size(), 2u);
+  EXPECT_EQ(o.decisions[0].lease_id, 2u);
+  EXPECT_NE(o.decisions[0].why.find("this range is 5.00x colder (temperature 2.00 vs 10.0; "
+                                    "swap_ratio 4.00)"),
+            std::string::npos)
+      << o.decisions[0].why;
+  EXPECT_EQ(o.decisions[1].lease_id, 1u);
+  units[0].temperature = 5.0;  // only 2.5x hotter than lease 2
+  o = Run();
+  EXPECT_TRUE(o.decisions.empty());
+  EXPECT_NE(Stay(o, 1).find("cold or 4.00x colder"), std::string::npos) << Stay(o, 1);
+  cfg.swap_ratio = 0;  // off: only cold ranges make room
+  units[0].temperature = 100.0;
+  EXPECT_TRUE(Run().decisions.empty());
+}
+
 TEST_F(PolicyTest, UrgentHintsActWithoutPressureOrHeat) {
   units.push_back(Unit(1, "node2", 0.0));
   units[0].urgent = Hint::kWillNeed;
