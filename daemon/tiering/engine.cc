@@ -599,7 +599,11 @@ void TieringEngine::Run() {
   // A cooperative move pauses its holders: as fast as it goes. In place, the
   // holders keep running, so the move is paced to the rate limit.
   req.max_bytes_per_s = m.cooperative ? 0 : options_.rate_limit_bytes_per_s;
-  req.step_bytes = options_.step_bytes;
+  // Paced: steps of about a tenth of a second's worth (2 MiB .. step_bytes).
+  req.step_bytes = req.max_bytes_per_s == 0
+                       ? options_.step_bytes
+                       : std::clamp<uint64_t>(req.max_bytes_per_s / 10, 2ull << 20,
+                                              std::max<uint64_t>(options_.step_bytes, 2ull << 20));
   req.cancel = cancel_.get();
   auto fd = std::make_shared<UniqueFd>(std::move(mem->fd));
   std::weak_ptr<bool> alive = alive_;
