@@ -69,11 +69,14 @@ TEST(SymbolsTest, OnlyTheApiIsExportedAndVersioned) {
       ADD_FAILURE() << "unexpected export: " << line;
     }
   }
-  EXPECT_EQ(c_symbols, 33) << "the C ABI changed: update this count deliberately\n" << out;
+  EXPECT_EQ(c_symbols, 34) << "the C ABI changed: update this count deliberately\n" << out;
   EXPECT_GE(cxx_symbols, 10) << out;
   EXPECT_NE(out.find("cxlpool_alloc@@CXLPOOL_0.1"), std::string::npos);
   EXPECT_NE(out.find("cxlpool_strerror@@CXLPOOL_0.1"), std::string::npos);
-  // Added in 0.2: tiering (never moved between nodes).
+  EXPECT_NE(out.find("cxlpool_attach@@CXLPOOL_0.1"), std::string::npos);
+  // Added in 0.2: attach by owner; tiering.
+  EXPECT_NE(out.find("cxlpool_attach_from@@CXLPOOL_0.2"), std::string::npos);
+  EXPECT_NE(out.find("cxlpool::Client::AttachFrom(unsigned int"), std::string::npos);
   EXPECT_NE(out.find("cxlpool_lease_hint@@CXLPOOL_0.2"), std::string::npos);
   EXPECT_NE(out.find("cxlpool_safe_point@@CXLPOOL_0.2"), std::string::npos);
   EXPECT_NE(

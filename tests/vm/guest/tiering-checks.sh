@@ -13,7 +13,7 @@
 #    daemon finishes it after the holder hands the lease back, with the
 #    accounting on the right pool and the data intact;
 # cxlpool-bench TIER (T1, T2) is not run here (minutes under TCG); run it with
-#   tests/vm/run-vm-tests.sh --exec 'cxlpool-bench --only TIER --quick
+#   tests/vm/run-vm-tests.sh --exec 'cxlpool-bench --only tier --quick
 #     --daemon /opt/cxlpool/bin/cxlpoold' cxl-ram
 # Each step needs a piece of the project; a missing piece is a visible skip.
 VM_TIER_SOCK=/run/cxlpool/tier.sock
@@ -100,21 +100,22 @@ vm_tiering_checks() {
     /out/tier-pools.json
   vm_tier_stop
 
-  # Killed mid-migration: paced at 1 MiB/s an 8 MiB move takes ~8 s.
+  # Killed mid-migration: paced at 1 MiB/s (2 MiB steps) a 16 MiB move takes
+  # ~14 s; the kill comes a second after the move is seen under way.
   if ! vm_check "tiering: daemon paced to 1 MiB/s starts" vm_tier_start 1; then
     vm_tier_stop
     return
   fi
   [ -p /tmp/tier.fifo ] || mkfifo /tmp/tier.fifo
   exec 9<>/tmp/tier.fifo
-  cxlpool-vm-tier hold --socket "$VM_TIER_SOCK" --size $((8 << 20)) --node "$_c" \
+  cxlpool-vm-tier hold --socket "$VM_TIER_SOCK" --size $((16 << 20)) --node "$_c" \
     --threads 1 --expect-node 0 <&9 >/out/tier-hold.log 2>&1 &
   _h=$!
   if vm_check "tiering: a hot lease is held on CXL node $_c" \
     vm_wait_for 480 grep -q '^READY' /out/tier-hold.log &&
     vm_check "tiering: its paced migration to DRAM is under way" \
       vm_wait_for 480 sh -c "cxlpoolctl tiering --json --all --socket $VM_TIER_SOCK | jq -e '.in_flight != null'"; then
-    sleep 3
+    sleep 1
     kill -9 "$VM_TIER_PID"
     wait "$VM_TIER_PID" 2>/dev/null
     VM_TIER_PID=
@@ -122,11 +123,11 @@ vm_tiering_checks() {
     vm_note "tiering: daemon SIGKILLed mid-migration"
     vm_check "tiering: the next daemon starts (unpaced)" vm_tier_start 0
     vm_check "tiering: it finishes the interrupted move once the holder hands the lease back" \
-      vm_wait_for 960 sh -c "cxlpoolctl tiering --json --all --socket $VM_TIER_SOCK |
+      vm_wait_for 600 sh -c "cxlpoolctl tiering --json --all --socket $VM_TIER_SOCK |
         jq -e '[.migrations[] | select(.direction == \"resume\" and .outcome == \"moved\")] | length >= 1'"
     cxlpoolctl pools --json --socket "$VM_TIER_SOCK" >/out/tier-pools-restart.json 2>>"$VM_LOG"
     vm_check "tiering: after the restart DRAM node 0 accounts the lease and CXL node $_c nothing" jq -e \
-      "([(if type == \"array\" then . else .pools end)[] | select(.numa_node == 0 and .leased_bytes == $((8 << 20)))] | length == 1) and
+      "([(if type == \"array\" then . else .pools end)[] | select(.numa_node == 0 and .leased_bytes == $((16 << 20)))] | length == 1) and
        ([(if type == \"array\" then . else .pools end)[] | select(.numa_node == $_c and .leased_bytes == 0 and .free_bytes == .capacity_bytes)] | length == 1)" \
       /out/tier-pools-restart.json
   fi

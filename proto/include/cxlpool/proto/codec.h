@@ -50,6 +50,7 @@ namespace cxlpool::wire {
   X(QuotaSetReply, MSG_QUOTA_SET_REPLY)         \
   X(MetricsRequest, MSG_METRICS_REQUEST)        \
   X(MetricsReply, MSG_METRICS_REPLY)            \
+  X(ExtentFds, MSG_EXTENT_FDS)                  \
   X(TieringSignalsRequest, MSG_TIERING_SIGNALS_REQUEST) \
   X(TieringSignalsReply, MSG_TIERING_SIGNALS_REPLY)     \
   X(TieringLeaseRequest, MSG_TIERING_LEASE_REQUEST)     \
