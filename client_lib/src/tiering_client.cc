@@ -420,6 +420,10 @@ void LeaseState::RecordPause(int64_t pause_ns) {
 }
 
 void LeaseState::RestorePins(bool moved, int numa_node, const std::string& detail) {
+  if (moved) {
+    ++tiering_.migrations;
+    if (numa_node >= 0) node_.store(numa_node, std::memory_order_relaxed);
+  }
   if (cuda_device_before_ >= 0) {
     const int device = cuda_device_before_;
     cuda_device_before_ = -1;
@@ -443,13 +447,21 @@ void LeaseState::RestorePins(bool moved, int numa_node, const std::string& detai
         CXLPOOL_LOG(kWarning) << "lease " << info_.id << ": the device pointer changed when it "
                               << "was registered again after a migration";
       }
+      // Pinned again where the move put the pages: as after any CUDA
+      // registration, the kernel is asked whether the pin moved them
+      // (ZONE_MOVABLE), and the daemon is told (LEASE_MOVED).
+      Placement placement;
+      if (Status v = VerifyPlacement("cuda_register", &placement); !v.ok()) {
+        CXLPOOL_LOG(kWarning) << "lease " << info_.id << ": placement check after registering "
+                              << "again: " << v.ToString();
+      } else if (placement.moved) {
+        CXLPOOL_LOG(kWarning) << "lease " << info_.id << ": registered again after a migration "
+                              << "to node " << placement.placed_numa_node << ", its pages are on "
+                              << "node " << placement.numa_node << "; the daemon was told";
+      }
     }
   }
   if (migration_cb_ != nullptr) (void)migration_cb_(2);
-  if (moved) {
-    ++tiering_.migrations;
-    if (numa_node >= 0) node_.store(numa_node, std::memory_order_relaxed);
-  }
   tiering_.last_detail = detail;
 }
 

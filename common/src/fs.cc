@@ -183,7 +183,7 @@ Result<std::string> FileSystem::ReadAt(std::string_view path, uint64_t offset, s
 Result<std::string> FileSystem::ReadTrimmed(std::string_view path) const {
   auto r = ReadFile(path);
   if (!r.ok()) return r.status();
-  return std::string(Trim(r.value()));
+  return std::string(TrimSysfsValue(r.value()));
 }
 
 std::unique_ptr<FileSystem> MakeRootedFileSystem(std::string root) {

@@ -301,6 +301,9 @@ int RunDaemon(const DaemonFlags& flags) {
   leases.SetDaemonLimits(DaemonLimitsNow(*proc));
   leases.SetStockExecutor(stock.get_executor());
   leases.SetInlineMax(cfg->inline_max_bytes);
+  // Long-term pinned leases on a mixed node are moved into its kernel zones
+  // before the grant; only where the topology is this machine's.
+  if (fs->IsThisSystem()) leases.SetPinSettle(proc.get());
   // Leases survive every exit of this function (an error return as well as
   // SIGTERM): destroyed before `leases`, this hands them over, never frees.
   struct HandOverAtExit {
@@ -372,17 +375,20 @@ int RunDaemon(const DaemonFlags& flags) {
   if (Status st = SetPoolPriority(tiering_thread, 1, cfg->stock_nice, false); !st.ok()) {
     CXLPOOL_LOG(kInfo) << "tiering thread keeps the daemon's priority: " << st.ToString();
   }
+  // Also without the engine: it pushes LeaseEvent "moved" when a long-term
+  // pin moved a lease, and answers the tiering messages with UNSUPPORTED.
+  handler.SetTiering(&tiering_requests);
   std::unique_ptr<tiering::TieringEngine> tiering_engine;
   if (cfg->tiering.enabled) {
     tiering_engine = std::make_unique<tiering::TieringEngine>(
-        &tiering_table, migrator.get(), &tiering_requests, &SystemClock::Get(),
-        io.get_executor(), tiering_thread.get_executor(), tiering::TieringOptionsFrom(cfg->tiering));
+        &tiering_table, migrator.get(), &tiering_requests, &SystemClock::Get(), io.get_executor(),
+        tiering_thread.get_executor(), tiering::TieringOptionsFrom(cfg->tiering));
     tiering::KernelAccess access = tiering::DetectKernelAccess(*proc, *proc);
     CXLPOOL_LOG(kInfo) << "tiering: " << access.ToString();
     tiering_engine->SetKernelAccess(access.ToString());
     if (cfg->tiering.sampling == "auto" && access.sampler == "idle_page" && fs->IsThisSystem()) {
-      tiering_engine->SetSampler(std::make_unique<tiering::IdlePageSampler>(
-          proc.get(), proc.get(), kernel_writer.get()));
+      tiering_engine->SetSampler(
+          std::make_unique<tiering::IdlePageSampler>(proc.get(), proc.get(), kernel_writer.get()));
     }
     if (!tiering::HaveCapSysNice()) {
       tiering_engine->DisableMoves(
@@ -391,7 +397,6 @@ int RunDaemon(const DaemonFlags& flags) {
       CXLPOOL_LOG(kWarning) << "tiering: no CAP_SYS_NICE; temperatures are tracked, nothing moves";
     }
     tiering_requests.SetEngine(tiering_engine.get());
-    handler.SetTiering(&tiering_requests);
     tiering_engine->Start();
   }
 

@@ -85,8 +85,9 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
   }
   if (TieringRequests::Handles(req.type)) {
     if (tiering_ == nullptr) {
-      return MakeErrorReply(Status(Code::kUnsupported, "tiering is off in this daemon"
-                                                       " ([tiering] enabled = false)"));
+      return MakeErrorReply(Status(Code::kUnsupported,
+                                   "tiering is off in this daemon"
+                                   " ([tiering] enabled = false)"));
     }
     return tiering_->Handle(conn, req, reply, deferred);
   }
@@ -249,6 +250,31 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
       proto::MetricsReply out;
       // Aggregate families for everyone; per-tenant ones for admins.
       out.set_text(MetricsText(leases_->IsAdmin(conn)));
+      return Encoded(out);
+    }
+    case proto::MSG_LEASE_MOVED_REQUEST: {
+      proto::LeaseMovedRequest in;
+      if (Status st = DecodeAs(req, &in); !st.ok()) return MakeErrorReply(st);
+      auto check = leases_->CheckMoved(conn, in.lease_id());
+      if (!check.ok()) return MakeErrorReply(check.status());
+      if (!check->moved) {
+        CXLPOOL_LOG(kInfo) << "lease " << in.lease_id() << ": holder saw node " << in.numa_node()
+                           << " (" << in.pages_on_node() << " of " << in.pages_sampled()
+                           << " pages, after " << SanitizeUtf8(in.cause().substr(0, 32))
+                           << "); the daemon's move_pages sees node " << check->lease.numa_node;
+      }
+      if (check->moved && tiering_ != nullptr) {
+        // Its other holders learn it as from a tiering move: one event.
+        if (auto facts = leases_->LeaseForMigration(in.lease_id())) {
+          for (ConnId c : facts->holders) {
+            if (c != conn)
+              tiering_->Moved(c, in.lease_id(), facts->lease.numa_node, facts->pool->name());
+          }
+        }
+      }
+      proto::LeaseMovedReply out;
+      ToProto(check->lease, out.mutable_lease());
+      out.set_moved(check->moved);
       return Encoded(out);
     }
     case proto::MSG_RECLAIM_REQUEST:

@@ -46,6 +46,7 @@ constexpr CounterMap kCounterMap[] = {
     {"warm_build_failures", "cxlpool_warm_build_failures_total", ""},
     {"warm_hits", "cxlpool_warm_hits_total", ""},
     {"warm_misses", "cxlpool_warm_misses_total", ""},
+    {"leases_moved", "cxlpool_leases_moved_total", ""},
 };
 
 // The label of a labelled family in kCounterMap.

@@ -45,7 +45,8 @@ void TieringRequests::OnDisconnect(ConnectionId conn) {
 Reply TieringRequests::Handle(ConnectionId conn, const Request& req, const ReplyFn& reply,
                               bool* deferred) {
   if (engine_ == nullptr) {
-    return MakeErrorReply(Status(Code::kUnsupported, "tiering is not running in this daemon"));
+    return MakeErrorReply(
+        Status(Code::kUnsupported, "tiering is off in this daemon ([tiering] enabled = false)"));
   }
   switch (req.type) {
     case proto::MSG_TIERING_SIGNALS_REQUEST: {

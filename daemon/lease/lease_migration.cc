@@ -123,23 +123,47 @@ Status LeaseManager::CommitPoolMove(uint64_t id) {
   if (l.moving_to == nullptr) {
     return Status(Code::kInternal, "no move of lease " + std::to_string(id) + " is under way");
   }
-  Pool* from = l.pool;
   Pool* to = l.moving_to;
-  if (to != from) {
-    // leased -> gone from the old pool (as a reclaim that is over at once),
-    // reserved -> leased on the new one.
-    from->BeginReclaim(l.size);
-    from->ReleaseLeased(l.size);
-    to->CommitReserve(l.size);
-    quotas_.Uncharge(TenantOf(l.owner), l.tier, l.size);
+  if (to == l.pool) {
+    // A move back (after a restart) finished: nothing changes hands.
+    l.moving_to = nullptr;
+    l.moving_note.clear();
+    (void)Persist(l, -1);
+    return Status::Ok();
+  }
+  Rehome(l, to,
+         "the tiering engine moved its pages from node " + std::to_string(l.pool->numa_node()) +
+             " to node " + std::to_string(to->numa_node()) + " (cxlpoolctl tiering --lease " +
+             std::to_string(id) + " says why)");
+  return Status::Ok();
+}
+
+void LeaseManager::Rehome(Lease& l, Pool* to, std::string why) {
+  if (!l.placed_node) l.placed_node = l.pool->numa_node();
+  l.moved_reason = std::move(why);
+  l.pages_node.reset();
+  if (to != l.pool) {
+    const Tenant tenant = TenantOf(l.owner);
+    l.pool->MoveLeaseOut(l.size);
+    if (l.moving_to == to) {
+      // The tiering engine's move: the room reserved and the charge made
+      // at BeginPoolMove become the lease's.
+      to->CommitReserve(l.size);
+    } else {
+      // The pages are there already (a long-term pin moved them): counted
+      // even past the pool's capacity, which admission then sees as full.
+      DropPoolMove(l);
+      to->MoveLeaseIn(l.size);
+      quotas_.Charge(tenant, TierOf(to), l.size);
+    }
+    quotas_.Uncharge(tenant, l.tier, l.size);
     l.tier = TierOf(to);
     l.pool = to;
   }
   l.moving_to = nullptr;
   l.moving_note.clear();
+  Count("leases_moved");
   (void)Persist(l, -1);
-  Count("pool_moves");
-  return Status::Ok();
 }
 
 Status LeaseManager::AbortPoolMove(uint64_t id, const std::string& split_note) {

@@ -12,8 +12,14 @@ LeaseManagerTable::LeaseManagerTable(LeaseManager* leases, bool local)
     : leases_(leases), local_(local) {}
 
 std::string LeaseManagerTable::Nearest(const std::string& gpu, std::optional<int> node,
-                                       const std::vector<std::string>& kinds) const {
+                                       const std::vector<std::string>& kinds,
+                                       bool long_term_pin) const {
   PlacementRequest req;
+  // A long-term pinned lease goes only where its pin keeps the pages
+  // (placement rule 4): the pin of a re-registration would move them off
+  // a ZONE_MOVABLE node. A mixed node is skipped too: mbind cannot choose
+  // its kernel zones.
+  req.long_term_pin = long_term_pin;
   if (!gpu.empty()) {
     req.gpu = gpu;
   } else {
@@ -23,10 +29,10 @@ std::string LeaseManagerTable::Nearest(const std::string& gpu, std::optional<int
   auto plan = PlanPlacement(leases_->topology(), leases_->pools(), req);
   if (!plan.ok()) {
     if (gpu.empty()) return "";
-    return Nearest("", node, kinds);  // the GPU is gone: from the node instead
+    return Nearest("", node, kinds, long_term_pin);  // the GPU is gone: from the node instead
   }
   for (const Candidate& c : *plan) {
-    if (std::string(c.pool->backing()) != "memfd") continue;
+    if (std::string(c.pool->backing()) != "memfd" || c.settle) continue;
     for (const auto& k : kinds) {
       if (c.pool->kind() == k) return c.pool->name();
     }
@@ -71,9 +77,9 @@ LeaseFacts LeaseManagerTable::Convert(const LeaseManager::MigrationFacts& m) con
   }
   if (memfd) {
     const int node = s.numa_node;
-    f.promote_pool =
-        Nearest(m.gpu, m.home_node.has_value() && m.gpu.empty() ? m.home_node : node, {"dram"});
-    f.demote_pool = Nearest("", node, {"cxl", "nvm"});
+    f.promote_pool = Nearest(m.gpu, m.home_node.has_value() && m.gpu.empty() ? m.home_node : node,
+                             {"dram"}, s.long_term_pin);
+    f.demote_pool = Nearest("", node, {"cxl", "nvm"}, s.long_term_pin);
   }
   if (m.moving_to != nullptr) {
     f.moving_to = m.moving_to->name();

@@ -42,9 +42,10 @@ class LeaseManagerTable final : public LeaseTable {
 
  private:
   LeaseFacts Convert(const LeaseManager::MigrationFacts& m) const;
-  // The first pool of `kinds` in the placement order from a GPU or a node.
+  // The first pool of `kinds` in the placement order from a GPU or a node;
+  // for a long-term pinned lease only where the pin keeps its pages.
   std::string Nearest(const std::string& gpu, std::optional<int> node,
-                      const std::vector<std::string>& kinds) const;
+                      const std::vector<std::string>& kinds, bool long_term_pin) const;
   Pool* PoolNamed(const std::string& name) const;
 
   LeaseManager* leases_;

@@ -66,6 +66,42 @@ TEST(LeaseAdapterTest, TargetsFollowTheGpuAndReasonsSayWhyNot) {
   EXPECT_EQ(table.OpenUnit(999, 0).status().code(), Code::kNotFound);
 }
 
+// Placement rule 4 holds for moves too: a long-term pinned lease is never
+// moved where its next pin would move the pages off again (a CXL node with
+// only ZONE_MOVABLE memory), nor to a mixed node (mbind cannot pick its
+// kernel zones); an unpinned lease still is.
+TEST(LeaseAdapterTest, APinnedLeaseIsNeverMovedWhereItsPinWouldMoveItAgain) {
+  Topology t = TwoSocketCxl(64 * kMiB);
+  for (auto& n : t.numa_nodes) {
+    n.kernel_zone_bytes = 64 * kMiB;
+    n.movable_bytes = 0;
+  }
+  t.numa_nodes[2].kernel_zone_bytes = 0;  // node 2: movable only
+  t.numa_nodes[2].movable_bytes = 64 * kMiB;
+  Harness h(t);
+  h.Connect(1);
+  LeaseManagerTable table(h.mgr.get(), /*local=*/true);
+  AllocParams pinned;
+  pinned.size_bytes = 4 * kMiB;
+  pinned.numa_node = 0;
+  pinned.long_term_pin = true;
+  auto a = h.Alloc(1, pinned);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  auto b = h.Alloc(1, 4 * kMiB, 0);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(table.Find(b->lease.id)->demote_pool, "node2");  // the CXL nearest node0
+  EXPECT_EQ(table.Find(a->lease.id)->demote_pool, "node3");  // its pin stays there
+  EXPECT_EQ(table.Find(a->lease.id)->promote_pool, "node0");
+  t.numa_nodes[3].kernel_zone_bytes = 16 * kMiB;  // node 3: mixed
+  t.numa_nodes[3].movable_bytes = 48 * kMiB;
+  Harness mixed(t);
+  mixed.Connect(1);
+  LeaseManagerTable mixed_table(mixed.mgr.get(), /*local=*/true);
+  auto c = mixed.Alloc(1, pinned);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(mixed_table.Find(c->lease.id)->demote_pool, "");  // no CXL keeps its pin
+}
+
 TEST(LeaseAdapterTest, AMoveCountsInBothPoolsUntilCommittedThenOnlyTheNewOne) {
   Harness h(TwoSocketCxl(16 * kMiB));
   h.Connect(1);
@@ -92,12 +128,52 @@ TEST(LeaseAdapterTest, AMoveCountsInBothPoolsUntilCommittedThenOnlyTheNewOne) {
   EXPECT_EQ(snap->pool, "node2");
   EXPECT_EQ(snap->numa_node, 2);
   EXPECT_EQ(snap->kind, "cxl");
+  // Said as for a move a long-term pin made (LeaseManager::Rehome).
+  EXPECT_EQ(snap->placed_numa_node, std::optional<int>(0));
+  EXPECT_NE(snap->moved_reason.find("the tiering engine moved its pages from node 0 to node 2"),
+            std::string::npos)
+      << snap->moved_reason;
+  EXPECT_EQ(h.mgr->Counters()["leases_moved"], 1u);
   EXPECT_TRUE(table.Find(id)->moving_to.empty());
   EXPECT_EQ(table.CommitMove(id, 0).code(), Code::kInternal);
   // Release: everything returns to zero.
   ASSERT_TRUE(h.mgr->Release(1, id).ok());
   h.Drain();
   for (const auto& p : h.mgr->Pools()) EXPECT_EQ(Used(p), 0u) << p.name;
+}
+
+// One mover at a time: a holder reporting pages elsewhere (LEASE_MOVED,
+// LeaseManager::CheckMoved) while the engine moves the lease changes
+// nothing; the engine's commit accounts the lease once. The harness's pools
+// do not bind, so a lease accounted to CXL node 2 really sits on this
+// machine's node 0, as after a move.
+TEST(LeaseAdapterTest, APinReportDuringATieringMoveIsLeftToThatMove) {
+  Harness h(TwoSocketCxl(16 * kMiB));
+  h.Connect(1);
+  LeaseManagerTable table(h.mgr.get(), true);
+  auto g = h.Alloc(1, 4 * kMiB, 2);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  const uint64_t id = g->lease.id;
+  ASSERT_TRUE(table.BeginMove(id, 0, "node0").ok());
+  auto during = h.mgr->CheckMoved(1, id);
+  if (!during.ok() && during.status().code() == Code::kUnsupported) {
+    GTEST_SKIP() << during.status().ToString();
+  }
+  ASSERT_TRUE(during.ok()) << during.status().ToString();
+  EXPECT_FALSE(during->moved);
+  EXPECT_EQ(Used(h.Pool("node2")), 4 * kMiB);
+  EXPECT_EQ(Used(h.Pool("node0")), 4 * kMiB);  // reserved by the move
+  EXPECT_EQ(h.mgr->Counters()["leases_moved"], 0u);
+  ASSERT_TRUE(table.CommitMove(id, 0).ok());
+  EXPECT_EQ(Used(h.Pool("node2")), 0u);
+  EXPECT_EQ(Used(h.Pool("node0")), 4 * kMiB);
+  EXPECT_EQ(h.mgr->Counters()["leases_moved"], 1u);
+  auto after = h.mgr->CheckMoved(1, id);
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_FALSE(after->moved);  // where it is accounted now
+  EXPECT_EQ(after->lease.pool, "node0");
+  EXPECT_EQ(after->lease.placed_numa_node, std::optional<int>(2));
+  EXPECT_EQ(h.mgr->Counters()["leases_moved"], 1u);
 }
 
 TEST(LeaseAdapterTest, AbortReleasesTheReservationOrKeepsItWithASplitNote) {

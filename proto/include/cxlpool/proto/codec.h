@@ -51,6 +51,8 @@ namespace cxlpool::wire {
   X(MetricsRequest, MSG_METRICS_REQUEST)        \
   X(MetricsReply, MSG_METRICS_REPLY)            \
   X(ExtentFds, MSG_EXTENT_FDS)                  \
+  X(LeaseMovedRequest, MSG_LEASE_MOVED_REQUEST) \
+  X(LeaseMovedReply, MSG_LEASE_MOVED_REPLY)     \
   X(TieringSignalsRequest, MSG_TIERING_SIGNALS_REQUEST) \
   X(TieringSignalsReply, MSG_TIERING_SIGNALS_REPLY)     \
   X(TieringLeaseRequest, MSG_TIERING_LEASE_REQUEST)     \
