@@ -104,10 +104,10 @@ struct TieringConfig {
   double hot_threshold = 1.0;                  // temperature (passes per half-life)
   double cold_threshold = 0.1;
   std::chrono::milliseconds min_residency{30000};  // no second move sooner
-  double dram_low_watermark = 10;  // percent of a DRAM pool free: pressure below
-  double dram_high_watermark = 20;  // demotions aim for this
-  double cxl_reserve = 2;           // percent a CXL pool keeps free
-  uint64_t rate_limit_mbps = 1024;  // MiB/s of migration, 0: unlimited
+  double dram_low_watermark = 10;                  // percent of a DRAM pool free: pressure below
+  double dram_high_watermark = 20;                 // demotions aim for this
+  double cxl_reserve = 2;                          // percent a CXL pool keeps free
+  uint64_t rate_limit_mbps = 1024;                 // MiB/s of migration, 0: unlimited
   std::chrono::milliseconds cooperative_deadline{2000};
   std::chrono::milliseconds cooperative_retry{300000};
   std::chrono::milliseconds max_pause{2000};

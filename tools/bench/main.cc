@@ -131,10 +131,10 @@ int main(int argc, char** argv) {
     void (*run)(const Options&, Report*);
   };
   const Fig figs[] = {
-      {"P1", cxlpool::bench::RunP1},         {"P2", cxlpool::bench::RunP2},
-      {"P3", cxlpool::bench::RunP3},         {"P4", cxlpool::bench::RunP4},
-      {"P5", cxlpool::bench::RunP5},         {"P6", cxlpool::bench::RunP6},
-      {"P7", cxlpool::bench::RunP7},         {"ladder", cxlpool::bench::RunLadder},
+      {"P1", cxlpool::bench::RunP1},           {"P2", cxlpool::bench::RunP2},
+      {"P3", cxlpool::bench::RunP3},           {"P4", cxlpool::bench::RunP4},
+      {"P5", cxlpool::bench::RunP5},           {"P6", cxlpool::bench::RunP6},
+      {"P7", cxlpool::bench::RunP7},           {"ladder", cxlpool::bench::RunLadder},
       {"recycle", cxlpool::bench::RunRecycle}, {"tier", cxlpool::bench::RunTier}};
   for (const Fig& f : figs) {
     if (!o.Wants(f.id)) continue;

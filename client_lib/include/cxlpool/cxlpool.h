@@ -349,8 +349,7 @@ enum {
  * EUNAVAILABLE (released). len 0 is a no-op. */
 CXLPOOL_EXPORT int cxlpool_lease_copy_in(cxlpool_lease* l, uint64_t offset, const void* src,
                                          size_t len);
-CXLPOOL_EXPORT int cxlpool_lease_copy_out(cxlpool_lease* l, uint64_t offset, void* dst,
-                                          size_t len);
+CXLPOOL_EXPORT int cxlpool_lease_copy_out(cxlpool_lease* l, uint64_t offset, void* dst, size_t len);
 
 /* Bytes read from and written to [offset, offset + len) by other means.
  * Errors: EINVALID_ARGUMENT (NULL, empty or outside the lease). */
@@ -379,8 +378,8 @@ typedef int (*cxlpool_migration_fn)(cxlpool_lease* l, int phase, void* user);
  * drop and restore it: fn is called from cxlpool_safe_point, on the
  * caller's thread. NULL fn: no such pin any more. Errors: EINVALID_ARGUMENT,
  * EUNAVAILABLE. */
-CXLPOOL_EXPORT int cxlpool_lease_set_migration_callback(cxlpool_lease* l,
-                                                        cxlpool_migration_fn fn, void* user);
+CXLPOOL_EXPORT int cxlpool_lease_set_migration_callback(cxlpool_lease* l, cxlpool_migration_fn fn,
+                                                        void* user);
 
 /* Migrations the daemon asked this client for and that wait for a safe
  * point (reads pending pushes without blocking). >= 0, or EINVALID_ARGUMENT,
@@ -398,23 +397,22 @@ CXLPOOL_EXPORT int cxlpool_safe_point(cxlpool_client* c);
 CXLPOOL_EXPORT int cxlpool_flush_signals(cxlpool_client* c);
 
 typedef struct cxlpool_tiering_stats {
-  uint32_t struct_size;         /* set by the caller: sizeof(cxlpool_tiering_stats) */
-  uint64_t bytes_copied_in;     /* through cxlpool_lease_copy_in (and noted writes) */
-  uint64_t bytes_copied_out;    /* through cxlpool_lease_copy_out (and noted reads) */
-  uint64_t migrations;          /* cooperative migrations that moved the lease */
-  uint64_t declined;            /* ... that the callback declined */
-  int64_t last_pause_ns;        /* pins dropped -> pinned again, last migration */
+  uint32_t struct_size;      /* set by the caller: sizeof(cxlpool_tiering_stats) */
+  uint64_t bytes_copied_in;  /* through cxlpool_lease_copy_in (and noted writes) */
+  uint64_t bytes_copied_out; /* through cxlpool_lease_copy_out (and noted reads) */
+  uint64_t migrations;       /* cooperative migrations that moved the lease */
+  uint64_t declined;         /* ... that the callback declined */
+  int64_t last_pause_ns;     /* pins dropped -> pinned again, last migration */
   int64_t max_pause_ns;
-  int32_t numa_node;            /* where its pages are, as last reported */
-  uint32_t device_ptr_changed;  /* re-registrations that gave another device pointer */
+  int32_t numa_node;           /* where its pages are, as last reported */
+  uint32_t device_ptr_changed; /* re-registrations that gave another device pointer */
 } cxlpool_tiering_stats;
 
 #define CXLPOOL_TIERING_STATS_SIZE_V1 \
   (offsetof(cxlpool_tiering_stats, device_ptr_changed) + sizeof(uint32_t))
 
 /* Errors: EINVALID_ARGUMENT (NULL, struct_size below V1). */
-CXLPOOL_EXPORT int cxlpool_lease_tiering_stats(const cxlpool_lease* l,
-                                               cxlpool_tiering_stats* out);
+CXLPOOL_EXPORT int cxlpool_lease_tiering_stats(const cxlpool_lease* l, cxlpool_tiering_stats* out);
 
 #ifdef __cplusplus
 } /* extern "C" */
