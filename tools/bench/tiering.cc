@@ -111,11 +111,12 @@ Result<UniqueFd> MemfdOn(uint64_t size, int node, bool thp) {
   spec.numa_node = node;
   spec.pin = false;
   spec.thp = thp;
-  auto b = CreateMemfdBacking(spec);
+  // Built as a pool builds one, without a Backing (whose end truncates the
+  // file): the build's own mapping goes, the file and its pages stay.
+  auto b = BuildMemfd(spec);
   if (!b.ok()) return b.status();
-  UniqueFd fd(::fcntl((*b)->fd(), F_DUPFD_CLOEXEC, 0));
-  // The backing's own mapping goes with it; the file (and its pages) stay.
-  return fd;
+  ::munmap(b->addr, b->size_bytes);
+  return std::move(b->fd);
 }
 
 // A holder process mapping the whole memfd until `Stop`.
