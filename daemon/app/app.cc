@@ -372,7 +372,7 @@ int RunDaemon(const DaemonFlags& flags) {
   std::unique_ptr<tiering::Migrator> migrator = tiering::MakeKernelMigrator();
   std::unique_ptr<tiering::KernelFileWriter> kernel_writer = tiering::MakeKernelFileWriter();
   boost::asio::thread_pool tiering_thread(1);
-  if (Status st = SetPoolPriority(tiering_thread, 1, cfg->stock_nice, false); !st.ok()) {
+  if (Status st = SetPoolPriority(tiering_thread, 1, cfg->stock_nice, false, "cxlpool-tier"); !st.ok()) {
     CXLPOOL_LOG(kInfo) << "tiering thread keeps the daemon's priority: " << st.ToString();
   }
   // Also without the engine: it pushes LeaseEvent "moved" when a long-term
@@ -425,7 +425,8 @@ int RunDaemon(const DaemonFlags& flags) {
     memory_timer.expires_after(running.memory_watch_interval);
     memory_timer.async_wait([&](const boost::system::error_code& ec) {
       if (ec) return;
-      (void)memory_watch.Check(running, &leases);
+      // Growth leaves room to stock; a shrink may have dropped ready stock.
+      if (memory_watch.Check(running, leases.pools()).resized) leases.StartWarmStock();
       arm_memory_watch();
     });
   };

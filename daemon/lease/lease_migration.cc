@@ -12,9 +12,6 @@
 namespace cxlpool {
 
 namespace {
-std::string TierOf(const Pool* p) {
-  return std::string(p->backing()) == "devdax" ? "devdax" : p->kind();
-}
 std::string Room(const Pool* p) {
   return p->name() + " has " + HumanBytes(p->free_bytes()) + " free of " +
          HumanBytes(p->capacity());
@@ -44,8 +41,8 @@ LeaseManager::MigrationFacts LeaseManager::FactsOf(const Lease& l) const {
 
 std::vector<LeaseManager::MigrationFacts> LeaseManager::LeasesForMigration() const {
   std::vector<MigrationFacts> out;
-  out.reserve(leases_.size());
-  for (const auto& [id, l] : leases_) out.push_back(FactsOf(l));
+  out.reserve(table_.leases().size());
+  for (const auto& [id, l] : table_.leases()) out.push_back(FactsOf(l));
   std::sort(out.begin(), out.end(), [](const MigrationFacts& a, const MigrationFacts& b) {
     return a.lease.id < b.lease.id;
   });
@@ -53,8 +50,8 @@ std::vector<LeaseManager::MigrationFacts> LeaseManager::LeasesForMigration() con
 }
 
 std::optional<LeaseManager::MigrationFacts> LeaseManager::LeaseForMigration(uint64_t id) const {
-  auto it = leases_.find(id);
-  if (it == leases_.end()) return std::nullopt;
+  auto it = table_.leases().find(id);
+  if (it == table_.leases().end()) return std::nullopt;
   return FactsOf(it->second);
 }
 
@@ -62,15 +59,15 @@ void LeaseManager::DropPoolMove(Lease& l) {
   if (l.moving_to == nullptr) return;
   if (l.moving_to != l.pool) {
     l.moving_to->CancelReserve(l.size);
-    quotas_.Uncharge(TenantOf(l.owner), TierOf(l.moving_to), l.size);
+    quotas_.Uncharge(TenantOf(l.owner), l.moving_to->quota_tier(), l.size);
   }
   l.moving_to = nullptr;
   l.moving_note.clear();
 }
 
 Status LeaseManager::BeginPoolMove(uint64_t id, Pool* to) {
-  auto it = leases_.find(id);
-  if (it == leases_.end()) return Status(Code::kNotFound, "no lease " + std::to_string(id));
+  auto it = table_.leases().find(id);
+  if (it == table_.leases().end()) return Status(Code::kNotFound, "no lease " + std::to_string(id));
   Lease& l = it->second;
   if (l.moving_to != nullptr) {
     return Status(Code::kAlreadyExists, "a move of lease " + std::to_string(id) + " to " +
@@ -88,7 +85,7 @@ Status LeaseManager::BeginPoolMove(uint64_t id, Pool* to) {
                                           "'s memory is not back since the daemon restarted");
   }
   const Tenant tenant = TenantOf(l.owner);
-  const std::string tier = TierOf(to);
+  const std::string tier = to->quota_tier();
   if (Status q = quotas_.Check(tenant, tier, l.size); !q.ok()) {
     return Status(Code::kResourceExhausted, to->name() + ": " + q.message());
   }
@@ -103,7 +100,7 @@ Status LeaseManager::BeginPoolMove(uint64_t id, Pool* to) {
   quotas_.Charge(tenant, tier, l.size);
   l.moving_to = to;
   l.moving_note.clear();
-  if (store_ != nullptr && !handed_over_) {
+  if (restart_.store != nullptr && !restart_.handed_over) {
     Status st = Persist(l, -1);
     if (!st.ok()) {
       DropPoolMove(l);
@@ -115,8 +112,8 @@ Status LeaseManager::BeginPoolMove(uint64_t id, Pool* to) {
 }
 
 Status LeaseManager::CommitPoolMove(uint64_t id) {
-  auto it = leases_.find(id);
-  if (it == leases_.end()) {
+  auto it = table_.leases().find(id);
+  if (it == table_.leases().end()) {
     return Status(Code::kNotFound, "lease " + std::to_string(id) + " ended during the move");
   }
   Lease& l = it->second;
@@ -154,10 +151,10 @@ void LeaseManager::Rehome(Lease& l, Pool* to, std::string why) {
       // even past the pool's capacity, which admission then sees as full.
       DropPoolMove(l);
       to->MoveLeaseIn(l.size);
-      quotas_.Charge(tenant, TierOf(to), l.size);
+      quotas_.Charge(tenant, to->quota_tier(), l.size);
     }
     quotas_.Uncharge(tenant, l.tier, l.size);
-    l.tier = TierOf(to);
+    l.tier = to->quota_tier();
     l.pool = to;
   }
   l.moving_to = nullptr;
@@ -167,8 +164,8 @@ void LeaseManager::Rehome(Lease& l, Pool* to, std::string why) {
 }
 
 Status LeaseManager::AbortPoolMove(uint64_t id, const std::string& split_note) {
-  auto it = leases_.find(id);
-  if (it == leases_.end()) return Status::Ok();  // Free dropped the move already
+  auto it = table_.leases().find(id);
+  if (it == table_.leases().end()) return Status::Ok();  // Free dropped the move already
   Lease& l = it->second;
   if (l.moving_to == nullptr) return Status::Ok();
   if (split_note.empty()) {
@@ -192,7 +189,7 @@ void LeaseManager::RecoverPoolMove(Lease& l, const std::string& to_pool) {
   }
   if (to == l.pool) return;
   if (to != nullptr && std::string(to->backing()) == "memfd" && to->TryReserve(l.size)) {
-    quotas_.Charge(TenantOf(l.owner), TierOf(to), l.size);
+    quotas_.Charge(TenantOf(l.owner), to->quota_tier(), l.size);
     l.moving_to = to;
     l.moving_note = "interrupted by a daemon restart; its pages may be on " + l.pool->name() +
                     " and " + to_pool + " until the move is finished";
