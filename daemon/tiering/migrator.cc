@@ -171,6 +171,17 @@ class KernelMigrator final : public Migrator {
         if (due > now) std::this_thread::sleep_for(std::chrono::nanoseconds(due - now));
       }
     }
+    // A transient failure (a page locked or busy while a holder writes it):
+    // the whole range is asked again, twice at most; mbind skips the pages
+    // already on the target, so only the ones that stayed are moved.
+    for (int retry = 0; retry < 2 && rep.move_errno != 0 && !rep.cancelled; ++retry) {
+      if (::mbind(m.addr(), req.length, MPOL_BIND, mask.data(), kMaxNodes + 1,
+                  MPOL_MF_MOVE_ALL | MPOL_MF_STRICT) == 0) {
+        rep.move_errno = 0;
+      } else if (errno != EIO && errno != EBUSY && errno != ENOMEM) {
+        break;
+      }
+    }
     int64_t t2 = NowNs();
     rep.move_ns = t2 - t1;
     auto after = CountPages(m.addr(), req.length, req.page_size);
