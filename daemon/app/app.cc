@@ -372,7 +372,8 @@ int RunDaemon(const DaemonFlags& flags) {
   std::unique_ptr<tiering::Migrator> migrator = tiering::MakeKernelMigrator();
   std::unique_ptr<tiering::KernelFileWriter> kernel_writer = tiering::MakeKernelFileWriter();
   boost::asio::thread_pool tiering_thread(1);
-  if (Status st = SetPoolPriority(tiering_thread, 1, cfg->stock_nice, false, "cxlpool-tier"); !st.ok()) {
+  if (Status st = SetPoolPriority(tiering_thread, 1, cfg->stock_nice, false, "cxlpool-tier");
+      !st.ok()) {
     CXLPOOL_LOG(kInfo) << "tiering thread keeps the daemon's priority: " << st.ToString();
   }
   // Also without the engine: it pushes LeaseEvent "moved" when a long-term
