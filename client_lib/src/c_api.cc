@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <new>
 #include <string>
 #include <utility>
@@ -333,7 +334,7 @@ CXLPOOL_EXPORT int cxlpool_lease_get_info(const cxlpool_lease* l, cxlpool_lease_
     info.size_bytes = i.size_bytes;
     info.requested_bytes = i.requested_bytes;
     info.page_size = i.page_size;
-    info.numa_node = i.numa_node;
+    info.numa_node = l->lease.numa_node();
     info.memory_tier = i.memory_tier;
     info.holders = i.holders;
     info.cuda_registered = l->lease.device_chunks().empty() ? 0 : 1;
@@ -444,6 +445,137 @@ CXLPOOL_EXPORT int cxlpool_lease_device_chunk(const cxlpool_lease* l, uint32_t i
     if (device_ptr != nullptr) *device_ptr = chunks[index].device_ptr;
     if (offset != nullptr) *offset = chunks[index].offset;
     if (length != nullptr) *length = chunks[index].length;
+    t_last_error.clear();
+    return CXLPOOL_OK;
+  });
+}
+
+// ---- tiering ----
+
+CXLPOOL_EXPORT int cxlpool_lease_copy_in(cxlpool_lease* l, uint64_t offset, const void* src,
+                                         size_t len) {
+  return Guard([&]() -> int {
+    if (l == nullptr) return Invalid("lease is NULL");
+    ClientStatus s = l->lease.CopyIn(offset, src, len);
+    if (!s.ok()) return Report(s);
+    return CXLPOOL_OK;
+  });
+}
+
+CXLPOOL_EXPORT int cxlpool_lease_copy_out(cxlpool_lease* l, uint64_t offset, void* dst,
+                                          size_t len) {
+  return Guard([&]() -> int {
+    if (l == nullptr) return Invalid("lease is NULL");
+    ClientStatus s = l->lease.CopyOut(offset, dst, len);
+    if (!s.ok()) return Report(s);
+    return CXLPOOL_OK;
+  });
+}
+
+CXLPOOL_EXPORT int cxlpool_lease_note_access(cxlpool_lease* l, uint64_t offset, uint64_t len,
+                                             uint64_t bytes_read, uint64_t bytes_written) {
+  return Guard([&]() -> int {
+    if (l == nullptr) return Invalid("lease is NULL");
+    ClientStatus s = l->lease.NoteAccess(offset, len, bytes_read, bytes_written);
+    if (!s.ok()) return Report(s);
+    return CXLPOOL_OK;
+  });
+}
+
+CXLPOOL_EXPORT int cxlpool_lease_hint(cxlpool_lease* l, uint64_t offset, uint64_t len, int hint) {
+  return Guard([&]() -> int {
+    if (l == nullptr) return Invalid("lease is NULL");
+    ClientStatus s = l->lease.Hint(offset, len, static_cast<cxlpool::TierHint>(hint));
+    if (!s.ok()) return Report(s);
+    t_last_error.clear();
+    return CXLPOOL_OK;
+  });
+}
+
+CXLPOOL_EXPORT int cxlpool_lease_pin_tier(cxlpool_lease* l, int pinned) {
+  return Guard([&]() -> int {
+    if (l == nullptr) return Invalid("lease is NULL");
+    ClientStatus s = l->lease.PinTier(pinned != 0);
+    if (!s.ok()) return Report(s);
+    t_last_error.clear();
+    return CXLPOOL_OK;
+  });
+}
+
+CXLPOOL_EXPORT int cxlpool_lease_set_migration_callback(cxlpool_lease* l, cxlpool_migration_fn fn,
+                                                        void* user) {
+  return Guard([&]() -> int {
+    if (l == nullptr) return Invalid("lease is NULL");
+    std::function<int(cxlpool::MigrationPhase)> cb;
+    if (fn != nullptr) {
+      cb = [fn, user, l](cxlpool::MigrationPhase phase) {
+        // No exception may cross the callback either way.
+        return fn(l, static_cast<int>(phase), user);
+      };
+    }
+    ClientStatus s = l->lease.SetMigrationCallback(std::move(cb));
+    if (!s.ok()) return Report(s);
+    t_last_error.clear();
+    return CXLPOOL_OK;
+  });
+}
+
+CXLPOOL_EXPORT int cxlpool_migrations_pending(cxlpool_client* c) {
+  return Guard([&]() -> int {
+    if (c == nullptr) return Invalid("client is NULL");
+    cxlpool::ClientResult<int> n = c->client.MigrationsPending();
+    if (!n.ok()) return Report(n.status());
+    return *n;
+  });
+}
+
+CXLPOOL_EXPORT int cxlpool_safe_point(cxlpool_client* c) {
+  return Guard([&]() -> int {
+    if (c == nullptr) return Invalid("client is NULL");
+    cxlpool::ClientResult<int> n = c->client.SafePoint();
+    if (!n.ok()) return Report(n.status());
+    t_last_error.clear();
+    return *n;
+  });
+}
+
+CXLPOOL_EXPORT int cxlpool_flush_signals(cxlpool_client* c) {
+  return Guard([&]() -> int {
+    if (c == nullptr) return Invalid("client is NULL");
+    ClientStatus s = c->client.FlushSignals();
+    if (!s.ok()) return Report(s);
+    t_last_error.clear();
+    return CXLPOOL_OK;
+  });
+}
+
+CXLPOOL_EXPORT int cxlpool_lease_tiering_stats(const cxlpool_lease* l, cxlpool_tiering_stats* out) {
+  return Guard([&]() -> int {
+    if (l == nullptr || out == nullptr) return Invalid("lease or out is NULL");
+    const uint32_t given = out->struct_size;
+    if (given < CXLPOOL_TIERING_STATS_SIZE_V1) {
+      t_last_error = "cxlpool_tiering_stats.struct_size is " + std::to_string(given) +
+                     ", the smallest known version is " +
+                     std::to_string(CXLPOOL_TIERING_STATS_SIZE_V1) + " bytes";
+      return CXLPOOL_EINVALID_ARGUMENT;
+    }
+    cxlpool::TieringStats t = l->lease.tiering_stats();
+    cxlpool_tiering_stats st;
+    std::memset(static_cast<void*>(&st), 0, sizeof(st));
+    st.struct_size = given;
+    st.bytes_copied_in = t.bytes_copied_in;
+    st.bytes_copied_out = t.bytes_copied_out;
+    st.migrations = t.migrations;
+    st.declined = t.declined;
+    st.last_pause_ns = t.last_pause_ns;
+    st.max_pause_ns = t.max_pause_ns;
+    st.numa_node = t.numa_node;
+    st.device_ptr_changed = t.device_ptr_changed;
+    const size_t n = std::min<size_t>(given, sizeof(st));
+    std::memcpy(static_cast<void*>(out), &st, n);
+    if (given > sizeof(st)) {
+      std::memset(reinterpret_cast<unsigned char*>(out) + sizeof(st), 0, given - sizeof(st));
+    }
     t_last_error.clear();
     return CXLPOOL_OK;
   });

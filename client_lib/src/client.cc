@@ -32,7 +32,7 @@ Lease& Lease::operator=(Lease&& other) noexcept {
 
 void* Lease::data() const { return state_ ? state_->data() : nullptr; }
 uint64_t Lease::size() const { return state_ ? state_->size() : 0; }
-int Lease::numa_node() const { return state_ ? state_->info().numa_node : -1; }
+int Lease::numa_node() const { return state_ ? state_->numa_node() : -1; }
 uint64_t Lease::id() const { return state_ ? state_->info().id : 0; }
 bool Lease::revoked() const { return state_ && state_->revoked(); }
 const LeaseInfo& Lease::info() const { return state_ ? state_->info() : EmptyInfo(); }
@@ -76,6 +76,59 @@ ClientStatus Lease::Release() {
   Status s = state_->Release();
   state_.reset();
   return detail::ToClientStatus(s);
+}
+
+ClientStatus Lease::CopyIn(uint64_t offset, const void* src, size_t len) {
+  if (!state_) return ClientStatus(ErrorCode::kInvalidArgument, "empty lease");
+  return detail::ToClientStatus(state_->CopyIn(offset, src, len));
+}
+
+ClientStatus Lease::CopyOut(uint64_t offset, void* dst, size_t len) {
+  if (!state_) return ClientStatus(ErrorCode::kInvalidArgument, "empty lease");
+  return detail::ToClientStatus(state_->CopyOut(offset, dst, len));
+}
+
+ClientStatus Lease::NoteAccess(uint64_t offset, uint64_t len, uint64_t bytes_read,
+                               uint64_t bytes_written) {
+  if (!state_) return ClientStatus(ErrorCode::kInvalidArgument, "empty lease");
+  return detail::ToClientStatus(state_->NoteAccess(offset, len, bytes_read, bytes_written));
+}
+
+ClientStatus Lease::Hint(uint64_t offset, uint64_t len, TierHint hint) {
+  if (!state_) return ClientStatus(ErrorCode::kInvalidArgument, "empty lease");
+  return detail::ToClientStatus(state_->Hint(offset, len, static_cast<int>(hint)));
+}
+
+ClientStatus Lease::PinTier(bool pinned) {
+  if (!state_) return ClientStatus(ErrorCode::kInvalidArgument, "empty lease");
+  return detail::ToClientStatus(state_->PinTier(pinned));
+}
+
+ClientStatus Lease::SetMigrationCallback(std::function<int(MigrationPhase)> callback) {
+  if (!state_) return ClientStatus(ErrorCode::kInvalidArgument, "empty lease");
+  std::function<int(int)> cb;
+  if (callback) {
+    cb = [callback = std::move(callback)](int phase) {
+      return callback(static_cast<MigrationPhase>(phase));
+    };
+  }
+  return detail::ToClientStatus(state_->SetMigrationCallback(std::move(cb)));
+}
+
+TieringStats Lease::tiering_stats() const {
+  TieringStats t;
+  if (!state_) return t;
+  t.bytes_copied_in = state_->signals().total_written();
+  t.bytes_copied_out = state_->signals().total_read();
+  const auto& c = state_->tiering();
+  t.migrations = c.migrations;
+  t.declined = c.declined;
+  t.last_pause_ns = c.last_pause_ns;
+  t.max_pause_ns = c.max_pause_ns;
+  t.numa_node = state_->numa_node();
+  t.device_ptr_changed = c.device_ptr_changed;
+  t.last_detail = c.last_detail;
+  return t;
 }
 
 // ---------------------------------------------------------------- Client
@@ -157,6 +210,23 @@ ClientResult<int> Client::ProcessEvents() {
   Result<int> n = core_->ProcessEvents();
   if (!n.ok()) return detail::ToClientStatus(n.status());
   return *n;
+}
+
+ClientResult<int> Client::MigrationsPending() {
+  if (!core_) return NotConnected();
+  return core_->MigrationsPending();
+}
+
+ClientResult<int> Client::SafePoint() {
+  if (!core_) return NotConnected();
+  Result<int> n = core_->SafePoint();
+  if (!n.ok()) return detail::ToClientStatus(n.status());
+  return *n;
+}
+
+ClientStatus Client::FlushSignals() {
+  if (!core_) return NotConnected();
+  return detail::ToClientStatus(core_->FlushSignals());
 }
 
 uint32_t Client::protocol_version() const { return core_ ? core_->protocol_version() : 0; }

@@ -174,6 +174,11 @@ ClientCore::~ClientCore() {
     uint64_t one = 1;
     (void)!::write(stop_fd_.get(), &one, sizeof one);
   }
+  {
+    std::lock_guard<std::mutex> lock(tier_mu_);
+    tier_cv_.notify_all();
+  }
+  if (flusher_.joinable()) flusher_.join();
   if (watcher_.joinable()) watcher_.join();
 }
 
@@ -272,6 +277,13 @@ void ClientCore::HandleEvent(const wire::Frame& frame) {
     CXLPOOL_LOG(kWarning) << "ignoring undecodable lease event: " << s.ToString();
     return;
   }
+  if (ev.event() == "moved" && ev.has_numa_node()) {
+    // The tiering engine moved its pages (in place: the mapping is the same).
+    std::lock_guard<std::mutex> lock(leases_mu_);
+    auto [begin, end] = leases_.equal_range(ev.lease_id());
+    for (auto it = begin; it != end; ++it) it->second->SetNode(ev.numa_node());
+    return;
+  }
   if (ev.event() != "revoked") {
     CXLPOOL_LOG(kDebug) << "ignoring lease event '" << ev.event() << "' for lease "
                         << ev.lease_id();
@@ -294,10 +306,7 @@ Result<wire::Frame> ClientCore::Call(proto::MsgType type, const std::string& pay
     Result<wire::Frame> next = ReadFrame();
     if (!next.ok()) return next.status();
     wire::Frame frame = std::move(*next);
-    if (frame.type() == proto::MSG_LEASE_EVENT && frame.request_id() == 0) {
-      HandleEvent(frame);
-      continue;
-    }
+    if (HandlePush(frame)) continue;
     // The daemon closes this connection and says why (an idle timeout: the
     // next call reconnects).
     if (std::optional<Status> err = wire::ConnectionError(frame)) return Broken(*err);
@@ -309,13 +318,6 @@ Result<wire::Frame> ClientCore::Call(proto::MsgType type, const std::string& pay
     }
     return frame;
   }
-}
-
-template <typename Req>
-Result<wire::Frame> ClientCore::CallMessage(const Req& req) {
-  Result<std::string> payload = wire::Encode(req, max_payload_bytes_);
-  if (!payload.ok()) return payload.status();
-  return Call(wire::TypeOf<Req>(), *payload);
 }
 
 Result<wire::Frame> ClientCore::ReadFrame() {
@@ -576,7 +578,13 @@ Status ClientCore::Reestablish(std::unique_lock<std::mutex>& lock) {
   reconnects_.fetch_add(1);
   CXLPOOL_LOG(kInfo) << "reconnected to cxlpoold at " << socket_path_
                      << (old_instance != instance_id_ ? " (a new daemon instance)" : "");
+  {
+    // Asks of the old connection are void: its daemon will not wait for them.
+    std::lock_guard<std::mutex> tier_lock(tier_mu_);
+    migrations_.clear();
+  }
   CXLPOOL_RETURN_IF_ERROR(ReclaimLocked());
+  ResendTieringLocked();
   return FlushDeferredLocked();
 }
 
@@ -740,9 +748,8 @@ void ClientCore::WatchLoop() {
       }
       if (*pr != wire::FrameReader::Progress::kFrame) continue;
       wire::Frame frame = reader_.TakeFrame();
-      if (frame.type() == proto::MSG_LEASE_EVENT && frame.request_id() == 0) {
-        HandleEvent(frame);
-      } else if (std::optional<Status> err = wire::ConnectionError(frame)) {
+      if (HandlePush(frame)) continue;
+      if (std::optional<Status> err = wire::ConnectionError(frame)) {
         (void)Broken(*err);
         break;
       } else {
@@ -770,11 +777,10 @@ Result<int> ClientCore::ProcessEvents() {
     }
     wire::Frame frame = reader_.TakeFrame();
     if (std::optional<Status> err = wire::ConnectionError(frame)) return Broken(*err);
-    if (frame.type() != proto::MSG_LEASE_EVENT || frame.request_id() != 0) {
+    if (!HandlePush(frame)) {
       return Broken(Status(Code::kProtocol, "unsolicited " + wire::MsgTypeName(frame.header.type) +
                                                 " with no request pending"));
     }
-    HandleEvent(frame);
     ++handled;
   }
 }
@@ -801,7 +807,12 @@ void ClientCore::Untrack(LeaseState* lease) {
 // ---------------------------------------------------------------- LeaseState
 
 LeaseState::LeaseState(std::shared_ptr<ClientCore> core, ExtentMapping mapping, LeaseInfo info)
-    : core_(std::move(core)), mapping_(std::move(mapping)), info_(std::move(info)) {}
+    : core_(std::move(core)),
+      mapping_(std::move(mapping)),
+      info_(std::move(info)),
+      signals_(mapping_.size()) {
+  node_.store(info_.numa_node, std::memory_order_relaxed);
+}
 
 LeaseState::~LeaseState() {
   Status s = Release();
@@ -830,6 +841,7 @@ Status LeaseState::CudaRegister(int device) {
   }
   cuda_ = std::move(*reg);
   cuda_status_ = Status::Ok();
+  DeclareCooperative();
   // The registration pinned the pages long-term, which may have migrated
   // them (out of ZONE_MOVABLE): ask the kernel where they are now.
   Placement placement;
@@ -847,7 +859,10 @@ Status LeaseState::CudaRegister(int device) {
 
 Status LeaseState::VerifyPlacement(const std::string& cause, Placement* out) {
   *out = Placement();
-  out->placed_numa_node = info_.numa_node;
+  // Where the daemon last said the pages are (the grant, a tiering move, a
+  // confirmed report): numa_node(), which LeaseEvent "moved" keeps current.
+  const int accounted = numa_node();
+  out->placed_numa_node = accounted;
   if (released_) return Status(Code::kInvalidArgument, "lease already released");
   if (info_.backing == "devdax") {
     return Status(Code::kUnsupported,
@@ -861,7 +876,7 @@ Status LeaseState::VerifyPlacement(const std::string& cause, Placement* out) {
   out->pages_sampled = census->sampled;
   out->pages_on_node = node ? census->on_node.at(*node) : 0;
   out->pages_absent = census->absent;
-  out->moved = node.has_value() && *node != info_.numa_node;
+  out->moved = node.has_value() && *node != accounted;
   if (!out->moved) return Status::Ok();
   proto::LeaseMovedRequest req;
   req.set_lease_id(info_.id);
@@ -872,6 +887,7 @@ Status LeaseState::VerifyPlacement(const std::string& cause, Placement* out) {
   Result<proto::LeaseMovedReply> reply = core_->ReportMoved(req);
   if (!reply.ok()) return reply.status();
   info_ = FromProto(reply->lease());
+  SetNode(info_.numa_node);
   return Status::Ok();
 }
 
@@ -879,6 +895,7 @@ Status LeaseState::CudaUnregister() {
   if (!cuda_.registered()) return Status(Code::kNotFound, "the lease is not registered with CUDA");
   Status s = cuda_.Unregister();
   cuda_status_ = Status(Code::kNotFound, "the lease is not registered with CUDA");
+  DeclareCooperative();
   return s;
 }
 

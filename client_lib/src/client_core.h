@@ -32,7 +32,10 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -47,8 +50,10 @@
 #include "cxlpool/client.hpp"
 #include "cxlpool/common/status.h"
 #include "cxlpool/common/unique_fd.h"
+#include "cxlpool/proto/codec.h"
 #include "cxlpool/proto/ipc.h"
 #include "extent_mapping.h"
+#include "signals.h"
 
 namespace cxlpool {
 namespace detail {
@@ -93,7 +98,41 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   void Track(LeaseState* lease);
   void Untrack(LeaseState* lease);
 
+  // ---- tiering (tiering_client.cc; docs/protocol.md, "Tiering") ----
+  // Bytes were recorded on a lease: starts the flusher thread on first use
+  // and wakes it once $CXLPOOL_SIGNAL_THRESHOLD bytes wait (default 256 MiB);
+  // otherwise it sends every $CXLPOOL_SIGNAL_INTERVAL_MS (default 1000).
+  void SignalsRecorded(uint64_t bytes);
+  // A hint for the next batch; the flusher sends it at once.
+  void QueueHint(uint64_t lease_id, uint64_t offset, uint64_t len, int hint);
+  // Sends every lease's recorded ranges and the queued hints now. OK when
+  // the daemon has no tiering (UNSUPPORTED: signals are off from then on).
+  Status FlushSignals();
+  // TIERING_LEASE: pinned to its tier, or this process drops its long-term
+  // pins at a safe point. Errors of the daemon (NOT_FOUND, ...).
+  Status SetLeaseTiering(uint64_t lease_id, std::optional<bool> pin_tier,
+                         std::optional<bool> cooperative_pin);
+  // Migrations the daemon asked this process for, not answered yet.
+  int MigrationsPending();
+  // Answers them: drops the pins of each lease concerned (CUDA
+  // registration, the application's callback), tells the daemon, waits
+  // for the move, pins again. The number answered.
+  Result<int> SafePoint();
+  uint64_t signal_batches() const { return signal_batches_.load(); }
+
  private:
+  struct PendingMigration {
+    proto::MigrationEvent ev;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  void StartFlusher();
+  void FlushLoop();
+  void HandleMigrationEvent(const wire::Frame& frame);
+  // mu_ held: after a reconnect, the per-lease settings again.
+  void ResendTieringLocked();
+  // A server push (LeaseEvent, MigrationEvent) dispatched; false: not a push.
+  bool HandlePush(const wire::Frame& frame);
+
   ClientCore(UniqueFd sock, std::string peer) : sock_(std::move(sock)), peer_(std::move(peer)) {}
   // What a hello told us of a connection.
   struct HelloOutcome {
@@ -179,6 +218,19 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
 
   std::mutex leases_mu_;
   std::multimap<uint64_t, LeaseState*> leases_;  // live leases by id
+
+  // Tiering. tier_mu_ is never held while taking mu_ or leases_mu_.
+  std::mutex tier_mu_;
+  std::condition_variable tier_cv_;
+  std::vector<proto::RangeSignal> hints_;     // guarded by tier_mu_
+  std::vector<PendingMigration> migrations_;  // guarded by tier_mu_
+  bool flush_now_ = false;                    // guarded by tier_mu_
+  std::mutex flush_mu_;                       // one flush at a time
+  std::thread flusher_;
+  std::atomic<bool> flusher_started_{false};
+  std::atomic<uint64_t> unsent_bytes_{0};
+  std::atomic<bool> signals_off_{false};
+  std::atomic<uint64_t> signal_batches_{0};
 };
 
 class LeaseState {
@@ -212,7 +264,46 @@ class LeaseState {
   // Unregister, unmap, tell the daemon; idempotent (a second call is OK).
   Status Release();
 
+  // ---- tiering (tiering_client.cc) ----
+  // Copies into / out of the lease and counts the bytes for the daemon.
+  // INVALID_ARGUMENT (NULL with len > 0, a range outside the lease),
+  // REVOKED, UNAVAILABLE (released).
+  Status CopyIn(uint64_t offset, const void* src, size_t len);
+  Status CopyOut(uint64_t offset, void* dst, size_t len);
+  Status NoteAccess(uint64_t offset, uint64_t len, uint64_t bytes_read, uint64_t bytes_written);
+  Status Hint(uint64_t offset, uint64_t len, int hint);
+  Status PinTier(bool pinned);
+  // The application's own long-term pin of the lease (io_uring fixed
+  // buffers, RDMA): called with 1 (prepare: drop it; non-zero return
+  // declines) and 2 (resume: pin again) at a safe point. Null: none.
+  Status SetMigrationCallback(std::function<int(int phase)> cb);
+  SignalRecorder& signals() { return signals_; }
+  // Cooperative migration, at the safe point (ClientCore::SafePoint).
+  // Drops the pins; false with `why` when the callback declined.
+  bool DropPins(std::string* why);
+  void RestorePins(bool moved, int numa_node, const std::string& detail);
+  // The pause the holder saw: pins dropped -> pinned again.
+  void RecordPause(int64_t pause_ns);
+  // Where the lease's pages are: the grant's node, then the last move the
+  // daemon reported (LeaseEvent "moved", or a cooperative migration).
+  int numa_node() const { return node_.load(std::memory_order_relaxed); }
+  void SetNode(int node) { node_.store(node, std::memory_order_relaxed); }
+  bool cooperative() const { return cuda_.registered() || migration_cb_ != nullptr; }
+  struct TieringCounters {
+    uint64_t migrations = 0;
+    uint64_t declined = 0;
+    int64_t last_pause_ns = 0;
+    int64_t max_pause_ns = 0;
+    uint32_t device_ptr_changed = 0;
+    std::string last_detail;
+  };
+  const TieringCounters& tiering() const { return tiering_; }
+  bool tier_pinned() const { return tier_pinned_; }
+
  private:
+  // Tells the daemon whether this process now holds a long-term pin.
+  void DeclareCooperative();
+
   std::shared_ptr<ClientCore> core_;
   ExtentMapping mapping_;
   LeaseInfo info_;
@@ -220,7 +311,24 @@ class LeaseState {
   Status cuda_status_{Code::kNotFound, "the lease is not registered with CUDA"};
   std::atomic<bool> revoked_{false};
   bool released_ = false;
+  std::atomic<int> node_{-1};
+  SignalRecorder signals_;
+  std::function<int(int)> migration_cb_;
+  bool declared_cooperative_ = false;
+  bool tier_pinned_ = false;
+  // CUDA registration dropped for a migration: the device to register again
+  // on, and the device pointers it had (they must come back the same).
+  int cuda_device_before_ = -1;
+  std::vector<uint64_t> device_ptrs_before_;
+  TieringCounters tiering_;
 };
+
+template <typename Req>
+Result<wire::Frame> ClientCore::CallMessage(const Req& req) {
+  Result<std::string> payload = wire::Encode(req, max_payload_bytes_);
+  if (!payload.ok()) return payload.status();
+  return Call(wire::TypeOf<Req>(), *payload);
+}
 
 // Conversions between the library's internal Status and the public types.
 ClientStatus ToClientStatus(const Status& s);

@@ -70,6 +70,28 @@ class RootedFileSystem final : public FileSystem {
     return out;
   }
 
+  Result<std::string> ReadAt(std::string_view path, uint64_t offset, size_t len) const override {
+    std::string host = Host(path);
+    int fd = ::open(host.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return Status::FromErrno(errno, "open " + std::string(path));
+    std::string out(len, '\0');
+    size_t got = 0;
+    while (got < len) {
+      ssize_t n = ::pread(fd, out.data() + got, len - got, static_cast<off_t>(offset + got));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        int err = errno;
+        ::close(fd);
+        return Status::FromErrno(err, "pread " + std::string(path));
+      }
+      if (n == 0) break;
+      got += static_cast<size_t>(n);
+    }
+    ::close(fd);
+    out.resize(got);
+    return out;
+  }
+
   Result<std::vector<std::string>> ListDir(std::string_view path) const override {
     std::string host = Host(path);
     DIR* d = ::opendir(host.c_str());
@@ -149,6 +171,13 @@ Result<std::string> FileSystem::Canonical(std::string_view path) const {
   std::string out;
   for (auto& d : done) out += "/" + d;
   return out.empty() ? std::string("/") : out;
+}
+
+Result<std::string> FileSystem::ReadAt(std::string_view path, uint64_t offset, size_t len) const {
+  auto r = ReadFile(path);
+  if (!r.ok()) return r.status();
+  if (offset >= r->size()) return std::string();
+  return r->substr(static_cast<size_t>(offset), len);
 }
 
 Result<std::string> FileSystem::ReadTrimmed(std::string_view path) const {

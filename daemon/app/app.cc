@@ -40,6 +40,10 @@
 #include "reload/reload.h"
 #include "sd.h"
 #include "server/server.h"
+#include "tiering/engine.h"
+#include "tiering/lease_adapter.h"
+#include "tiering/migrator.h"
+#include "tiering/sampler.h"
 
 namespace cxlpool {
 namespace {
@@ -442,6 +446,43 @@ int RunDaemon(const DaemonFlags& flags) {
         ExportLimitMetrics(srv->stats(), srv->options().limits, reg);
       });
 
+  // Tiering (docs/daemon.md, "Tiering"): moves run on their own thread, the
+  // engine's state on the loop.
+  TieringRequests tiering_requests(&leases);
+  tiering_requests.SetPush([srv](ConnectionId c, Reply r) { return srv->Push(c, std::move(r)); });
+  tiering::LeaseManagerTable tiering_table(&leases, fs->IsThisSystem());
+  std::unique_ptr<tiering::Migrator> migrator = tiering::MakeKernelMigrator();
+  std::unique_ptr<tiering::KernelFileWriter> kernel_writer = tiering::MakeKernelFileWriter();
+  boost::asio::thread_pool tiering_thread(1);
+  if (Status st = SetPoolPriority(tiering_thread, 1, cfg->stock_nice, false, "cxlpool-tier");
+      !st.ok()) {
+    CXLPOOL_LOG(kInfo) << "tiering thread keeps the daemon's priority: " << st.ToString();
+  }
+  // Also without the engine: it pushes LeaseEvent "moved" when a long-term
+  // pin moved a lease, and answers the tiering messages with UNSUPPORTED.
+  handler.SetTiering(&tiering_requests);
+  std::unique_ptr<tiering::TieringEngine> tiering_engine;
+  if (cfg->tiering.enabled) {
+    tiering_engine = std::make_unique<tiering::TieringEngine>(
+        &tiering_table, migrator.get(), &tiering_requests, &SystemClock::Get(), io.get_executor(),
+        tiering_thread.get_executor(), tiering::TieringOptionsFrom(cfg->tiering));
+    tiering::KernelAccess access = tiering::DetectKernelAccess(*proc, *proc);
+    CXLPOOL_LOG(kInfo) << "tiering: " << access.ToString();
+    tiering_engine->SetKernelAccess(access.ToString());
+    if (cfg->tiering.sampling == "auto" && access.sampler == "idle_page" && fs->IsThisSystem()) {
+      tiering_engine->SetSampler(
+          std::make_unique<tiering::IdlePageSampler>(proc.get(), proc.get(), kernel_writer.get()));
+    }
+    if (!tiering::HaveCapSysNice()) {
+      tiering_engine->DisableMoves(
+          "no CAP_SYS_NICE: pages that other processes map cannot be moved (give cxlpoold "
+          "CAP_SYS_NICE; the systemd unit does)");
+      CXLPOOL_LOG(kWarning) << "tiering: no CAP_SYS_NICE; temperatures are tracked, nothing moves";
+    }
+    tiering_requests.SetEngine(tiering_engine.get());
+    tiering_engine->Start();
+  }
+
   // Optional loopback HTTP endpoint for Prometheus (metrics.http_listen).
   std::unique_ptr<MetricsHttpServer> http;
   if (!cfg->metrics_http_listen.empty()) {
@@ -509,6 +550,7 @@ int RunDaemon(const DaemonFlags& flags) {
     if (ec) return;
     CXLPOOL_LOG(kInfo) << "signal " << sig << ": shutting down";
     (void)notifier.Stopping("shutting down");
+    if (tiering_engine) tiering_engine->Stop();
     if (store) {
       // Restart support: the clients keep their leases (memory, mappings)
       // and reclaim them from the next daemon; the journal keeps them.
@@ -534,6 +576,10 @@ int RunDaemon(const DaemonFlags& flags) {
     ::close(ready_fd);
   }
   io.run();
+  if (tiering_engine) tiering_engine->Stop();
+  tiering_thread.join();  // a move stops after its current step
+  tiering_requests.SetEngine(nullptr);
+  tiering_engine.reset();
   server->reset();
   workers.join();  // builds in flight finish; their results are dropped
   stock.join();

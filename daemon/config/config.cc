@@ -350,6 +350,70 @@ class TableReader {
   std::set<std::string> seen_;
 };
 
+// [tiering] (docs/daemon.md, "Tiering").
+Status ReadTiering(const toml::table& t, TieringConfig* out) {
+  TableReader r(t, "tiering");
+  CXLPOOL_RETURN_IF_ERROR(r.ReadBool("enabled", &out->enabled));
+  auto duration = [&](std::string_view key, std::chrono::milliseconds* d) -> Status {
+    std::string text;
+    CXLPOOL_RETURN_IF_ERROR(r.ReadString(key, &text));
+    if (text.empty()) return Status::Ok();
+    auto v = ParseDuration(text, r.Key(key));
+    if (!v.ok()) return v.status();
+    *d = *v;
+    return Status::Ok();
+  };
+  auto number = [&](std::string_view key, double lo, double hi, double* v) -> Status {
+    const toml::node* n = r.Get(key);
+    if (n == nullptr) return Status::Ok();
+    if (!n->is_number()) return Bad(r.Key(key), "expected a number");
+    double x = n->is_integer() ? static_cast<double>(*n->value<int64_t>()) : *n->value<double>();
+    if (!(x >= lo && x <= hi)) {
+      return Bad(r.Key(key), "out of range (" + std::to_string(lo) + ".." + std::to_string(hi) +
+                                 "): " + std::to_string(x));
+    }
+    *v = x;
+    return Status::Ok();
+  };
+  auto percent = [&](std::string_view key, double* v) -> Status {
+    std::string text;
+    CXLPOOL_RETURN_IF_ERROR(r.ReadString(key, &text));
+    if (text.empty()) return Status::Ok();
+    auto c = ParseCapacity(text, r.Key(key));
+    if (!c.ok()) return c.status();
+    if (!c->is_percent || c->percent >= 100) {
+      return Bad(r.Key(key), "expected a percent below 100% (\"10%\")");
+    }
+    *v = c->percent;
+    return Status::Ok();
+  };
+  CXLPOOL_RETURN_IF_ERROR(duration("interval", &out->interval));
+  CXLPOOL_RETURN_IF_ERROR(duration("half_life", &out->half_life));
+  CXLPOOL_RETURN_IF_ERROR(duration("min_residency", &out->min_residency));
+  CXLPOOL_RETURN_IF_ERROR(duration("cooperative_deadline", &out->cooperative_deadline));
+  CXLPOOL_RETURN_IF_ERROR(duration("cooperative_retry", &out->cooperative_retry));
+  CXLPOOL_RETURN_IF_ERROR(duration("max_pause", &out->max_pause));
+  CXLPOOL_RETURN_IF_ERROR(number("hot_threshold", 0, 1e9, &out->hot_threshold));
+  CXLPOOL_RETURN_IF_ERROR(number("cold_threshold", 0, 1e9, &out->cold_threshold));
+  CXLPOOL_RETURN_IF_ERROR(percent("dram_low_watermark", &out->dram_low_watermark));
+  CXLPOOL_RETURN_IF_ERROR(percent("dram_high_watermark", &out->dram_high_watermark));
+  CXLPOOL_RETURN_IF_ERROR(percent("cxl_reserve", &out->cxl_reserve));
+  CXLPOOL_RETURN_IF_ERROR(r.ReadUint("rate_limit_mbps", 1u << 24, &out->rate_limit_mbps));
+  CXLPOOL_RETURN_IF_ERROR(r.ReadString("sampling", &out->sampling));
+  if (out->sampling != "auto" && out->sampling != "off") {
+    return Bad("tiering.sampling", "expected \"auto\" or \"off\", not '" + out->sampling + "'");
+  }
+  if (!(out->hot_threshold > out->cold_threshold)) {
+    return Bad("tiering.hot_threshold", "must be greater than cold_threshold");
+  }
+  if (out->dram_low_watermark > out->dram_high_watermark) {
+    return Bad("tiering.dram_low_watermark", "must not exceed dram_high_watermark");
+  }
+  if (out->interval.count() == 0) return Bad("tiering.interval", "must be greater than 0");
+  if (out->half_life.count() == 0) return Bad("tiering.half_life", "must be greater than 0");
+  return r.CheckUnknown();
+}
+
 Status ReadWarmStock(TableReader& r, std::vector<WarmClass>* out) {
   const toml::node* n = r.Get("warm_stock");
   if (n == nullptr) return Status::Ok();
@@ -719,6 +783,11 @@ Status Build(const toml::table& root, DaemonConfig* cfg) {
       if (!ep.ok()) return Bad("metrics.http_listen", ep.status().message());
     }
     CXLPOOL_RETURN_IF_ERROR(r.CheckUnknown());
+  }
+  if (const toml::node* n = top.Get("tiering")) {
+    const toml::table* t = n->as_table();
+    if (t == nullptr) return Bad("tiering", "expected a table");
+    CXLPOOL_RETURN_IF_ERROR(ReadTiering(*t, &cfg->tiering));
   }
   if (const toml::node* n = top.Get("limits")) {
     const toml::table* t = n->as_table();

@@ -95,6 +95,25 @@ Result<std::string> NormalizeCgroupPath(std::string_view path);
 // True when the cgroup `path` is `rule_path` or below it (both normalized).
 bool CgroupCovers(std::string_view rule_path, std::string_view path);
 
+// [tiering]: the engine that moves hot ranges of leases to DRAM and cold
+// ones to CXL (docs/daemon.md, "Tiering").
+struct TieringConfig {
+  bool enabled = true;
+  std::chrono::milliseconds interval{1000};    // one policy round
+  std::chrono::milliseconds half_life{60000};  // of the access heat
+  double hot_threshold = 1.0;                  // temperature (passes per half-life)
+  double cold_threshold = 0.1;
+  std::chrono::milliseconds min_residency{30000};  // no second move sooner
+  double dram_low_watermark = 10;                  // percent of a DRAM pool free: pressure below
+  double dram_high_watermark = 20;                 // demotions aim for this
+  double cxl_reserve = 2;                          // percent a CXL pool keeps free
+  uint64_t rate_limit_mbps = 1024;                 // MiB/s of migration, 0: unlimited
+  std::chrono::milliseconds cooperative_deadline{2000};
+  std::chrono::milliseconds cooperative_retry{300000};
+  std::chrono::milliseconds max_pause{2000};
+  std::string sampling = "auto";  // "auto": idle page tracking when usable; "off"
+};
+
 // [limits]: what one client may make the daemon hold, per connection, per
 // uid and in all (docs/daemon.md, "Limits"). An unset value is derived at
 // start (from RLIMIT_NOFILE) or takes the built-in default; the daemon
@@ -149,6 +168,7 @@ struct DaemonConfig {
   std::map<int32_t, CapacitySpec> priority_reserves;
   // [metrics] http_listen: "127.0.0.1:9464"; empty: no HTTP endpoint.
   std::string metrics_http_listen;
+  TieringConfig tiering;
   LimitsConfig limits;
   // Accepted but dubious settings (a world-writable socket_mode), one
   // sentence each naming the key; the daemon logs them at start.

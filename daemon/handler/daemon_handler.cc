@@ -38,7 +38,10 @@ void DaemonHandler::OnConnect(ConnectionId conn, const PeerInfo& peer) {
   leases_->Connect(conn, std::move(c));
 }
 
-void DaemonHandler::OnDisconnect(ConnectionId conn) { leases_->Disconnect(conn); }
+void DaemonHandler::OnDisconnect(ConnectionId conn) {
+  leases_->Disconnect(conn);
+  if (tiering_ != nullptr) tiering_->OnDisconnect(conn);
+}
 
 namespace {
 
@@ -79,6 +82,14 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
   if (!req.fds.empty() && req.type != proto::MSG_RECLAIM_REQUEST) {
     return MakeErrorReply(
         Status(Code::kProtocol, wire::MsgTypeName(req.type) + " must not carry file descriptors"));
+  }
+  if (TieringRequests::Handles(req.type)) {
+    if (tiering_ == nullptr) {
+      return MakeErrorReply(Status(Code::kUnsupported,
+                                   "tiering is off in this daemon"
+                                   " ([tiering] enabled = false)"));
+    }
+    return tiering_->Handle(conn, req, reply, deferred);
   }
   switch (req.type) {
     case proto::MSG_HELLO_REQUEST: {
@@ -257,6 +268,15 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
                            << " (" << in.pages_on_node() << " of " << in.pages_sampled()
                            << " pages, after " << SanitizeUtf8(in.cause().substr(0, 32))
                            << "); the daemon's move_pages sees node " << check->lease.numa_node;
+      }
+      if (check->moved && tiering_ != nullptr) {
+        // Its other holders learn it as from a tiering move: one event.
+        if (auto facts = leases_->LeaseForMigration(in.lease_id())) {
+          for (ConnId c : facts->holders) {
+            if (c != conn)
+              tiering_->Moved(c, in.lease_id(), facts->lease.numa_node, facts->pool->name());
+          }
+        }
       }
       proto::LeaseMovedReply out;
       ToProto(check->lease, out.mutable_lease());

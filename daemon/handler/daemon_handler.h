@@ -22,6 +22,7 @@
 #include "cxlpool/common/fs.h"
 #include "cxlpool/common/proc.h"  // ParseStatusGroups
 #include "handler/daemon_metrics.h"
+#include "handler/tiering_requests.h"
 #include "lease/lease_manager.h"
 #include "server/handler.h"
 
@@ -46,6 +47,8 @@ class DaemonHandler final : public RequestHandler {
 
   DaemonHandler(LeaseManager* leases, const FileSystem* proc, HandlerOptions options);
   void SetPush(PushFn push) { push_ = std::move(push); }
+  // The tiering messages go to `tiering` (null: UNSUPPORTED, tiering off).
+  void SetTiering(TieringRequests* tiering) { tiering_ = tiering; }
   // Entries from outside the lease manager (the server's limits) for STATS
   // and for the metrics text.
   using StatsFn = std::function<void(std::map<std::string, uint64_t>* counters,
@@ -74,6 +77,7 @@ class DaemonHandler final : public RequestHandler {
   const FileSystem* proc_;
   HandlerOptions options_;
   PushFn push_;
+  TieringRequests* tiering_ = nullptr;
   StatsFn extra_stats_;
   DaemonMetrics metrics_;  // lives as long as the handler
   // The topology never changes after start (the lease manager holds it by

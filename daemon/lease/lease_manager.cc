@@ -130,6 +130,7 @@ void LeaseManager::Free(uint64_t id, const char* counter, std::function<void()> 
   // truncated them; the tenant's quota is free now.
   l.pool->BeginReclaim(l.size);
   quotas_.Uncharge(TenantOf(l.owner), l.tier, l.size);
+  DropPoolMove(l);
   Count(counter);
   reclaims_.Submit(l.pool, l.size, std::move(l.backing), std::move(then));
 }
@@ -178,6 +179,8 @@ uint64_t LeaseManager::Insert(ConnId conn, const AllocParams& p, Pool* pool, uin
   l.backing = std::move(backing);
   l.from_warm = from_warm;
   l.placement_reason = std::move(reason);
+  l.gpu = p.gpu;
+  l.home_node = p.home_node;
   l.long_term_pin = p.long_term_pin;
   l.holders[conn] = 1;
   l.refs = 1;
@@ -668,33 +671,32 @@ Result<LeaseManager::MoveCheck> LeaseManager::CheckMoved(ConnId conn, uint64_t i
     out.lease = Snapshot(l);
     return out;
   }
+  if (l.moving_to != nullptr) {
+    // The tiering engine is moving these pages now: its commit (or abort)
+    // accounts them, once; a second mover would count the lease twice.
+    CXLPOOL_LOG(kInfo) << "lease " << id << ": pages on node " << *now << " while a move to "
+                       << l.moving_to->name() << " is under way; that move accounts them";
+    out.lease = Snapshot(l);
+    return out;
+  }
   Pool* to = nullptr;
   for (Pool* p : pool_ptrs_) {
     if (p->numa_node() == *now && std::string(p->backing()) == "memfd") to = p;
   }
-  if (!l.placed_node) l.placed_node = l.pool->numa_node();
-  l.moved_reason = "pages moved from node " + std::to_string(accounted) + " to node " +
-                   std::to_string(*now) + " (daemon's move_pages: " + census->ToString() + ")";
-  if (to != nullptr && to != l.pool) {
-    l.pool->MoveLeaseOut(l.size);
-    to->MoveLeaseIn(l.size);
-    const Tenant tenant = TenantOf(l.owner);
-    quotas_.Uncharge(tenant, l.tier, l.size);
-    l.tier = to->quota_tier();
-    quotas_.Charge(tenant, l.tier, l.size);
-    l.moved_reason += "; accounted to " + to->name() + " now";
-    l.pool = to;
-    l.pages_node.reset();
-  } else if (to == nullptr) {
+  std::string why = "pages moved from node " + std::to_string(accounted) + " to node " +
+                    std::to_string(*now) + " (daemon's move_pages: " + census->ToString() + ")";
+  if (to == nullptr) {
+    // Nowhere to account them: the lease stays on its pool, and says where its pages are.
+    if (!l.placed_node) l.placed_node = l.pool->numa_node();
     l.pages_node = *now;
-    l.moved_reason += "; node " + std::to_string(*now) + " has no pool, so " + l.pool->name() +
-                      " still accounts it";
+    l.moved_reason = why + "; node " + std::to_string(*now) + " has no pool, so " + l.pool->name() +
+                     " still accounts it";
+    Count("leases_moved");
+    (void)Persist(l, -1);
   } else {
-    l.pages_node.reset();  // back on its pool's node
+    Rehome(l, to, to == l.pool ? why : why + "; accounted to " + to->name() + " now");
   }
-  Count("leases_moved");
   CXLPOOL_LOG(kWarning) << "lease " << id << ": " << l.moved_reason;
-  (void)Persist(l, -1);
   out.moved = true;
   out.lease = Snapshot(l);
   return out;

@@ -120,7 +120,9 @@ class LeaseManager {
   // loop: a few hundred microseconds) and trusts only that: when most pages
   // are on another node with a memfd pool, the lease's bytes move to that
   // pool and its tenant's quota to that tier, the change is journalled and
-  // counted (leases_moved). `moved` says whether that happened now.
+  // counted (leases_moved; Rehome, as for a tiering move). While the tiering
+  // engine is moving the lease, that move accounts it and this changes
+  // nothing. `moved` says whether the accounting changed now.
   // NOT_FOUND (also for another tenant's lease), REVOKED, PERMISSION_DENIED
   // (visible but not held by this connection), UNSUPPORTED (devdax: no
   // daemon mapping to ask about), IO.
@@ -248,6 +250,36 @@ class LeaseManager {
   // limits). One that cannot be accounted is revoked (truncated), never left
   // mapped uncounted. Either way the counters say so.
   ReclaimOutcome Reclaim(ConnId conn, std::vector<ReclaimItem> items);
+  // ---- tiering support (lease/lease_migration.cc; daemon/tiering/lease_adapter.h) ----
+  // What the tiering engine needs of a lease.
+  struct MigrationFacts {
+    LeaseSnapshot lease;
+    const Pool* pool = nullptr;
+    int fd = -1;  // the memfd, borrowed; -1 for devdax and for memory not back after a restart
+    std::vector<ConnId> holders;
+    std::vector<pid_t> holder_pids;
+    int32_t priority = 0;  // the owner's priority class
+    std::string gpu;       // as asked at allocation ("" none)
+    std::optional<int> home_node;
+    const Pool* moving_to = nullptr;  // a move between pools under way
+    std::string moving_note;
+  };
+  std::vector<MigrationFacts> LeasesForMigration() const;
+  std::optional<MigrationFacts> LeaseForMigration(uint64_t id) const;
+  // The accounting of moving a lease's pages to another pool's node. Begin:
+  // room on `to` is reserved and the tenant's quota charged in `to`'s tier
+  // as well (a move in progress counts in both pools, so nothing is ever
+  // overcommitted), and the intent journalled. Commit: the bytes and the
+  // charge leave the old pool, journalled. Abort with an empty note: the
+  // reservation and the second charge go; with a note (pages left split):
+  // both stay and the note says why, until a later move finishes.
+  // Begin: NOT_FOUND, ALREADY_EXISTS (a move under way), INVALID_ARGUMENT
+  // (same pool, devdax), UNAVAILABLE (memory not back after a restart),
+  // RESOURCE_EXHAUSTED (room, quota, priority reserve: named), IO (journal).
+  Status BeginPoolMove(uint64_t id, Pool* to);
+  Status CommitPoolMove(uint64_t id);
+  Status AbortPoolMove(uint64_t id, const std::string& split_note);
+
   // SIGTERM with restart support: forget every lease WITHOUT freeing its
   // memory or journalling its end, so the clients keep their mappings and
   // reclaim from the next daemon. Stops refills; Shutdown is then a no-op.
@@ -327,6 +359,19 @@ class LeaseManager {
     return l.refs == 0 && l.awaiting.empty() && !(l.unjournalled && restart_.grace);
   }
   DurableLease ToDurable(const Lease& l) const;
+  MigrationFacts FactsOf(const Lease& l) const;
+  // The second charge and the reservation of a move under way go (Free, Abort).
+  void DropPoolMove(Lease& l);
+  // Recover: a journalled move to `to_pool` that was not finished is
+  // accounted again as it was (or, without room there, as a move back).
+  void RecoverPoolMove(Lease& l, const std::string& to_pool);
+  // The one way a lease's pool changes, whoever moved its pages (CheckMoved:
+  // a long-term pin did; CommitPoolMove: the tiering engine did): its bytes
+  // and its tenant's charge go from l.pool to `to` (taking over the room a
+  // tiering move reserved there), where it was placed and `why` are kept
+  // for LeaseInfo (placed_numa_node, moved_reason), counted (leases_moved)
+  // and journalled (lease_migration.cc).
+  void Rehome(Lease& l, Pool* to, std::string why);
   // Journals a new grant (fd >= 0) or a holder change. OK when disabled.
   Status Persist(const Lease& l, int fd);
   // Journals the end of a lease (errors logged).

@@ -92,6 +92,7 @@ DurableLease LeaseManager::ToDurable(const Lease& l) const {
   d.inode_dev = l.inode_dev;
   d.dax_device = l.backing->dax_device();
   d.dax_rdev = l.backing->device_number();
+  if (l.moving_to != nullptr) d.migrating_to_pool = l.moving_to->name();
   auto add = [&](HolderId h) {
     if (std::find(d.holders.begin(), d.holders.end(), h) == d.holders.end()) {
       d.holders.push_back(h);
@@ -272,6 +273,7 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
     fresh.inode_dev = d.inode_dev;
     Lease& l = table_.Add(std::move(fresh));  // indexed by owner and name
     quotas_.Charge(TenantOf(l.owner), l.tier, l.size);
+    RecoverPoolMove(l, d.migrating_to_pool);
     if (alive.size() != d.holders.size()) (void)Persist(l, -1);
     restart_.awaiting_any = true;
     Count(adopted ? "restart_adopted" : "restart_awaiting");

@@ -66,6 +66,12 @@ struct LeaseRecord {
   std::optional<int> placed_node;
   std::string moved_reason;
   std::optional<int> pages_node;
+  // Tiering (lease_migration.cc): what the holder asked for (its GPU, its
+  // node), and a move between pools under way (room reserved on moving_to).
+  std::string gpu;
+  std::optional<int> home_node;
+  Pool* moving_to = nullptr;
+  std::string moving_note;
 };
 
 class LeaseTable {

@@ -66,6 +66,8 @@ struct DurableLease {
   std::string dax_device;         // devdax: the device ("dax0.1"), else ""
   uint64_t dax_rdev = 0;          // devdax: its device number (st_rdev); 0 unknown
   std::vector<HolderId> holders;  // every process holding a reference
+  // A move to another pool was begun and not finished (tiering): that pool.
+  std::string migrating_to_pool;
 };
 
 // What the durable side found wrong at start (the journal's damage report,

@@ -48,6 +48,7 @@ journal::LeaseRecord ToRecord(const DurableLease& d) {
   r.set_inode_dev(d.inode_dev);
   r.set_dax_device(d.dax_device);
   r.set_dax_rdev(d.dax_rdev);
+  r.set_migrating_to_pool(d.migrating_to_pool);
   for (const HolderId& h : d.holders) {
     journal::Holder* x = r.add_holders();
     x->set_pid(static_cast<uint32_t>(h.pid));
@@ -92,6 +93,7 @@ DurableLease FromRecord(const journal::LeaseRecord& r) {
   d.inode_dev = r.inode_dev();
   d.dax_device = r.dax_device();
   d.dax_rdev = r.dax_rdev();
+  d.migrating_to_pool = r.migrating_to_pool();
   for (const auto& h : r.holders()) {
     d.holders.push_back(HolderId{static_cast<pid_t>(h.pid()), h.start_time()});
   }

@@ -106,6 +106,7 @@ struct DaemonConfig {
   // size bytes -> count
   std::vector<std::pair<uint64_t, int>> warm_stock;
   int workers = 2;
+  std::string extra_toml;  // appended to the config (e.g. a [tiering] table)
 };
 
 class DaemonProc {
@@ -246,6 +247,10 @@ void RunP7(const Options& o, Report* r);  // pinned committed bytes (p7_pinned.c
 // fd-passing costs, and scrubbing against memset.
 void RunLadder(const Options& o, Report* r);
 void RunRecycle(const Options& o, Report* r);
+// Tiering (tiering.cc): T1 migration throughput against the kernel's own
+// migrate_pages/move_pages of the same memory, T2 the cooperative pause,
+// T3 a KV-block trace with shifting Zipf popularity, engine vs first-fit.
+void RunTier(const Options& o, Report* r);
 
 // The socket to talk to for a phase: the running daemon's, or a daemon the
 // phase spawns with `cfg` (kept in *owned). Errors are reported by the caller.

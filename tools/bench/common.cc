@@ -258,6 +258,7 @@ std::string ConfigText(const DaemonConfig& c) {
       << "K\", count = " << c.warm_stock[i].second << " }";
   }
   t << "]\n";
+  if (!c.extra_toml.empty()) t << "\n" << c.extra_toml << "\n";
   return t.str();
 }
 

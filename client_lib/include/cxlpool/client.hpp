@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -186,6 +187,21 @@ struct DeviceChunk {
   uint64_t length = 0;
 };
 
+// Tiering (cxlpool.h, "tiering"): hints and a lease's migration record.
+enum class TierHint : int { kHot = 1, kCold = 2, kWillNeed = 3, kDontNeed = 4 };
+enum class MigrationPhase : int { kPrepare = 1, kResume = 2 };
+struct TieringStats {
+  uint64_t bytes_copied_in = 0;
+  uint64_t bytes_copied_out = 0;
+  uint64_t migrations = 0;
+  uint64_t declined = 0;
+  int64_t last_pause_ns = 0;
+  int64_t max_pause_ns = 0;
+  int numa_node = -1;
+  uint32_t device_ptr_changed = 0;
+  std::string last_detail;  // the daemon's word on the last migration
+};
+
 namespace detail {
 class ClientCore;
 class LeaseState;
@@ -235,6 +251,19 @@ class CXLPOOL_EXPORT Lease {
   // INVALID_ARGUMENT when already empty.
   ClientStatus Release();
 
+  // ---- tiering (see cxlpool.h: the same calls and errors) ----
+  ClientStatus CopyIn(uint64_t offset, const void* src, size_t len);
+  ClientStatus CopyOut(uint64_t offset, void* dst, size_t len);
+  ClientStatus NoteAccess(uint64_t offset, uint64_t len, uint64_t bytes_read,
+                          uint64_t bytes_written);
+  ClientStatus Hint(uint64_t offset, uint64_t len, TierHint hint);
+  ClientStatus PinTier(bool pinned);
+  // The application's own long-term pin: called at a safe point with
+  // kPrepare (drop it; non-zero declines) and kResume (pin again). Empty
+  // function: no such pin.
+  ClientStatus SetMigrationCallback(std::function<int(MigrationPhase)> callback);
+  TieringStats tiering_stats() const;
+
  private:
   friend class Client;
   friend struct ClientAccess;
@@ -274,6 +303,13 @@ class CXLPOOL_EXPORT Client {
   ClientResult<Lease> AttachFrom(uint32_t owner_uid, const std::string& name);
   // Handles pushed lease events without blocking; the number handled.
   ClientResult<int> ProcessEvents();
+
+  // ---- tiering (see cxlpool.h) ----
+  // Migrations waiting for a safe point; answers them (the number answered);
+  // sends counted bytes and hints now.
+  ClientResult<int> MigrationsPending();
+  ClientResult<int> SafePoint();
+  ClientStatus FlushSignals();
 
   // The wire version agreed at hello, and the daemon's version text.
   uint32_t protocol_version() const;

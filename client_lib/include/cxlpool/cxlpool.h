@@ -304,6 +304,116 @@ CXLPOOL_EXPORT int cxlpool_lease_device_chunk(const cxlpool_lease* l, uint32_t i
                                               uint64_t* device_ptr, uint64_t* offset,
                                               uint64_t* length);
 
+/* ---- tiering ----
+ * The daemon keeps hot ranges of leases in DRAM near the holder's GPU and
+ * cold ones in CXL memory, moving pages in place: the lease's pointer and
+ * contents stay the same (docs/daemon.md, "Tiering"; the messages:
+ * docs/protocol.md, "Tiering"). It learns what is hot from what holders
+ * tell it, since the CPU never sees a GPU's DMA to host memory:
+ *  - copies made with cxlpool_lease_copy_in/_out are counted per range;
+ *  - cxlpool_lease_note_access reports bytes moved by other means (the
+ *    application's own cudaMemcpy, a NIC);
+ *  - cxlpool_lease_hint says what a range will be.
+ * None of these talks to the daemon: the counts and hints are sent in
+ * batches by a thread of the client, every $CXLPOOL_SIGNAL_INTERVAL_MS
+ * (default 1000) or once $CXLPOOL_SIGNAL_THRESHOLD bytes (default 256 MiB)
+ * are waiting; hints are sent at once. cxlpool_flush_signals sends now.
+ *
+ * Long-term pinned leases (registered with CUDA by this library, or pinned
+ * by the application: io_uring fixed buffers, RDMA) cannot be moved while
+ * pinned. The daemon then asks the holder (a push); the application calls
+ * cxlpool_safe_point at a moment of its choosing (between batches, no DMA
+ * in flight); the library drops the pins (CUDA unregistration, the
+ * application's migration callback with CXLPOOL_MIGRATION_PREPARE), tells
+ * the daemon, waits while the pages move, and pins again (CUDA registration
+ * of the same range: the same device pointer on a system with unified
+ * addressing; the callback with CXLPOOL_MIGRATION_RESUME). A holder that
+ * does not reach a safe point within the daemon's deadline (2 s by default)
+ * is skipped, never forced: its lease stays where it is.
+ *
+ * Thread safety: copies, cxlpool_lease_note_access and hints may run on any
+ * thread at once. cxlpool_safe_point must not race with releasing or
+ * (un)registering a lease of the same client. */
+
+enum {
+  CXLPOOL_HINT_HOT = 1,       /* keep it in fast memory */
+  CXLPOOL_HINT_COLD = 2,      /* may go to slow memory when DRAM is short */
+  CXLPOOL_HINT_WILL_NEED = 3, /* needed soon: promote now */
+  CXLPOOL_HINT_DONT_NEED = 4  /* not needed for a while: demote now */
+};
+
+/* Copies len bytes from src to the lease at offset (copy_in), or from the
+ * lease at offset to dst (copy_out), and counts them for the daemon. A
+ * revoked lease raises SIGBUS like any access. Errors: EINVALID_ARGUMENT
+ * (NULL with len > 0, [offset, offset + len) outside the lease), EREVOKED,
+ * EUNAVAILABLE (released). len 0 is a no-op. */
+CXLPOOL_EXPORT int cxlpool_lease_copy_in(cxlpool_lease* l, uint64_t offset, const void* src,
+                                         size_t len);
+CXLPOOL_EXPORT int cxlpool_lease_copy_out(cxlpool_lease* l, uint64_t offset, void* dst, size_t len);
+
+/* Bytes read from and written to [offset, offset + len) by other means.
+ * Errors: EINVALID_ARGUMENT (NULL, empty or outside the lease). */
+CXLPOOL_EXPORT int cxlpool_lease_note_access(cxlpool_lease* l, uint64_t offset, uint64_t len,
+                                             uint64_t bytes_read, uint64_t bytes_written);
+
+/* A CXLPOOL_HINT_* for [offset, offset + len). hot and will_need apply to
+ * every extent the range touches; cold and dont_need only to extents it
+ * covers whole. Errors: EINVALID_ARGUMENT (NULL, unknown hint, empty range,
+ * a range outside the lease; the daemon refuses those too). */
+CXLPOOL_EXPORT int cxlpool_lease_hint(cxlpool_lease* l, uint64_t offset, uint64_t len, int hint);
+
+/* 1: the lease stays in its tier (the daemon never moves it); 0: it may
+ * move again. Errors: EINVALID_ARGUMENT, ENOT_FOUND, EUNSUPPORTED (the
+ * daemon has no tiering), EUNAVAILABLE. */
+CXLPOOL_EXPORT int cxlpool_lease_pin_tier(cxlpool_lease* l, int pinned);
+
+enum {
+  CXLPOOL_MIGRATION_PREPARE = 1, /* drop your pin of the lease now; return 0 (or
+                                    non-zero to decline this migration) */
+  CXLPOOL_MIGRATION_RESUME = 2   /* pin it again (same address); the return is ignored */
+};
+typedef int (*cxlpool_migration_fn)(cxlpool_lease* l, int phase, void* user);
+
+/* Declares a long-term pin the application holds on the lease and how to
+ * drop and restore it: fn is called from cxlpool_safe_point, on the
+ * caller's thread. NULL fn: no such pin any more. Errors: EINVALID_ARGUMENT,
+ * EUNAVAILABLE. */
+CXLPOOL_EXPORT int cxlpool_lease_set_migration_callback(cxlpool_lease* l, cxlpool_migration_fn fn,
+                                                        void* user);
+
+/* Migrations the daemon asked this client for and that wait for a safe
+ * point (reads pending pushes without blocking). >= 0, or EINVALID_ARGUMENT,
+ * EUNAVAILABLE. */
+CXLPOOL_EXPORT int cxlpool_migrations_pending(cxlpool_client* c);
+
+/* The safe point: answers every pending migration (drop pins, tell the
+ * daemon, wait for the move, pin again). Returns how many were answered
+ * (0: none pending), or EINVALID_ARGUMENT, EUNAVAILABLE, EPROTOCOL. The
+ * pause of each lease is in cxlpool_lease_tiering_stats. */
+CXLPOOL_EXPORT int cxlpool_safe_point(cxlpool_client* c);
+
+/* Sends the counted bytes and queued hints now. Errors: EINVALID_ARGUMENT,
+ * EUNAVAILABLE (connection gone: counts are best effort). */
+CXLPOOL_EXPORT int cxlpool_flush_signals(cxlpool_client* c);
+
+typedef struct cxlpool_tiering_stats {
+  uint32_t struct_size;      /* set by the caller: sizeof(cxlpool_tiering_stats) */
+  uint64_t bytes_copied_in;  /* through cxlpool_lease_copy_in (and noted writes) */
+  uint64_t bytes_copied_out; /* through cxlpool_lease_copy_out (and noted reads) */
+  uint64_t migrations;       /* cooperative migrations that moved the lease */
+  uint64_t declined;         /* ... that the callback declined */
+  int64_t last_pause_ns;     /* pins dropped -> pinned again, last migration */
+  int64_t max_pause_ns;
+  int32_t numa_node;           /* where its pages are, as last reported */
+  uint32_t device_ptr_changed; /* re-registrations that gave another device pointer */
+} cxlpool_tiering_stats;
+
+#define CXLPOOL_TIERING_STATS_SIZE_V1 \
+  (offsetof(cxlpool_tiering_stats, device_ptr_changed) + sizeof(uint32_t))
+
+/* Errors: EINVALID_ARGUMENT (NULL, struct_size below V1). */
+CXLPOOL_EXPORT int cxlpool_lease_tiering_stats(const cxlpool_lease* l, cxlpool_tiering_stats* out);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

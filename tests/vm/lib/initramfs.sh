@@ -25,6 +25,7 @@ VM_PROJECT_CANDIDATES=(
   tools/cxlpoolctl/cxlpoolctl tools/cxlpoolctl
   daemon/cxlpoold daemon/cxlpoold/cxlpoold
   tests/vm/cxlpool-vm-probe
+  tools/bench/cxlpool-bench
 )
 # Any executable in these build folders is packed too (example/test clients).
 VM_PROJECT_GLOBS=(examples tools/examples client_lib/examples tests/vm/clients)

@@ -14,6 +14,7 @@
 // FakeFileSystem while another thread reads it is not.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -34,6 +35,11 @@ class FileSystem {
   virtual Result<std::vector<std::string>> ListDir(std::string_view path) const = 0;
   // The link text, as stored. INVALID_ARGUMENT if not a symlink.
   virtual Result<std::string> ReadLink(std::string_view path) const = 0;
+  // Up to `len` bytes at `offset` of a binary file (/proc/self/pagemap, the
+  // page_idle bitmap); fewer at the end of the file. The default slices
+  // ReadFile (small files); the rooted file system reads with pread.
+  // NOT_FOUND, PERMISSION_DENIED, IO.
+  virtual Result<std::string> ReadAt(std::string_view path, uint64_t offset, size_t len) const;
   virtual bool Exists(std::string_view path) const = 0;
   virtual bool IsDir(std::string_view path) const = 0;
 

@@ -22,40 +22,49 @@
 namespace cxlpool::wire {
 
 // Every message that travels as a frame of its own, with its MsgType.
-#define CXLPOOL_WIRE_MESSAGES(X)                \
-  X(HelloRequest, MSG_HELLO_REQUEST)            \
-  X(HelloReply, MSG_HELLO_REPLY)                \
-  X(AllocRequest, MSG_ALLOC_REQUEST)            \
-  X(AllocReply, MSG_ALLOC_REPLY)                \
-  X(ReleaseRequest, MSG_RELEASE_REQUEST)        \
-  X(ReleaseReply, MSG_RELEASE_REPLY)            \
-  X(ListLeasesRequest, MSG_LIST_LEASES_REQUEST) \
-  X(ListLeasesReply, MSG_LIST_LEASES_REPLY)     \
-  X(StatRequest, MSG_STAT_REQUEST)              \
-  X(StatReply, MSG_STAT_REPLY)                  \
-  X(AttachRequest, MSG_ATTACH_REQUEST)          \
-  X(AttachReply, MSG_ATTACH_REPLY)              \
-  X(PoolsRequest, MSG_POOLS_REQUEST)            \
-  X(PoolsReply, MSG_POOLS_REPLY)                \
-  X(TopologyRequest, MSG_TOPOLOGY_REQUEST)      \
-  X(TopologyReply, MSG_TOPOLOGY_REPLY)          \
-  X(StatsRequest, MSG_STATS_REQUEST)            \
-  X(StatsReply, MSG_STATS_REPLY)                \
-  X(RevokeRequest, MSG_REVOKE_REQUEST)          \
-  X(RevokeReply, MSG_REVOKE_REPLY)              \
-  X(ReclaimRequest, MSG_RECLAIM_REQUEST)        \
-  X(ReclaimReply, MSG_RECLAIM_REPLY)            \
-  X(QuotasRequest, MSG_QUOTAS_REQUEST)          \
-  X(QuotasReply, MSG_QUOTAS_REPLY)              \
-  X(QuotaSetRequest, MSG_QUOTA_SET_REQUEST)     \
-  X(QuotaSetReply, MSG_QUOTA_SET_REPLY)         \
-  X(MetricsRequest, MSG_METRICS_REQUEST)        \
-  X(MetricsReply, MSG_METRICS_REPLY)            \
-  X(ExtentFds, MSG_EXTENT_FDS)                  \
-  X(LeaseMovedRequest, MSG_LEASE_MOVED_REQUEST) \
-  X(LeaseMovedReply, MSG_LEASE_MOVED_REPLY)     \
-  X(ErrorReply, MSG_ERROR_REPLY)                \
-  X(LeaseEvent, MSG_LEASE_EVENT)
+#define CXLPOOL_WIRE_MESSAGES(X)                        \
+  X(HelloRequest, MSG_HELLO_REQUEST)                    \
+  X(HelloReply, MSG_HELLO_REPLY)                        \
+  X(AllocRequest, MSG_ALLOC_REQUEST)                    \
+  X(AllocReply, MSG_ALLOC_REPLY)                        \
+  X(ReleaseRequest, MSG_RELEASE_REQUEST)                \
+  X(ReleaseReply, MSG_RELEASE_REPLY)                    \
+  X(ListLeasesRequest, MSG_LIST_LEASES_REQUEST)         \
+  X(ListLeasesReply, MSG_LIST_LEASES_REPLY)             \
+  X(StatRequest, MSG_STAT_REQUEST)                      \
+  X(StatReply, MSG_STAT_REPLY)                          \
+  X(AttachRequest, MSG_ATTACH_REQUEST)                  \
+  X(AttachReply, MSG_ATTACH_REPLY)                      \
+  X(PoolsRequest, MSG_POOLS_REQUEST)                    \
+  X(PoolsReply, MSG_POOLS_REPLY)                        \
+  X(TopologyRequest, MSG_TOPOLOGY_REQUEST)              \
+  X(TopologyReply, MSG_TOPOLOGY_REPLY)                  \
+  X(StatsRequest, MSG_STATS_REQUEST)                    \
+  X(StatsReply, MSG_STATS_REPLY)                        \
+  X(RevokeRequest, MSG_REVOKE_REQUEST)                  \
+  X(RevokeReply, MSG_REVOKE_REPLY)                      \
+  X(ReclaimRequest, MSG_RECLAIM_REQUEST)                \
+  X(ReclaimReply, MSG_RECLAIM_REPLY)                    \
+  X(QuotasRequest, MSG_QUOTAS_REQUEST)                  \
+  X(QuotasReply, MSG_QUOTAS_REPLY)                      \
+  X(QuotaSetRequest, MSG_QUOTA_SET_REQUEST)             \
+  X(QuotaSetReply, MSG_QUOTA_SET_REPLY)                 \
+  X(MetricsRequest, MSG_METRICS_REQUEST)                \
+  X(MetricsReply, MSG_METRICS_REPLY)                    \
+  X(ExtentFds, MSG_EXTENT_FDS)                          \
+  X(LeaseMovedRequest, MSG_LEASE_MOVED_REQUEST)         \
+  X(LeaseMovedReply, MSG_LEASE_MOVED_REPLY)             \
+  X(TieringSignalsRequest, MSG_TIERING_SIGNALS_REQUEST) \
+  X(TieringSignalsReply, MSG_TIERING_SIGNALS_REPLY)     \
+  X(TieringLeaseRequest, MSG_TIERING_LEASE_REQUEST)     \
+  X(TieringLeaseReply, MSG_TIERING_LEASE_REPLY)         \
+  X(MigrationReadyRequest, MSG_MIGRATION_READY_REQUEST) \
+  X(MigrationReadyReply, MSG_MIGRATION_READY_REPLY)     \
+  X(TieringReportRequest, MSG_TIERING_REPORT_REQUEST)   \
+  X(TieringReportReply, MSG_TIERING_REPORT_REPLY)       \
+  X(ErrorReply, MSG_ERROR_REPLY)                        \
+  X(LeaseEvent, MSG_LEASE_EVENT)                        \
+  X(MigrationEvent, MSG_MIGRATION_EVENT)
 
 // TypeOf(&msg) / TypeOf<M>(): the MsgType a message travels under.
 // Encode(msg): the serialized payload; PROTOCOL if it exceeds

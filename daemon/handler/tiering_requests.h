@@ -1,0 +1,54 @@
+// TieringRequests: the tiering messages of the wire protocol (docs/protocol.md,
+// "Tiering") between the server and the TieringEngine: signal batches,
+// per-lease settings, the cooperative migration's MIGRATION_READY (answered
+// after the move) and the report; and the HolderChannel the engine pushes
+// MIGRATION_EVENTs through.
+//
+// DaemonHandler hands it every message for which Handles() is true; without
+// a TieringRequests (tiering off) those get UNSUPPORTED.
+//
+// Thread safety: the event-loop thread only, like the handler.
+#pragma once
+
+#include <functional>
+
+#include "lease/lease_manager.h"
+#include "server/handler.h"
+#include "tiering/engine.h"
+
+namespace cxlpool {
+
+class TieringRequests final : public tiering::HolderChannel {
+ public:
+  using PushFn = std::function<Status(ConnectionId, Reply)>;
+
+  // `engine` may be set later (SetEngine): the engine needs this object as
+  // its HolderChannel first.
+  explicit TieringRequests(const LeaseManager* leases) : leases_(leases) {}
+  void SetEngine(tiering::TieringEngine* engine) { engine_ = engine; }
+  void SetPush(PushFn push) { push_ = std::move(push); }
+
+  static bool Handles(proto::MsgType type);
+  // Answers now (returns the reply) or later through `reply` (*deferred).
+  Reply Handle(ConnectionId conn, const Request& req, const ReplyFn& reply, bool* deferred);
+  void OnDisconnect(ConnectionId conn);
+
+  // HolderChannel
+  Status Ask(tiering::ConnId conn, const tiering::MigrationAsk& ask) override;
+  void Tell(tiering::ConnId conn, const tiering::MigrationNotice& notice) override;
+  void Moved(tiering::ConnId conn, uint64_t lease_id, int numa_node,
+             const std::string& pool) override;
+
+  // Most signals one frame may carry.
+  static constexpr int kMaxSignalsPerFrame = 4096;
+
+ private:
+  const LeaseManager* leases_;
+  tiering::TieringEngine* engine_ = nullptr;
+  PushFn push_;
+};
+
+// The engine's report as the wire's TIERING_REPORT_REPLY.
+void ToProto(const tiering::TieringReport& r, proto::TieringReportReply* out);
+
+}  // namespace cxlpool

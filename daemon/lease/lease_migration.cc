@@ -1,0 +1,207 @@
+// LeaseManager's tiering support: the facts the tiering engine reads, and
+// the accounting of moving a lease's pages between pools (lease_manager.h,
+// "tiering support"; docs/daemon.md, "Tiering").
+#include <fcntl.h>
+
+#include <algorithm>
+
+#include "cxlpool/common/log.h"
+#include "cxlpool/common/strings.h"
+#include "lease/lease_manager.h"
+
+namespace cxlpool {
+
+namespace {
+std::string Room(const Pool* p) {
+  return p->name() + " has " + HumanBytes(p->free_bytes()) + " free of " +
+         HumanBytes(p->capacity());
+}
+}  // namespace
+
+LeaseManager::MigrationFacts LeaseManager::FactsOf(const Lease& l) const {
+  MigrationFacts f;
+  f.lease = Snapshot(l);
+  f.pool = l.pool;
+  f.fd = l.awaited_memory || l.backing == nullptr ? -1 : l.backing->fd();
+  std::vector<ConnId> conns;
+  for (const auto& [conn, n] : l.holders) conns.push_back(conn);
+  std::sort(conns.begin(), conns.end());
+  for (ConnId c : conns) {
+    f.holders.push_back(c);
+    auto it = conns_.find(c);
+    f.holder_pids.push_back(it == conns_.end() ? -1 : it->second.caller.pid);
+  }
+  f.priority = quotas_.PriorityOf(TenantOf(l.owner));
+  f.gpu = l.gpu;
+  f.home_node = l.home_node;
+  f.moving_to = l.moving_to;
+  f.moving_note = l.moving_note;
+  return f;
+}
+
+std::vector<LeaseManager::MigrationFacts> LeaseManager::LeasesForMigration() const {
+  std::vector<MigrationFacts> out;
+  out.reserve(table_.leases().size());
+  for (const auto& [id, l] : table_.leases()) out.push_back(FactsOf(l));
+  std::sort(out.begin(), out.end(), [](const MigrationFacts& a, const MigrationFacts& b) {
+    return a.lease.id < b.lease.id;
+  });
+  return out;
+}
+
+std::optional<LeaseManager::MigrationFacts> LeaseManager::LeaseForMigration(uint64_t id) const {
+  auto it = table_.leases().find(id);
+  if (it == table_.leases().end()) return std::nullopt;
+  return FactsOf(it->second);
+}
+
+void LeaseManager::DropPoolMove(Lease& l) {
+  if (l.moving_to == nullptr) return;
+  if (l.moving_to != l.pool) {
+    l.moving_to->CancelReserve(l.size);
+    quotas_.Uncharge(TenantOf(l.owner), l.moving_to->quota_tier(), l.size);
+  }
+  l.moving_to = nullptr;
+  l.moving_note.clear();
+}
+
+Status LeaseManager::BeginPoolMove(uint64_t id, Pool* to) {
+  auto it = table_.leases().find(id);
+  if (it == table_.leases().end()) return Status(Code::kNotFound, "no lease " + std::to_string(id));
+  Lease& l = it->second;
+  if (l.moving_to != nullptr) {
+    return Status(Code::kAlreadyExists, "a move of lease " + std::to_string(id) + " to " +
+                                            l.moving_to->name() + " is under way");
+  }
+  if (to == nullptr || to == l.pool) {
+    return Status(Code::kInvalidArgument,
+                  "lease " + std::to_string(id) + " is already on " + l.pool->name());
+  }
+  if (std::string(l.pool->backing()) != "memfd" || std::string(to->backing()) != "memfd") {
+    return Status(Code::kInvalidArgument, "devdax memory cannot move between pools");
+  }
+  if (l.awaited_memory || l.backing == nullptr || l.backing->fd() < 0) {
+    return Status(Code::kUnavailable, "lease " + std::to_string(id) +
+                                          "'s memory is not back since the daemon restarted");
+  }
+  const Tenant tenant = TenantOf(l.owner);
+  const std::string tier = to->quota_tier();
+  if (Status q = quotas_.Check(tenant, tier, l.size); !q.ok()) {
+    return Status(Code::kResourceExhausted, to->name() + ": " + q.message());
+  }
+  if (Status r = quotas_.CheckReserve(tenant, to->name(), to->capacity(),
+                                      to->leased_bytes() + to->reserved_bytes(), l.size);
+      !r.ok()) {
+    return Status(Code::kResourceExhausted, r.message());
+  }
+  if (!to->TryReserve(l.size)) {
+    return Status(Code::kResourceExhausted, "no room for " + HumanBytes(l.size) + ": " + Room(to));
+  }
+  quotas_.Charge(tenant, tier, l.size);
+  l.moving_to = to;
+  l.moving_note.clear();
+  if (restart_.store != nullptr && !restart_.handed_over) {
+    Status st = Persist(l, -1);
+    if (!st.ok()) {
+      DropPoolMove(l);
+      return Status(Code::kIo, "cannot journal the move: " + st.message());
+    }
+  }
+  Count("pool_moves_begun");
+  return Status::Ok();
+}
+
+Status LeaseManager::CommitPoolMove(uint64_t id) {
+  auto it = table_.leases().find(id);
+  if (it == table_.leases().end()) {
+    return Status(Code::kNotFound, "lease " + std::to_string(id) + " ended during the move");
+  }
+  Lease& l = it->second;
+  if (l.moving_to == nullptr) {
+    return Status(Code::kInternal, "no move of lease " + std::to_string(id) + " is under way");
+  }
+  Pool* to = l.moving_to;
+  if (to == l.pool) {
+    // A move back (after a restart) finished: nothing changes hands.
+    l.moving_to = nullptr;
+    l.moving_note.clear();
+    (void)Persist(l, -1);
+    return Status::Ok();
+  }
+  Rehome(l, to,
+         "the tiering engine moved its pages from node " + std::to_string(l.pool->numa_node()) +
+             " to node " + std::to_string(to->numa_node()) + " (cxlpoolctl tiering --lease " +
+             std::to_string(id) + " says why)");
+  return Status::Ok();
+}
+
+void LeaseManager::Rehome(Lease& l, Pool* to, std::string why) {
+  if (!l.placed_node) l.placed_node = l.pool->numa_node();
+  l.moved_reason = std::move(why);
+  l.pages_node.reset();
+  if (to != l.pool) {
+    const Tenant tenant = TenantOf(l.owner);
+    l.pool->MoveLeaseOut(l.size);
+    if (l.moving_to == to) {
+      // The tiering engine's move: the room reserved and the charge made
+      // at BeginPoolMove become the lease's.
+      to->CommitReserve(l.size);
+    } else {
+      // The pages are there already (a long-term pin moved them): counted
+      // even past the pool's capacity, which admission then sees as full.
+      DropPoolMove(l);
+      to->MoveLeaseIn(l.size);
+      quotas_.Charge(tenant, to->quota_tier(), l.size);
+    }
+    quotas_.Uncharge(tenant, l.tier, l.size);
+    l.tier = to->quota_tier();
+    l.pool = to;
+  }
+  l.moving_to = nullptr;
+  l.moving_note.clear();
+  Count("leases_moved");
+  (void)Persist(l, -1);
+}
+
+Status LeaseManager::AbortPoolMove(uint64_t id, const std::string& split_note) {
+  auto it = table_.leases().find(id);
+  if (it == table_.leases().end()) return Status::Ok();  // Free dropped the move already
+  Lease& l = it->second;
+  if (l.moving_to == nullptr) return Status::Ok();
+  if (split_note.empty()) {
+    DropPoolMove(l);
+    Count("pool_moves_aborted");
+  } else {
+    l.moving_note = split_note;
+    Count("pool_moves_split");
+    CXLPOOL_LOG(kWarning) << "lease " << id << " (" << l.pool->name() << " -> "
+                          << l.moving_to->name() << "): " << split_note;
+  }
+  (void)Persist(l, -1);
+  return Status::Ok();
+}
+
+void LeaseManager::RecoverPoolMove(Lease& l, const std::string& to_pool) {
+  if (to_pool.empty()) return;
+  Pool* to = nullptr;
+  for (Pool* p : pool_ptrs_) {
+    if (p->name() == to_pool) to = p;
+  }
+  if (to == l.pool) return;
+  if (to != nullptr && std::string(to->backing()) == "memfd" && to->TryReserve(l.size)) {
+    quotas_.Charge(TenantOf(l.owner), to->quota_tier(), l.size);
+    l.moving_to = to;
+    l.moving_note = "interrupted by a daemon restart; its pages may be on " + l.pool->name() +
+                    " and " + to_pool + " until the move is finished";
+  } else {
+    // Finish it the other way: every page back on the pool that accounts it.
+    l.moving_to = l.pool;
+    l.moving_note = "a move to " + to_pool + " was interrupted by a daemon restart and " +
+                    (to == nullptr ? "that pool is gone" : "it has no room now") +
+                    "; its pages may be split until they are moved back";
+  }
+  CXLPOOL_LOG(kWarning) << "restart: lease " << l.id << ": " << l.moving_note;
+  Count("restart_interrupted_moves");
+}
+
+}  // namespace cxlpool

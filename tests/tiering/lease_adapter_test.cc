@@ -1,0 +1,287 @@
+// LeaseManagerTable and LeaseManager's move accounting on a fake two-socket
+// topology with CXL (tests/daemon/test_util.h): what the engine is told of
+// each lease (targets near its GPU, why it cannot move), and that a move
+// between pools never overcommits, moves the quota charge with the bytes,
+// is journalled, survives a lease ending in the middle, and comes back after
+// a restart exactly as it was.
+#include "tiering/lease_adapter.h"
+
+#include <gtest/gtest.h>
+
+#include "restart_fakes.h"
+#include "test_util.h"
+
+namespace cxlpool {
+namespace {
+
+using testing::FakeProbe;
+using testing::FakeStore;
+using testing::Harness;
+using testing::TestConfig;
+using testing::TwoSocketCxl;
+using tiering::LeaseFacts;
+using tiering::LeaseManagerTable;
+
+constexpr uint64_t kMiB = 1ull << 20;
+
+uint64_t Used(const PoolSnapshot& p) { return p.capacity_bytes - p.free_bytes; }
+
+std::pair<uint64_t, uint64_t> QuotaUse(Harness& h, const std::string& tier) {
+  return h.mgr->mutable_quotas()->Usage(QuotaScope::kUid, "1000", tier);
+}
+
+TEST(LeaseAdapterTest, TargetsFollowTheGpuAndReasonsSayWhyNot) {
+  Harness h(TwoSocketCxl());
+  h.Connect(1);
+  LeaseManagerTable table(h.mgr.get(), /*local=*/true);
+  AllocParams near1;
+  near1.size_bytes = 4 * kMiB;
+  near1.gpu = "1";
+  near1.tiers = {"cxl"};
+  auto a = h.Alloc(1, near1);  // near GPU 1, on CXL: node3
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->lease.numa_node, 3);
+  auto b = h.Alloc(1, 4 * kMiB, 0);  // node0, no GPU
+  ASSERT_TRUE(b.ok());
+  auto fa = table.Find(a->lease.id);
+  ASSERT_TRUE(fa.has_value());
+  EXPECT_EQ(fa->promote_pool, "node1");  // the DRAM nearest GPU 1
+  EXPECT_EQ(fa->demote_pool, "node3");
+  ASSERT_EQ(fa->units.size(), 1u);
+  EXPECT_EQ(fa->units[0].length, 4 * kMiB);
+  EXPECT_EQ(fa->units[0].pool, "node3");
+  EXPECT_EQ(fa->holders, std::vector<tiering::ConnId>{1});
+  EXPECT_EQ(fa->not_movable, "");
+  auto fb = table.Find(b->lease.id);
+  EXPECT_EQ(fb->promote_pool, "node0");
+  EXPECT_EQ(fb->demote_pool, "node2");  // the CXL nearest node0
+  // A foreign topology: nothing moves, and it says why.
+  LeaseManagerTable foreign(h.mgr.get(), /*local=*/false);
+  EXPECT_NE(foreign.Find(b->lease.id)->not_movable.find("not this machine's"), std::string::npos);
+  EXPECT_EQ(table.Pools().size(), 4u);  // the GPU's memory is never pooled
+  auto unit = table.OpenUnit(b->lease.id, 0);
+  ASSERT_TRUE(unit.ok());
+  EXPECT_TRUE(unit->fd.valid());
+  EXPECT_EQ(table.OpenUnit(b->lease.id, 1).status().code(), Code::kNotFound);
+  EXPECT_EQ(table.OpenUnit(999, 0).status().code(), Code::kNotFound);
+}
+
+// Placement rule 4 holds for moves too: a long-term pinned lease is never
+// moved where its next pin would move the pages off again (a CXL node with
+// only ZONE_MOVABLE memory), nor to a mixed node (mbind cannot pick its
+// kernel zones); an unpinned lease still is.
+TEST(LeaseAdapterTest, APinnedLeaseIsNeverMovedWhereItsPinWouldMoveItAgain) {
+  Topology t = TwoSocketCxl(64 * kMiB);
+  for (auto& n : t.numa_nodes) {
+    n.kernel_zone_bytes = 64 * kMiB;
+    n.movable_bytes = 0;
+  }
+  t.numa_nodes[2].kernel_zone_bytes = 0;  // node 2: movable only
+  t.numa_nodes[2].movable_bytes = 64 * kMiB;
+  Harness h(t);
+  h.Connect(1);
+  LeaseManagerTable table(h.mgr.get(), /*local=*/true);
+  AllocParams pinned;
+  pinned.size_bytes = 4 * kMiB;
+  pinned.numa_node = 0;
+  pinned.long_term_pin = true;
+  auto a = h.Alloc(1, pinned);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  auto b = h.Alloc(1, 4 * kMiB, 0);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(table.Find(b->lease.id)->demote_pool, "node2");  // the CXL nearest node0
+  EXPECT_EQ(table.Find(a->lease.id)->demote_pool, "node3");  // its pin stays there
+  EXPECT_EQ(table.Find(a->lease.id)->promote_pool, "node0");
+  t.numa_nodes[3].kernel_zone_bytes = 16 * kMiB;  // node 3: mixed
+  t.numa_nodes[3].movable_bytes = 48 * kMiB;
+  Harness mixed(t);
+  mixed.Connect(1);
+  LeaseManagerTable mixed_table(mixed.mgr.get(), /*local=*/true);
+  auto c = mixed.Alloc(1, pinned);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(mixed_table.Find(c->lease.id)->demote_pool, "");  // no CXL keeps its pin
+}
+
+TEST(LeaseAdapterTest, AMoveCountsInBothPoolsUntilCommittedThenOnlyTheNewOne) {
+  Harness h(TwoSocketCxl(16 * kMiB));
+  h.Connect(1);
+  LeaseManagerTable table(h.mgr.get(), true);
+  auto g = h.Alloc(1, 4 * kMiB, 0);
+  ASSERT_TRUE(g.ok());
+  const uint64_t id = g->lease.id;
+  EXPECT_EQ(QuotaUse(h, "dram").first, 4 * kMiB);
+  ASSERT_TRUE(table.BeginMove(id, 0, "node2").ok());
+  EXPECT_EQ(Used(h.Pool("node0")), 4 * kMiB);
+  EXPECT_EQ(Used(h.Pool("node2")), 4 * kMiB);  // reserved
+  EXPECT_EQ(QuotaUse(h, "cxl").first, 4 * kMiB);
+  EXPECT_EQ(table.Find(id)->moving_to, "node2");
+  EXPECT_EQ(table.BeginMove(id, 0, "node3").code(), Code::kAlreadyExists);
+  ASSERT_TRUE(table.CommitMove(id, 0).ok());
+  EXPECT_EQ(Used(h.Pool("node0")), 0u);
+  EXPECT_EQ(Used(h.Pool("node2")), 4 * kMiB);
+  EXPECT_EQ(h.Pool("node2").lease_count, 1u);
+  EXPECT_EQ(h.Pool("node0").lease_count, 0u);
+  EXPECT_EQ(QuotaUse(h, "dram").first, 0u);
+  EXPECT_EQ(QuotaUse(h, "cxl").first, 4 * kMiB);
+  auto snap = h.mgr->Stat(1, id);
+  ASSERT_TRUE(snap.ok());
+  EXPECT_EQ(snap->pool, "node2");
+  EXPECT_EQ(snap->numa_node, 2);
+  EXPECT_EQ(snap->kind, "cxl");
+  // Said as for a move a long-term pin made (LeaseManager::Rehome).
+  EXPECT_EQ(snap->placed_numa_node, std::optional<int>(0));
+  EXPECT_NE(snap->moved_reason.find("the tiering engine moved its pages from node 0 to node 2"),
+            std::string::npos)
+      << snap->moved_reason;
+  EXPECT_EQ(h.mgr->Counters()["leases_moved"], 1u);
+  EXPECT_TRUE(table.Find(id)->moving_to.empty());
+  EXPECT_EQ(table.CommitMove(id, 0).code(), Code::kInternal);
+  // Release: everything returns to zero.
+  ASSERT_TRUE(h.mgr->Release(1, id).ok());
+  h.Drain();
+  for (const auto& p : h.mgr->Pools()) EXPECT_EQ(Used(p), 0u) << p.name;
+}
+
+// One mover at a time: a holder reporting pages elsewhere (LEASE_MOVED,
+// LeaseManager::CheckMoved) while the engine moves the lease changes
+// nothing; the engine's commit accounts the lease once. The harness's pools
+// do not bind, so a lease accounted to CXL node 2 really sits on this
+// machine's node 0, as after a move.
+TEST(LeaseAdapterTest, APinReportDuringATieringMoveIsLeftToThatMove) {
+  Harness h(TwoSocketCxl(16 * kMiB));
+  h.Connect(1);
+  LeaseManagerTable table(h.mgr.get(), true);
+  auto g = h.Alloc(1, 4 * kMiB, 2);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  const uint64_t id = g->lease.id;
+  ASSERT_TRUE(table.BeginMove(id, 0, "node0").ok());
+  auto during = h.mgr->CheckMoved(1, id);
+  if (!during.ok() && during.status().code() == Code::kUnsupported) {
+    GTEST_SKIP() << during.status().ToString();
+  }
+  ASSERT_TRUE(during.ok()) << during.status().ToString();
+  EXPECT_FALSE(during->moved);
+  EXPECT_EQ(Used(h.Pool("node2")), 4 * kMiB);
+  EXPECT_EQ(Used(h.Pool("node0")), 4 * kMiB);  // reserved by the move
+  EXPECT_EQ(h.mgr->Counters()["leases_moved"], 0u);
+  ASSERT_TRUE(table.CommitMove(id, 0).ok());
+  EXPECT_EQ(Used(h.Pool("node2")), 0u);
+  EXPECT_EQ(Used(h.Pool("node0")), 4 * kMiB);
+  EXPECT_EQ(h.mgr->Counters()["leases_moved"], 1u);
+  auto after = h.mgr->CheckMoved(1, id);
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  EXPECT_FALSE(after->moved);  // where it is accounted now
+  EXPECT_EQ(after->lease.pool, "node0");
+  EXPECT_EQ(after->lease.placed_numa_node, std::optional<int>(2));
+  EXPECT_EQ(h.mgr->Counters()["leases_moved"], 1u);
+}
+
+TEST(LeaseAdapterTest, AbortReleasesTheReservationOrKeepsItWithASplitNote) {
+  Harness h(TwoSocketCxl(16 * kMiB));
+  h.Connect(1);
+  LeaseManagerTable table(h.mgr.get(), true);
+  auto g = h.Alloc(1, 4 * kMiB, 0);
+  const uint64_t id = g->lease.id;
+  ASSERT_TRUE(table.BeginMove(id, 0, "node2").ok());
+  ASSERT_TRUE(table.AbortMove(id, 0, "").ok());
+  EXPECT_EQ(Used(h.Pool("node2")), 0u);
+  EXPECT_EQ(QuotaUse(h, "cxl").first, 0u);
+  EXPECT_TRUE(table.Find(id)->moving_to.empty());
+  ASSERT_TRUE(table.BeginMove(id, 0, "node2").ok());
+  ASSERT_TRUE(table.AbortMove(id, 0, "split: 12 pages on node 2").ok());
+  EXPECT_EQ(Used(h.Pool("node2")), 4 * kMiB);  // the pages there are accounted
+  EXPECT_EQ(table.Find(id)->moving_note, "split: 12 pages on node 2");
+  EXPECT_EQ(table.Find(id)->moving_to, "node2");
+  // The lease ends while split: both pools are whole again once reclaimed.
+  ASSERT_TRUE(h.mgr->Release(1, id).ok());
+  h.Drain();
+  EXPECT_EQ(Used(h.Pool("node0")), 0u);
+  EXPECT_EQ(Used(h.Pool("node2")), 0u);
+  EXPECT_EQ(QuotaUse(h, "cxl").first, 0u);
+  EXPECT_TRUE(table.AbortMove(id, 0, "").ok());  // gone: nothing to undo
+  EXPECT_EQ(table.CommitMove(id, 0).code(), Code::kNotFound);
+}
+
+TEST(LeaseAdapterTest, MovesAreRefusedForRoomQuotaAndSamePool) {
+  DaemonConfig cfg = TestConfig();
+  cfg.quotas.push_back(testing::UidQuota(1000, 2 * kMiB, "cxl"));
+  Harness h(TwoSocketCxl(16 * kMiB), cfg);
+  h.Connect(1);
+  LeaseManagerTable table(h.mgr.get(), true);
+  auto g = h.Alloc(1, 4 * kMiB, 0);
+  ASSERT_TRUE(g.ok());
+  const uint64_t id = g->lease.id;
+  Status q = table.BeginMove(id, 0, "node2");
+  EXPECT_EQ(q.code(), Code::kResourceExhausted);
+  EXPECT_NE(q.message().find("node2: "), std::string::npos) << q.message();
+  EXPECT_NE(q.message().find("quota"), std::string::npos) << q.message();
+  EXPECT_EQ(table.BeginMove(id, 0, "node0").code(), Code::kInvalidArgument);
+  EXPECT_EQ(table.BeginMove(id, 0, "node9").code(), Code::kNotFound);
+  // No room on node1 (filled by another lease).
+  ASSERT_TRUE(h.Alloc(1, 14 * kMiB, 1).ok());
+  Status room = table.BeginMove(id, 0, "node1");
+  EXPECT_EQ(room.code(), Code::kResourceExhausted);
+  EXPECT_NE(room.message().find("node1 has 2.0 MiB free of 16.0 MiB"), std::string::npos)
+      << room.message();
+  for (const auto& p : h.mgr->Pools()) {
+    EXPECT_LE(p.leased_bytes + p.reclaiming_bytes, p.capacity_bytes) << p.name;
+  }
+}
+
+TEST(LeaseAdapterTest, TheJournalKeepsAnUnfinishedMoveAndARestartAccountsItAgain) {
+  FakeStore store;
+  FakeProbe probe;
+  probe.start[101] = 0;  // the holder (Harness: pid 100 + conn)
+  uint64_t id = 0;
+  {
+    Harness h(TwoSocketCxl(16 * kMiB));
+    h.mgr->EnableRestart(&store, &probe, 1);
+    h.Connect(1);
+    LeaseManagerTable table(h.mgr.get(), true);
+    auto g = h.Alloc(1, 4 * kMiB, 0);
+    ASSERT_TRUE(g.ok());
+    id = g->lease.id;
+    ASSERT_TRUE(table.BeginMove(id, 0, "node2").ok());
+    EXPECT_EQ(store.leases.at(id).migrating_to_pool, "node2");
+    EXPECT_EQ(store.leases.at(id).pool, "node0");
+    h.mgr->HandOver();  // the daemon is killed mid-migration
+  }
+  // The next daemon: the lease is on node0 on paper, with room on node2
+  // reserved again for the move that was under way.
+  {
+    Harness h(TwoSocketCxl(16 * kMiB));
+    h.mgr->EnableRestart(&store, &probe, 100);
+    h.mgr->Recover(store.Journalled(), {}, std::chrono::seconds(0));
+    LeaseManagerTable table(h.mgr.get(), true);
+    auto f = table.Find(id);
+    ASSERT_TRUE(f.has_value());
+    EXPECT_EQ(f->units[0].pool, "node0");
+    EXPECT_EQ(f->moving_to, "node2");
+    EXPECT_NE(f->moving_note.find("interrupted by a daemon restart"), std::string::npos);
+    EXPECT_NE(f->not_movable.find("not back since the daemon restarted"), std::string::npos);
+    EXPECT_EQ(Used(h.Pool("node0")), 4 * kMiB);
+    EXPECT_EQ(Used(h.Pool("node2")), 4 * kMiB);
+    EXPECT_EQ(h.mgr->Counters().at("restart_interrupted_moves"), 1u);
+    h.mgr->HandOver();
+  }
+  // A restart where node2 has no room left: the move is finished backwards.
+  {
+    DaemonConfig cfg = TestConfig();
+    cfg.node_pools[2] = cfg.pool_defaults;
+    cfg.node_pools[2].capacity.is_percent = false;
+    cfg.node_pools[2].capacity.bytes = 2 * kMiB;
+    Harness h(TwoSocketCxl(16 * kMiB), cfg);
+    h.mgr->EnableRestart(&store, &probe, 200);
+    h.mgr->Recover(store.Journalled(), {}, std::chrono::seconds(0));
+    LeaseManagerTable table(h.mgr.get(), true);
+    auto f = table.Find(id);
+    ASSERT_TRUE(f.has_value());
+    EXPECT_EQ(f->moving_to, "node0");
+    EXPECT_NE(f->moving_note.find("has no room now"), std::string::npos) << f->moving_note;
+    EXPECT_EQ(Used(h.Pool("node2")), 0u);
+    h.mgr->HandOver();
+  }
+}
+
+}  // namespace
+}  // namespace cxlpool

@@ -1,0 +1,301 @@
+// cxlpool-vm-tier: the VM tier's tiering client (C++ API). Where the pages
+// are is asked of the kernel (move_pages on this process's mapping), never
+// taken from the daemon.
+//
+//   cxlpool-vm-tier move --size B --node C --expect-node D [--threads N]
+//                        [--pinned] [--hint will_need|dont_need] [--timeout S]
+//       Lease strictly on node C (checked), fill it with a pattern, start N
+//       threads that read, check and rewrite their share of it through the
+//       copy helpers the whole time (the bytes heat the lease), optionally
+//       pin it with io_uring fixed buffers that a migration callback drops
+//       and restores at this process's safe points, and wait until every page
+//       is on node D. Then every thread's checks must have held and the
+//       pattern must be intact. Prints "MOVED node=D pages=N migrations=M
+//       pause_ns=P".
+//   cxlpool-vm-tier hold --size B --node C [--threads N] [--expect-node D]
+//       As move, without waiting: prints "READY <id>" and keeps working (and
+//       answering safe points) until a line arrives on stdin; the daemon may
+//       be killed and restarted meanwhile. Then: the data intact, the lease
+//       not revoked, and every page on D when given.
+// Common: --socket PATH. Exit 0 when the check holds, 1 otherwise (reason on
+// stderr), 2 on bad usage.
+#include <poll.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cxlpool/client.hpp"
+#include "tiering/migrator.h"
+#include "uring_pin.h"
+
+namespace {
+
+using cxlpool::Client;
+using cxlpool::Lease;
+
+struct Args {
+  std::string cmd;
+  std::string socket;
+  uint64_t size = 16ull << 20;
+  int node = -1;
+  int expect = -1;
+  int threads = 2;
+  bool pinned = false;
+  std::string hint;
+  int timeout_s = 240;
+};
+
+int Usage() {
+  std::fprintf(stderr,
+               "usage: cxlpool-vm-tier move|hold --size B --node C [--expect-node D] "
+               "[--threads N] [--pinned] [--hint will_need|dont_need] [--timeout S] "
+               "[--socket P]\n");
+  return 2;
+}
+
+uint64_t Word(uint64_t index, uint64_t gen) { return index * 0x9e3779b97f4a7c15ull ^ gen; }
+
+// Where this process's mapping of the lease is: node -> pages.
+cxlpool::tiering::PageCount Where(const Lease& l) {
+  auto c = cxlpool::tiering::CountPages(l.data(), l.size(), 4096);
+  return c.ok() ? *c : cxlpool::tiering::PageCount{};
+}
+
+bool AllOn(const Lease& l, int node) {
+  auto c = Where(l);
+  return c.pages > 0 && c.On(node) == c.pages;
+}
+
+// One thread's share: read it back, check the generation it last wrote,
+// write the next one. Through the copy helpers, so the daemon is told.
+struct Worker {
+  Lease* lease = nullptr;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  std::atomic<bool>* stop = nullptr;
+  std::atomic<uint64_t> rounds{0};
+  std::atomic<uint64_t> bad{0};
+  std::string first_error;
+  void Run() {
+    const size_t words = length / 8;
+    std::vector<uint64_t> out(words), back(words);
+    uint64_t gen = 0;
+    while (!stop->load()) {
+      ++gen;
+      for (size_t i = 0; i < words; ++i) out[i] = Word(offset / 8 + i, gen);
+      if (!lease->CopyIn(offset, out.data(), length).ok() ||
+          !lease->CopyOut(offset, back.data(), length).ok()) {
+        bad.fetch_add(1);
+        if (first_error.empty()) first_error = "a copy failed";
+        return;
+      }
+      for (size_t i = 0; i < words; ++i) {
+        if (back[i] != out[i]) {
+          bad.fetch_add(1);
+          if (first_error.empty()) {
+            first_error = "word " + std::to_string(offset / 8 + i) + " read back wrong";
+          }
+          break;
+        }
+      }
+      rounds.fetch_add(1);
+    }
+    gen_final = gen;
+  }
+  uint64_t gen_final = 0;
+};
+
+bool StdinLine(int wait_ms) {
+  pollfd p{0, POLLIN, 0};
+  return ::poll(&p, 1, wait_ms) > 0;
+}
+
+int Run(const Args& a) {
+  auto client = Client::Connect(a.socket);
+  if (!client.ok()) {
+    std::fprintf(stderr, "connect: %s\n", client.status().ToString().c_str());
+    return 1;
+  }
+  cxlpool::AllocOptions ao;
+  ao.size_bytes = a.size;
+  ao.numa_node = a.node;
+  ao.strict = true;
+  ao.label = "vm-tier";
+  auto lease = client->Allocate(ao);
+  if (!lease.ok()) {
+    std::fprintf(stderr, "alloc: %s\n", lease.status().ToString().c_str());
+    return 1;
+  }
+  if (!AllOn(*lease, a.node)) {
+    std::fprintf(stderr, "lease not on node %d at first: %s\n", a.node,
+                 Where(*lease).ToString().c_str());
+    return 1;
+  }
+  cxlpool::testing::UringPin pin;
+  if (a.pinned) {
+    if (int e = pin.Open(); e != 0) {
+      std::fprintf(stderr, "io_uring: %s\n", std::strerror(-e));
+      return 1;
+    }
+    if (int e = pin.Register(lease->data(), lease->size()); e != 0) {
+      std::fprintf(stderr, "IORING_REGISTER_BUFFERS: %s\n", std::strerror(-e));
+      return 1;
+    }
+    Lease* l = &*lease;
+    (void)lease->SetMigrationCallback([&pin, l](cxlpool::MigrationPhase p) {
+      return p == cxlpool::MigrationPhase::kPrepare ? pin.Unregister()
+                                                    : pin.Register(l->data(), l->size());
+    });
+  }
+  std::atomic<bool> stop{false};
+  std::vector<std::unique_ptr<Worker>> workers;
+  std::vector<std::thread> threads;
+  const int n = a.threads > 0 ? a.threads : 0;
+  if (n == 0) {
+    // One fill, checked at the end.
+    std::vector<uint64_t> buf(a.size / 8);
+    for (size_t i = 0; i < buf.size(); ++i) buf[i] = Word(i, 1);
+    if (!lease->CopyIn(0, buf.data(), a.size).ok()) return 1;
+  }
+  for (int i = 0; i < n; ++i) {
+    auto w = std::make_unique<Worker>();
+    w->lease = &*lease;
+    w->length = a.size / static_cast<uint64_t>(n) / 4096 * 4096;
+    w->offset = w->length * static_cast<uint64_t>(i);
+    w->stop = &stop;
+    workers.push_back(std::move(w));
+  }
+  for (auto& w : workers) threads.emplace_back([&w] { w->Run(); });
+  if (a.hint == "will_need") {
+    (void)lease->Hint(0, a.size, cxlpool::TierHint::kWillNeed);
+  } else if (a.hint == "dont_need") {
+    (void)lease->Hint(0, a.size, cxlpool::TierHint::kDontNeed);
+  }
+  (void)client->FlushSignals();
+  bool ok = true;
+  std::string why;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(a.timeout_s);
+  if (a.cmd == "hold") {
+    std::printf("READY %llu\n", static_cast<unsigned long long>(lease->id()));
+    std::fflush(stdout);
+    while (!StdinLine(20)) {
+      (void)client->SafePoint();
+      (void)client->ProcessEvents();
+    }
+  } else {
+    for (;;) {
+      (void)client->SafePoint();
+      (void)client->ProcessEvents();
+      if (AllOn(*lease, a.expect)) break;
+      if (std::chrono::steady_clock::now() >= deadline) {
+        ok = false;
+        why = "pages not all on node " + std::to_string(a.expect) + " after " +
+              std::to_string(a.timeout_s) + " s: " + Where(*lease).ToString();
+        break;
+      }
+      ::usleep(20000);
+    }
+  }
+  stop.store(true);
+  for (auto& t : threads) t.join();
+  uint64_t rounds = 0;
+  for (auto& w : workers) {
+    rounds += w->rounds.load();
+    if (w->bad.load() != 0) {
+      ok = false;
+      why = "a worker saw bad data: " + w->first_error;
+    }
+  }
+  // The whole lease, as the workers (or the fill) left it.
+  std::vector<uint64_t> back(a.size / 8);
+  if (!lease->CopyOut(0, back.data(), a.size).ok()) {
+    ok = false;
+    why = "final read failed";
+  } else {
+    for (auto& w : workers) {
+      for (uint64_t i = w->offset / 8; i < (w->offset + w->length) / 8; ++i) {
+        if (back[i] != Word(i, w->gen_final)) {
+          ok = false;
+          why = "word " + std::to_string(i) + " lost its last write";
+          break;
+        }
+      }
+    }
+    if (n == 0) {
+      for (size_t i = 0; i < back.size(); ++i) {
+        if (back[i] != Word(i, 1)) {
+          ok = false;
+          why = "word " + std::to_string(i) + " changed";
+          break;
+        }
+      }
+    }
+  }
+  if (lease->revoked()) {
+    ok = false;
+    why = "the lease was revoked";
+  }
+  if (a.expect >= 0 && !AllOn(*lease, a.expect)) {
+    ok = false;
+    why = "pages not on node " + std::to_string(a.expect) + ": " + Where(*lease).ToString();
+  }
+  cxlpool::TieringStats st = lease->tiering_stats();
+  if (a.pinned && (st.migrations == 0 || !pin.registered())) {
+    ok = false;
+    why = "pinned lease: " + std::to_string(st.migrations) + " cooperative migrations, pin " +
+          (pin.registered() ? "restored" : "NOT restored");
+  }
+  std::printf("%s node=%d pages=%llu migrations=%llu pause_ns=%lld rounds=%llu where=[%s]\n",
+              ok ? "MOVED" : "FAILED", lease->numa_node(),
+              static_cast<unsigned long long>(Where(*lease).pages),
+              static_cast<unsigned long long>(st.migrations),
+              static_cast<long long>(st.last_pause_ns), static_cast<unsigned long long>(rounds),
+              Where(*lease).ToString().c_str());
+  if (!ok) std::fprintf(stderr, "cxlpool-vm-tier: %s\n", why.c_str());
+  pin.Unregister();
+  return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return Usage();
+  Args a;
+  a.cmd = argv[1];
+  if (a.cmd != "move" && a.cmd != "hold") return Usage();
+  const char* env = std::getenv("CXLPOOL_SOCKET");
+  a.socket = env != nullptr ? env : "/run/cxlpool/cxlpool.sock";
+  for (int i = 2; i < argc; ++i) {
+    std::string k = argv[i];
+    auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
+    if (k == "--socket") {
+      a.socket = next();
+    } else if (k == "--size") {
+      a.size = std::strtoull(next().c_str(), nullptr, 0);
+    } else if (k == "--node") {
+      a.node = std::atoi(next().c_str());
+    } else if (k == "--expect-node") {
+      a.expect = std::atoi(next().c_str());
+    } else if (k == "--threads") {
+      a.threads = std::atoi(next().c_str());
+    } else if (k == "--pinned") {
+      a.pinned = true;
+    } else if (k == "--hint") {
+      a.hint = next();
+    } else if (k == "--timeout") {
+      a.timeout_s = std::atoi(next().c_str());
+    } else {
+      return Usage();
+    }
+  }
+  if (a.node < 0 || a.size == 0 || a.size % 4096 != 0) return Usage();
+  if (a.cmd == "move" && a.expect < 0) return Usage();
+  return Run(a);
+}

@@ -1,0 +1,140 @@
+# Guest side (busybox sh): the tiering engine on a real kernel with a DRAM
+# node and a CXL node (the cxl-ram topology). Where pages are is asked of the
+# kernel (cxlpool-vm-tier: move_pages on the holder's own mapping), and the
+# daemon's account of it is read back with cxlpoolctl.
+#
+#  - a hot lease on CXL moves to DRAM in place while two threads read and
+#    write it through the copy helpers; not a byte is lost;
+#  - a dont_need lease on DRAM moves to CXL;
+#  - a lease pinned with io_uring fixed buffers (the stand-in for a CUDA
+#    registration) moves through the cooperative path: the pins are dropped
+#    at the holder's safe point and registered again;
+#  - the daemon is SIGKILLed in the middle of a paced migration; the next
+#    daemon finishes it after the holder hands the lease back, with the
+#    accounting on the right pool and the data intact;
+# cxlpool-bench TIER (T1, T2) is not run here (minutes under TCG); run it with
+#   tests/vm/run-vm-tests.sh --exec 'cxlpool-bench --only tier --quick
+#     --daemon /opt/cxlpool/bin/cxlpoold' cxl-ram
+# Each step needs a piece of the project; a missing piece is a visible skip.
+VM_TIER_SOCK=/run/cxlpool/tier.sock
+VM_TIER_PID=
+
+vm_tier_config() {  # rate_limit_mbps
+  cat <<CONF
+[daemon]
+grace_period = 120
+[pools]
+warm_stock = []
+[tiering]
+interval = "200ms"
+min_residency = "0s"
+rate_limit_mbps = $1
+cooperative_deadline = "120s"
+max_pause = "600s"
+CONF
+}
+
+vm_tier_json() {
+  cxlpoolctl tiering --json --all --socket "$VM_TIER_SOCK" 2>>"$VM_LOG"
+}
+
+vm_tier_start() {  # rate_limit_mbps
+  vm_tier_config "$1" >/out/tier.toml
+  cxlpoold --foreground --config /out/tier.toml --socket "$VM_TIER_SOCK" \
+    --state-dir /out/tier-state >>/out/tier-daemon.log 2>&1 &
+  VM_TIER_PID=$!
+  # The socket file may be a dead daemon's: wait for one that answers.
+  vm_wait_for 480 cxlpoolctl pools --socket "$VM_TIER_SOCK"
+}
+
+vm_tier_stop() {
+  [ -n "$VM_TIER_PID" ] || return 0
+  kill "$VM_TIER_PID" 2>/dev/null
+  wait "$VM_TIER_PID" 2>/dev/null
+  VM_TIER_PID=
+}
+
+vm_tiering_checks() {
+  if [ -z "${VM_CXL_NODE:-}" ]; then
+    vm_skip "tiering: leases move between DRAM and CXL" "no CXL system-ram node in this topology"
+    return
+  fi
+  for _b in cxlpoold cxlpoolctl cxlpool-vm-tier; do
+    if ! vm_have "$_b"; then
+      vm_skip "tiering: leases move between DRAM and CXL" "$_b not built yet"
+      return
+    fi
+  done
+  if ! cxlpoolctl tiering --help >/dev/null 2>&1; then
+    vm_skip "tiering: leases move between DRAM and CXL" "cxlpoolctl tiering not built yet"
+    return
+  fi
+  _c=$VM_CXL_NODE
+  mkdir -p /run/cxlpool /out/tier-state
+  if ! vm_check "tiering: daemon with [tiering] starts" vm_tier_start 0; then
+    vm_tier_stop
+    return
+  fi
+  vm_tier_json >/out/tier-start.json
+  vm_check "tiering: the daemon says what kernel access sampling it found" \
+    jq -e '.kernel | test("DAMON") and test("idle page tracking")' /out/tier-start.json
+  vm_check "tiering: a hot 8 MiB lease on CXL node $_c moves to DRAM node 0 in place while 2 threads read and write it; every page there (move_pages), no byte lost" \
+    cxlpool-vm-tier move --socket "$VM_TIER_SOCK" --size $((8 << 20)) --node "$_c" \
+    --expect-node 0 --threads 2
+  vm_check "tiering: a dont_need lease on DRAM moves to CXL node $_c, data intact" \
+    cxlpool-vm-tier move --socket "$VM_TIER_SOCK" --size $((4 << 20)) --node 0 \
+    --expect-node "$_c" --threads 0 --hint dont_need
+  vm_check "tiering: a lease pinned with io_uring fixed buffers moves through the cooperative path (pins dropped and registered again at the holder's safe point)" \
+    cxlpool-vm-tier move --socket "$VM_TIER_SOCK" --size $((4 << 20)) --node "$_c" \
+    --expect-node 0 --threads 1 --pinned
+  vm_tier_json >/out/tier-after.json
+  vm_check "tiering: cxlpoolctl tiering lists the three moves with their reasons" jq -e \
+    '[.migrations[] | select(.outcome == "moved" and (.why | length) > 0)] | length >= 3' \
+    /out/tier-after.json
+  vm_check "tiering: the cooperative move is recorded with the holders' pause" jq -e \
+    '[.migrations[] | select(.mode == "cooperative" and .outcome == "moved" and .pause_ns > 0)] | length >= 1' \
+    /out/tier-after.json
+  cxlpoolctl pools --json --socket "$VM_TIER_SOCK" >/out/tier-pools.json 2>>"$VM_LOG"
+  vm_check "tiering: every lease released, every pool back to zero" jq -e \
+    '[(if type == "array" then . else .pools end)[] | select(.leased_bytes != 0)] | length == 0' \
+    /out/tier-pools.json
+  vm_tier_stop
+
+  # Killed mid-migration: paced at 1 MiB/s (2 MiB steps) a 16 MiB move takes
+  # ~14 s; the kill comes a second after the move is seen under way.
+  if ! vm_check "tiering: daemon paced to 1 MiB/s starts" vm_tier_start 1; then
+    vm_tier_stop
+    return
+  fi
+  [ -p /tmp/tier.fifo ] || mkfifo /tmp/tier.fifo
+  exec 9<>/tmp/tier.fifo
+  cxlpool-vm-tier hold --socket "$VM_TIER_SOCK" --size $((16 << 20)) --node "$_c" \
+    --threads 1 --expect-node 0 <&9 >/out/tier-hold.log 2>&1 &
+  _h=$!
+  if vm_check "tiering: a hot lease is held on CXL node $_c" \
+    vm_wait_for 480 grep -q '^READY' /out/tier-hold.log &&
+    vm_check "tiering: its paced migration to DRAM is under way" \
+      vm_wait_for 480 sh -c "cxlpoolctl tiering --json --all --socket $VM_TIER_SOCK | jq -e '.in_flight != null'"; then
+    sleep 1
+    kill -9 "$VM_TIER_PID"
+    wait "$VM_TIER_PID" 2>/dev/null
+    VM_TIER_PID=
+    cxlpoolctl tiering --json --all --socket "$VM_TIER_SOCK" >/out/tier-killed.json 2>>"$VM_LOG"
+    vm_note "tiering: daemon SIGKILLed mid-migration"
+    vm_check "tiering: the next daemon starts (unpaced)" vm_tier_start 0
+    vm_check "tiering: it finishes the interrupted move once the holder hands the lease back" \
+      vm_wait_for 600 sh -c "cxlpoolctl tiering --json --all --socket $VM_TIER_SOCK |
+        jq -e '[.migrations[] | select(.direction == \"resume\" and .outcome == \"moved\")] | length >= 1'"
+    cxlpoolctl pools --json --socket "$VM_TIER_SOCK" >/out/tier-pools-restart.json 2>>"$VM_LOG"
+    vm_check "tiering: after the restart DRAM node 0 accounts the lease and CXL node $_c nothing" jq -e \
+      "([(if type == \"array\" then . else .pools end)[] | select(.numa_node == 0 and .leased_bytes == $((16 << 20)))] | length == 1) and
+       ([(if type == \"array\" then . else .pools end)[] | select(.numa_node == $_c and .leased_bytes == 0 and .free_bytes == .capacity_bytes)] | length == 1)" \
+      /out/tier-pools-restart.json
+  fi
+  echo done >&9
+  wait "$_h"
+  vm_check_eq "tiering: the holder's data is intact and every page is on node 0 (exit status)" "$?" 0
+  exec 9>&-
+  vm_tier_json >/out/tier-restart.json
+  vm_tier_stop
+}
