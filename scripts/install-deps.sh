@@ -21,11 +21,14 @@ pkgs=(
   libgtest-dev libgmock-dev
   libbenchmark-dev
   jq ccache
-  file                        # CPack's shlibdeps (dpkg-shlibdeps) runs it on every binary
+  file                        # dpkg-shlibdeps and the package test run it on every binary
   prometheus
+  debhelper lintian           # scripts/build-debs.sh (dpkg-buildpackage) and the package test
+  groff-base mandoc           # the man pages are checked with groff -ww and mandoc -Tlint
 )
 if [[ " $* " == *" --vm "* ]]; then
-  pkgs+=(qemu-system-x86 busybox-static ndctl daxctl cpio kmod)
+  pkgs+=(qemu-system-x86 busybox-static ndctl daxctl cpio kmod
+         debootstrap e2fsprogs)   # the systemd guest's root (debootstrap, mke2fs -d)
 fi
 
 missing=()
