@@ -420,8 +420,9 @@ int RunDaemon(const DaemonFlags& command_line) {
       CXLPOOL_LOG(kError) << h.status().ToString()
                           << (under_systemd
                                   ? " (cxlpoold.service has no network of its own: remove "
-                                    "metrics.http_listen and run `systemctl enable --now "
-                                    "cxlpoold-metrics.socket`, then restart cxlpoold)"
+                                    "metrics.http_listen, run `systemctl enable --now "
+                                    "cxlpoold-metrics.socket` while cxlpoold is stopped, then "
+                                    "start cxlpoold)"
                                   : " (choose a free loopback port in metrics.http_listen, or "
                                     "set it to \"\" to turn the endpoint off)");
       return 2;

@@ -33,7 +33,8 @@ int main(int argc, char** argv) {
   // do not know to this app: the global options work after the command too.
   app.fallthrough();
   app.footer(
-      "Exit status (every command): 0 done (topology may still list discovery warnings); "
+      "Global options, before or after the command: --socket PATH, --json, --version, "
+      "--help.\nExit status (every command): 0 done (topology may still list discovery warnings); "
       "1 the command failed, or doctor found a warning or an error; 2 bad command line; "
       "3 the daemon could not be reached (not running, wrong socket, no permission on "
       "it).\nEnvironment: CXLPOOL_SOCKET (socket when --socket is not given), CXLPOOL_FSROOT "
