@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# CI in a fresh Debian 12 root: runs the README's test command
+#   ./scripts/install-deps.sh --vm && ./scripts/test.sh
+# inside a minimal Debian 12 made with debootstrap (bookworm, minbase, plus
+# git as the README assumes), on a clean clone of this repository's HEAD, in
+# a chroot with /proc, /sys and /dev (with /dev/kvm if the host has it)
+# mounted for the VM tier. Nothing the build machine happens to have leaks
+# in, so a package install-deps.sh forgets fails here, not on a user's
+# machine. Prints the time of each step, its own and test.sh's.
+#
+# usage: scripts/ci-fresh-root.sh [--keep] [--rev REV]
+#   --keep      leave the root (and its build folders) for inspection
+#   --rev REV   the commit to clone (default HEAD; uncommitted changes are
+#               not in the clone)
+# environment:
+#   CXLPOOL_CI_CACHE     cache folder (default /var/cache/cxlpool-ci, else
+#                        $XDG_CACHE_HOME/cxlpool-ci): the base root's tarball,
+#                        remade when older than CXLPOOL_CI_BASE_MAX_AGE_DAYS
+#                        (7); an optimisation only, a fresh machine makes it
+#   CXLPOOL_CI_WORKDIR   where the root is unpacked (default /var/tmp; needs
+#                        ~12 GB for the build folders)
+#   CXLPOOL_CI_MIRROR    Debian mirror (default http://deb.debian.org/debian)
+#   CXLPOOL_CI_VM_CACHE  1 (default): keep the VM tier's kernel and guest root
+#                        between runs (CXLPOOL_CI_CACHE/vm); 0: fetch them
+#   CXLPOOL_CI_CCACHE    1: keep a ccache between runs (CXLPOOL_CI_CACHE/ccache);
+#                        default 0, every run compiles from scratch
+#   CXLPOOL_TEST_STAGES, CXLPOOL_JOBS, CXLPOOL_FUZZ_SECONDS: passed to test.sh
+# Needs root (debootstrap, mount, chroot); installs debootstrap on the host
+# with apt-get when it is missing. Every mount is undone on every exit path.
+set -euo pipefail
+src=$(cd "$(dirname "$0")/.." && pwd)
+keep=0 rev=HEAD
+while (($#)); do
+  case $1 in
+    --keep) keep=1 ;;
+    --rev) rev=$2; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "ci-fresh-root: unknown argument $1 (--help)" >&2; exit 2 ;;
+  esac
+  shift
+done
+log() { echo "ci-fresh-root: $*" >&2; }
+[[ $(id -u) -eq 0 ]] || { log "needs root (debootstrap, mount, chroot)"; exit 1; }
+
+# The README's test command, exactly (and .ci/run runs nothing else).
+test_cmd='./scripts/install-deps.sh --vm && ./scripts/test.sh'
+grep -qxF "$test_cmd" "$src/README.md" ||
+  { log "README.md no longer has the test command '$test_cmd' on a line of its own"; exit 1; }
+
+suite=bookworm
+mirror=${CXLPOOL_CI_MIRROR:-http://deb.debian.org/debian}
+include=git
+if [[ -n ${CXLPOOL_CI_CACHE:-} ]]; then
+  cache=$CXLPOOL_CI_CACHE
+elif mkdir -p /var/cache/cxlpool-ci 2>/dev/null && [[ -w /var/cache/cxlpool-ci ]]; then
+  cache=/var/cache/cxlpool-ci
+else
+  cache=${XDG_CACHE_HOME:-$HOME/.cache}/cxlpool-ci
+fi
+mkdir -p "$cache"
+max_age=${CXLPOOL_CI_BASE_MAX_AGE_DAYS:-7}
+
+# ---- step times ----------------------------------------------------------------
+timings=()
+step_name="" step_start=0
+fmt() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
+end_step() {
+  [[ -n $step_name ]] || return 0
+  local d=$((SECONDS - step_start))
+  timings+=("$(printf '%-44s %s' "$step_name" "$(fmt $d)")")
+  log "$step_name: $(fmt $d)"
+  step_name=""
+}
+step() {
+  end_step
+  step_name=$1 step_start=$SECONDS
+  log "---- $1 ($(date +%T))"
+}
+
+# ---- cleanup on every exit path -------------------------------------------------
+work="" root="" mounts=()
+cleanup() {
+  local rc=$? i p
+  set +e
+  trap - EXIT INT TERM HUP
+  end_step
+  if [[ -n $root ]]; then
+    # Processes still running in the root are ours (started by the chroot).
+    for sig in TERM KILL; do
+      for p in /proc/[0-9]*; do
+        [[ $(readlink "$p/root" 2>/dev/null) == "$root" ]] && kill -s $sig "${p#/proc/}" 2>/dev/null
+      done
+      sleep 1
+    done
+    for ((i = ${#mounts[@]} - 1; i >= 0; i--)); do
+      umount -R "${mounts[i]}" 2>/dev/null || umount -R -l "${mounts[i]}" 2>/dev/null ||
+        log "could not unmount ${mounts[i]}"
+    done
+    if grep -qF " $root/" /proc/self/mounts; then
+      log "mounts left under $root; not removing it:"
+      grep -F " $root/" /proc/self/mounts | sed 's/^/    /' >&2
+      keep=1
+    fi
+  fi
+  if [[ -n $work ]]; then
+    if ((keep)); then log "root kept in $root"; else rm -rf "$work"; fi
+  fi
+  printf '\nci-fresh-root: step times (total %s)%s\n' "$(fmt $SECONDS)" \
+    "$( ((rc)) && echo ", FAILED (exit $rc)")" >&2
+  printf '  %s\n' "${timings[@]}" >&2
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+trap 'exit 129' HUP
+
+bind() {  # src dest [ro]
+  mkdir -p "$2"
+  mount --rbind "$1" "$2"
+  mounts+=("$2")
+  mount --make-rslave "$2"
+}
+
+# ---- the base root (cached) ------------------------------------------------------
+step "host: debootstrap"
+if ! command -v debootstrap >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends debootstrap >/dev/null ||
+    { log "cannot install debootstrap on the host"; exit 1; }
+fi
+key=$(printf '%s minbase %s %s %s\n' "$suite" "$include" "$mirror" "$(dpkg --print-architecture)" |
+  sha256sum | cut -c1-12)
+base=$cache/$suite-minbase-$key.tar
+if [[ -f $base ]] && [[ -n $(find "$base" -mtime +"$max_age" -print) ]]; then
+  log "base root older than $max_age days: making it again"
+  rm -f "$base"
+fi
+if [[ ! -f $base ]]; then
+  step "base root: debootstrap $suite minbase (+$include)"
+  tmp=$(mktemp -d "$cache/.base.XXXXXX")
+  if ! debootstrap --variant=minbase --include="$include" "$suite" "$tmp/root" "$mirror" \
+    >"$tmp/debootstrap.log" 2>&1; then
+    tail -n 20 "$tmp/debootstrap.log" >&2
+    umount -R "$tmp/root/proc" "$tmp/root/sys" 2>/dev/null || true
+    rm -rf "$tmp"
+    log "debootstrap failed"
+    exit 1
+  fi
+  rm -rf "$tmp"/root/var/cache/apt/archives/*.deb
+  tar --numeric-owner --xattrs -C "$tmp/root" -cf "$tmp/base.tar" .
+  mv "$tmp/base.tar" "$base"
+  rm -rf "$tmp"
+else
+  step "base root: cached $(basename "$base")"
+fi
+
+step "root: unpack"
+workdir=${CXLPOOL_CI_WORKDIR:-/var/tmp}
+mkdir -p "$workdir"
+work=$(mktemp -d "$workdir/cxlpool-ci.XXXXXX")
+root=$work/root
+mkdir -p "$root"
+tar --numeric-owner --xattrs -C "$root" -xf "$base"
+cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+
+step "root: clean clone of $rev"
+commit=$(git -C "$src" rev-parse --verify "$rev^{commit}")
+if [[ -n $(git -C "$src" status --porcelain --untracked-files=no 2>/dev/null) && $rev == HEAD ]]; then
+  log "note: uncommitted changes in $src are not in the clone"
+fi
+git clone --quiet --no-hardlinks --no-checkout "$src" "$root/src/cxlpool"
+git -C "$root/src/cxlpool" checkout --quiet "$commit"
+log "cloned $(git -C "$root/src/cxlpool" log -1 --format='%h %s' | cut -c1-100)"
+
+step "root: mounts"
+mkdir -p "$root/proc" "$root/sys" "$root/dev" "$root/run"
+mount -t proc proc "$root/proc"
+mounts+=("$root/proc")
+bind /sys "$root/sys"
+bind /dev "$root/dev"  # /dev/kvm, /dev/shm and /dev/pts come with it
+mount -t tmpfs -o mode=0755 tmpfs "$root/run"
+mounts+=("$root/run")
+if [[ ${CXLPOOL_CI_VM_CACHE:-1} == 1 ]]; then
+  mkdir -p "$cache/vm"
+  bind "$cache/vm" "$root/root/.cache/cxlpool-vm"
+fi
+if [[ ${CXLPOOL_CI_CCACHE:-0} == 1 ]]; then
+  mkdir -p "$cache/ccache"
+  bind "$cache/ccache" "$root/root/.cache/ccache"
+fi
+
+step "chroot: $test_cmd"
+env_args=(HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+  TERM=dumb LANG=C.UTF-8 DEBIAN_FRONTEND=noninteractive)
+for v in CXLPOOL_TEST_STAGES CXLPOOL_JOBS CXLPOOL_FUZZ_SECONDS http_proxy https_proxy; do
+  [[ -n ${!v:-} ]] && env_args+=("$v=${!v}")
+done
+set +e
+chroot "$root" /usr/bin/env -i "${env_args[@]}" /bin/bash -c "cd /src/cxlpool && $test_cmd"
+rc=$?
+set -e
+((rc == 0)) && log "the test command passed in the fresh root" ||
+  log "the test command failed in the fresh root (exit $rc)"
+exit $rc
