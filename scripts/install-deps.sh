@@ -25,6 +25,8 @@ pkgs=(
   prometheus
   debhelper lintian           # scripts/build-debs.sh (dpkg-buildpackage) and the package test
   groff-base mandoc           # the man pages are checked with groff -ww and mandoc -Tlint
+  python3-dev pybind11-dev    # the cxlpool Python package
+  python3-numpy python3-pytest python3-torch   # its tests (Debian's PyTorch 1.13)
 )
 if [[ " $* " == *" --vm "* ]]; then
   pkgs+=(qemu-system-x86 busybox-static ndctl daxctl cpio kmod

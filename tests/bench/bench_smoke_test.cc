@@ -1,5 +1,5 @@
 // Smoke test of cxlpool-bench: --quick prints a table and valid JSON naming
-// every figure P1..P6, each measured row carrying a value, a baseline ratio
+// every figure P1..P7, each measured row carrying a value, a baseline ratio
 // that matches its numbers and a verdict; bad usage is an error, a missing
 // daemon is reported per figure rather than crashing. No timing is judged.
 #include <gtest/gtest.h>
@@ -91,7 +91,7 @@ TEST_F(BenchSmoke, QuickJsonNamesEveryFigureWithConsistentRatios) {
       EXPECT_EQ(verdict, met ? "met" : "NOT met") << metric;
     }
   }
-  for (const char* f : {"P1", "P2", "P3", "P4", "P5", "P6"}) {
+  for (const char* f : {"P1", "P2", "P3", "P4", "P5", "P6", "P7"}) {
     EXPECT_TRUE(figures.count(f)) << f << " missing from:\n" << r.out;
   }
   // Every P3 load level comes with its floor (the memfd work alone), an

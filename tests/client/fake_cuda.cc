@@ -3,6 +3,10 @@
 // no memory, and is steered by fake_cuda_* control functions that a test
 // reaches with dlsym on the same library.
 //
+// Host allocation (cuMemHostAlloc, cuMemAllocHost(_v2), cuMemFreeHost) maps
+// anonymous memory and counts it; cuGetProcAddress(_v2) hands out internal
+// addresses of those, not the exported names (as the real driver does).
+//
 // Behaviour: N devices (default 1); registration requires a pushed context;
 // a single cuMemHostRegister_v2 of max_register_bytes or more fails with
 // CUDA_ERROR_INVALID_VALUE (default 512 GiB, like recent drivers); device
@@ -10,9 +14,12 @@
 // mode gives each chunk its own far-apart device address.
 //
 // Thread safety: one mutex around all state.
+#include <sys/mman.h>
+
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
@@ -45,7 +52,8 @@ struct Reg {
   uint64_t size;
   CUdeviceptr dptr;
 };
-std::map<uintptr_t, Reg> g_regs;  // by host address
+std::map<uintptr_t, Reg> g_regs;            // by host address
+std::map<uintptr_t, size_t> g_host_allocs;  // cuMemHostAlloc'd, by address
 
 void Record(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void Record(const char* fmt, ...) {
@@ -75,6 +83,12 @@ FAKE_EXPORT void fake_cuda_reset() {
   for (int& r : g_retained) r = 0;
   g_stack.clear();
   g_regs.clear();
+}
+// Host allocations the driver itself made (cuMemHostAlloc/cuMemAllocHost)
+// and has not freed.
+FAKE_EXPORT int fake_cuda_host_allocs() {
+  std::lock_guard<std::mutex> l(g_mu);
+  return static_cast<int>(g_host_allocs.size());
 }
 FAKE_EXPORT void fake_cuda_set_device_count(int n) {
   std::lock_guard<std::mutex> l(g_mu);
@@ -238,4 +252,98 @@ FAKE_EXPORT CUresult cuGetErrorString(CUresult e, const char** s) {
       *s = nullptr;
       return 1;
   }
+}
+
+// ---- host allocation by the driver (the preload shim's real calls) ----
+namespace {
+CUresult HostAlloc(void** pp, size_t bytes, unsigned int flags, const char* what) {
+  std::lock_guard<std::mutex> l(g_mu);
+  Record("%s %zu %u", what, bytes, flags);
+  if (g_stack.empty()) return 201;
+  if (pp == nullptr || bytes == 0) return 1;
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return 2;
+  g_host_allocs[reinterpret_cast<uintptr_t>(p)] = bytes;
+  *pp = p;
+  return 0;
+}
+}  // namespace
+
+namespace {
+// What the entry points do; cuGetProcAddress hands out these internal
+// addresses, as the real driver does, so that no interposition of the
+// exported names can reach them.
+CUresult MemHostAlloc(void** pp, size_t bytes, unsigned int flags) {
+  return HostAlloc(pp, bytes, flags, "cuMemHostAlloc");
+}
+CUresult MemAllocHostV2(void** pp, size_t bytes) {
+  return HostAlloc(pp, bytes, 0, "cuMemAllocHost_v2");
+}
+CUresult MemAllocHost(void** pp, unsigned int bytes) {
+  return HostAlloc(pp, bytes, 0, "cuMemAllocHost");
+}
+CUresult MemFreeHost(void* p) {
+  std::lock_guard<std::mutex> l(g_mu);
+  Record("cuMemFreeHost %p", p);
+  auto it = g_host_allocs.find(reinterpret_cast<uintptr_t>(p));
+  if (it == g_host_allocs.end()) return 1;
+  ::munmap(p, it->second);
+  g_host_allocs.erase(it);
+  return 0;
+}
+}  // namespace
+
+FAKE_EXPORT CUresult cuMemHostAlloc(void** pp, size_t bytes, unsigned int flags) {
+  return MemHostAlloc(pp, bytes, flags);
+}
+FAKE_EXPORT CUresult cuMemAllocHost_v2(void** pp, size_t bytes) {
+  return MemAllocHostV2(pp, bytes);
+}
+FAKE_EXPORT CUresult cuMemAllocHost(void** pp, unsigned int bytes) {
+  return MemAllocHost(pp, bytes);
+}
+FAKE_EXPORT CUresult cuMemFreeHost(void* p) { return MemFreeHost(p); }
+FAKE_EXPORT CUresult cuCtxGetDevice(CUdevice* dev) {
+  std::lock_guard<std::mutex> l(g_mu);
+  if (g_stack.empty()) return 201;
+  *dev = g_stack.back()->device;
+  return 0;
+}
+// Entry points by name, as the driver hands them out: the library's own
+// exports (cuMemAllocHost means the _v2 one from CUDA 3.2 on).
+namespace {
+CUresult ProcAddress(const char* symbol, void** pfn, int version) {
+  if (symbol == nullptr || pfn == nullptr) return 1;
+  std::string name = symbol;
+  if (name == "cuMemAllocHost" && version >= 3020) name = "cuMemAllocHost_v2";
+  struct Entry {
+    const char* n;
+    void* f;
+  };
+  static const Entry kTable[] = {
+      {"cuMemHostAlloc", reinterpret_cast<void*>(&MemHostAlloc)},
+      {"cuMemAllocHost_v2", reinterpret_cast<void*>(&MemAllocHostV2)},
+      {"cuMemAllocHost", reinterpret_cast<void*>(&MemAllocHost)},
+      {"cuMemFreeHost", reinterpret_cast<void*>(&MemFreeHost)},
+  };
+  for (const Entry& e : kTable) {
+    if (name == e.n) {
+      *pfn = e.f;
+      return 0;
+    }
+  }
+  *pfn = nullptr;
+  return 500;  // CUDA_ERROR_NOT_FOUND
+}
+}  // namespace
+FAKE_EXPORT CUresult cuGetProcAddress(const char* symbol, void** pfn, int version,
+                                      unsigned long long flags) {
+  (void)flags;
+  return ProcAddress(symbol, pfn, version);
+}
+FAKE_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, int version,
+                                         unsigned long long flags, void* status) {
+  (void)flags;
+  if (status != nullptr) std::memset(status, 0, sizeof(int));
+  return ProcAddress(symbol, pfn, version);
 }

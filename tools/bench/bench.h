@@ -37,7 +37,7 @@ constexpr uint64_t kMiB = 1ull << 20;
 constexpr uint64_t kGiB = 1ull << 30;
 
 struct Options {
-  std::vector<std::string> only;  // empty: all of P1..P6
+  std::vector<std::string> only;  // empty: all of P1..P7
   bool quick = false;
   bool json = false;
   int node = 0;
@@ -225,7 +225,10 @@ Result<std::map<std::string, uint64_t>> ProcStatus(pid_t pid);
 // addr+len) of this process.
 Result<uint64_t> SmapsField(const void* addr, uint64_t len, const std::string& field);
 std::string ReadFirstLine(const std::string& path);  // "" if unreadable
-std::string HumanSize(uint64_t bytes);               // "2 MiB", "1 GiB", "4100 KiB"
+// Per-node meminfo counters are per-CPU deltas folded every
+// vm.stat_interval seconds: sleeps two intervals so they have caught up.
+void SettleVmstat();
+std::string HumanSize(uint64_t bytes);  // "2 MiB", "1 GiB", "4100 KiB"
 
 // ---- the figures ----
 
@@ -235,6 +238,7 @@ void RunP3(const Options& o, Report* r);
 void RunP4(const Options& o, Report* r);
 void RunP5(const Options& o, Report* r);
 void RunP6(const Options& o, Report* r);
+void RunP7(const Options& o, Report* r);  // pinned committed bytes (p7_pinned.cc)
 
 // The socket to talk to for a phase: the running daemon's, or a daemon the
 // phase spawns with `cfg` (kept in *owned). Errors are reported by the caller.

@@ -183,6 +183,12 @@ std::string HumanSize(uint64_t b) {
   return std::to_string(b) + " B";
 }
 
+void SettleVmstat() {
+  std::string v = ReadFirstLine("/proc/sys/vm/stat_interval");
+  int s = v.empty() ? 1 : std::max(1, std::atoi(v.c_str()));
+  ::usleep(static_cast<useconds_t>(2 * s) * 1000000u + 200000u);
+}
+
 std::string ReadFirstLine(const std::string& path) {
   std::ifstream in(path);
   std::string line;

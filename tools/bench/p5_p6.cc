@@ -53,14 +53,6 @@ uint64_t PoolLeased(const proto::PoolsReply& p, int node) {
   return v;
 }
 
-// Per-node counters are per-CPU deltas folded every vm.stat_interval
-// seconds: wait two intervals so meminfo has caught up.
-void SettleVmstat() {
-  std::string v = ReadFirstLine("/proc/sys/vm/stat_interval");
-  int s = v.empty() ? 1 : std::max(1, std::atoi(v.c_str()));
-  ::usleep(static_cast<useconds_t>(2 * s) * 1000000u + 200000u);
-}
-
 double MiB(int64_t b) { return static_cast<double>(b) / static_cast<double>(kMiB); }
 
 }  // namespace
