@@ -61,21 +61,9 @@ mkdir -p "$cache"
 max_age=${CXLPOOL_CI_BASE_MAX_AGE_DAYS:-7}
 
 # ---- step times ----------------------------------------------------------------
-timings=()
-step_name="" step_start=0
-fmt() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
-end_step() {
-  [[ -n $step_name ]] || return 0
-  local d=$((SECONDS - step_start))
-  timings+=("$(printf '%-44s %s' "$step_name" "$(fmt $d)")")
-  log "$step_name: $(fmt $d)"
-  step_name=""
-}
-step() {
-  end_step
-  step_name=$1 step_start=$SECONDS
-  log "---- $1 ($(date +%T))"
-}
+step_say() { log "$*"; }
+# shellcheck source=lib/steps.sh
+source "$src/scripts/lib/steps.sh"
 
 # ---- cleanup on every exit path -------------------------------------------------
 work="" root="" mounts=()
@@ -105,9 +93,7 @@ cleanup() {
   if [[ -n $work ]]; then
     if ((keep)); then log "root kept in $root"; else rm -rf "$work"; fi
   fi
-  printf '\nci-fresh-root: step times (total %s)%s\n' "$(fmt $SECONDS)" \
-    "$( ((rc)) && echo ", FAILED (exit $rc)")" >&2
-  printf '  %s\n' "${timings[@]}" >&2
+  step_summary "$rc"
   exit "$rc"
 }
 trap cleanup EXIT

@@ -22,28 +22,10 @@ STAGES=${CXLPOOL_TEST_STAGES:-main release asan tsan fuzz}
 BUILD_DIR=${BUILD_DIR:-build}
 export CCACHE_BASEDIR=$PWD
 
-timings=()
-step_name="" step_start=0
-fmt() { printf '%dm%02ds' $(($1 / 60)) $(($1 % 60)); }
-end_step() {
-  [[ -n $step_name ]] || return 0
-  local d=$((SECONDS - step_start))
-  timings+=("$(printf '%-44s %s' "$step_name" "$(fmt $d)")")
-  printf '==== %s: %s\n' "$step_name" "$(fmt $d)"
-  step_name=""
-}
-stage() {
-  end_step
-  step_name=$1 step_start=$SECONDS
-  printf '\n==== %s (%s)\n' "$1" "$(date +%T)"
-}
-summary() {
-  local rc=$?
-  end_step
-  printf '\n==== step times (total %s)%s\n' "$(fmt $SECONDS)" "$( ((rc)) && echo ", FAILED (exit $rc)")"
-  printf '  %s\n' "${timings[@]}"
-}
-trap summary EXIT
+# shellcheck source=lib/steps.sh
+source scripts/lib/steps.sh
+stage() { printf '\n'; step "$1"; }
+trap 'step_summary $?' EXIT
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 werror=-DCXLPOOL_WERROR=ON
 

@@ -42,6 +42,8 @@ source "$HERE/lib/kernel.sh"
 source "$HERE/lib/initramfs.sh"
 # shellcheck source=lib/guest-image.sh
 source "$HERE/lib/guest-image.sh"
+# shellcheck source=lib/guest-run.sh
+source "$HERE/lib/guest-run.sh"
 
 VM_BUILD=${CXLPOOL_BINARY_DIR:-$VM_SRC/build}
 packages="" out="" timeout_s=600 shell=0 verbose=0
@@ -160,42 +162,12 @@ qemu=("$QEMU" -accel tcg -nodefaults -no-user-config -display none -no-reboot
   -device virtio-blk-pci,drive=root,bus=pcie.0
   -drive "file=$work/out.img,format=raw,if=none,id=outdisk,cache=unsafe"
   -device virtio-blk-pci,drive=outdisk,bus=pcie.0)
-printf '%q ' "${qemu[@]}" >"$out/qemu-cmdline"
-echo >>"$out/qemu-cmdline"
 t0=$SECONDS
-if ((shell)); then
-  "${qemu[@]}" -chardev "stdio,id=con,mux=on,signal=off,logfile=$out/console.log" \
-    -serial chardev:con -mon chardev=con
-  rc=$?
-elif ((verbose)); then
-  timeout -k 10 "$timeout_s" "${qemu[@]}" -serial stdio </dev/null 2>&1 | tee "$out/console.log"
-  rc=${PIPESTATUS[0]}
-else
-  timeout -k 10 "$timeout_s" "${qemu[@]}" -chardev "file,id=con,path=$out/console.log" \
-    -serial chardev:con </dev/null >"$out/qemu.log" 2>&1
-  rc=$?
-fi
+vm_qemu_run "$out" "$timeout_s" "$shell" "$verbose" "${qemu[@]}"
 t_vm=$((SECONDS - t0))
 tar -xf "$work/out.img" -C "$out/out" 2>/dev/null || vm_log "no guest output on the result disk"
-tr -d '\r' <"$out/console.log" >"$out/console.txt" 2>/dev/null
-
-result=$(grep -a "^CXLPOOL-VM-RESULT topology=systemd " "$out/console.txt" | tail -n1)
-grep -a '^CXLPOOL-VM-CHECK ' "$out/console.txt" | sed 's/^CXLPOOL-VM-CHECK /  [systemd] /'
-status=fail why=""
-if [[ $rc -eq 124 || $rc -eq 137 ]]; then
-  why="timed out after ${timeout_s}s"
-elif [[ -z $result ]]; then
-  why="no result line (kernel panic, or systemd never ran the checks; qemu rc=$rc)"
-elif [[ $result == *" status=pass "* && $result == *" failed=0"* && $result != *" passed=0 "* ]]; then
-  status=pass
-else
-  why="guest reported failures"
-fi
-if [[ $status != pass ]] && ((!shell)); then
-  vm_log "systemd: $why; last console lines ($out/console.txt):"
-  tail -n 40 "$out/console.txt" | sed 's/^/    | /' >&2
-  [[ -s $out/qemu.log ]] && sed 's/^/    qemu: /' "$out/qemu.log" >&2
-fi
+vm_verdict systemd "$out" "$timeout_s" "$shell"
+status=$VM_STATUS why=$VM_WHY result=$VM_RESULT
 echo "vm: systemd $status ${result#*status=* } guest=${t_vm}s (boot, dpkg -i, checks);" \
   "prepare=$((t_prep - t_start))s (kernel and cached guest root $((t_base - t_start))s," \
   "disk image $((t_prep - t_base))s)${why:+ ($why)}" | tee "$out/summary"
