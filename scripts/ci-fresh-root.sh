@@ -27,6 +27,9 @@
 #   CXLPOOL_TEST_STAGES, CXLPOOL_JOBS, CXLPOOL_FUZZ_SECONDS: passed to test.sh
 # Needs root (debootstrap, mount, chroot); installs debootstrap on the host
 # with apt-get when it is missing. Every mount is undone on every exit path.
+# The whole script is one brace group, read before any of it runs: editing
+# the file while a run is in progress (it takes an hour) cannot break it.
+{
 set -euo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 keep=0 rev=HEAD
@@ -188,3 +191,4 @@ set -e
 ((rc == 0)) && log "the test command passed in the fresh root" ||
   log "the test command failed in the fresh root (exit $rc)"
 exit $rc
+}
