@@ -271,6 +271,21 @@ CXLPOOL_EXPORT int cxlpool_attach(cxlpool_client* c, const char* name, cxlpool_l
   });
 }
 
+CXLPOOL_EXPORT int cxlpool_attach_from(cxlpool_client* c, uint32_t owner_uid, const char* name,
+                                       cxlpool_lease** out) {
+  return Guard([&]() -> int {
+    if (out == nullptr) return Invalid("out is NULL");
+    *out = nullptr;
+    if (c == nullptr) return Invalid("client is NULL");
+    if (name == nullptr || *name == '\0') return Invalid("name is empty");
+    cxlpool::ClientResult<cxlpool::Lease> lease = c->client.AttachFrom(owner_uid, name);
+    if (!lease.ok()) return Report(lease.status());
+    *out = new cxlpool_lease{std::move(*lease)};
+    t_last_error.clear();
+    return CXLPOOL_OK;
+  });
+}
+
 CXLPOOL_EXPORT int cxlpool_release(cxlpool_lease* l) {
   return Guard([&]() -> int {
     if (l == nullptr) return Invalid("lease is NULL");
@@ -328,6 +343,8 @@ CXLPOOL_EXPORT int cxlpool_lease_get_info(const cxlpool_lease* l, cxlpool_lease_
     info.pool = i.pool.c_str();
     info.label = i.label.c_str();
     info.name = i.name.c_str();
+    info.owner_uid = i.owner_uid;
+    info.owner_gid = i.owner_gid;
     const size_t n = std::min<size_t>(given, sizeof(info));
     std::memcpy(static_cast<void*>(out), &info, n);
     if (given > sizeof(info)) {

@@ -130,7 +130,15 @@ ClientResult<Lease> Client::Allocate(const AllocOptions& o) {
 ClientResult<Lease> Client::Attach(const std::string& name) {
   if (!core_) return NotConnected();
   if (name.empty()) return ClientStatus(ErrorCode::kInvalidArgument, "empty lease name");
-  Result<std::unique_ptr<detail::LeaseState>> state = core_->Attach(name);
+  Result<std::unique_ptr<detail::LeaseState>> state = core_->Attach(name, std::nullopt);
+  if (!state.ok()) return detail::ToClientStatus(state.status());
+  return Lease(std::move(*state));
+}
+
+ClientResult<Lease> Client::AttachFrom(uint32_t owner_uid, const std::string& name) {
+  if (!core_) return NotConnected();
+  if (name.empty()) return ClientStatus(ErrorCode::kInvalidArgument, "empty lease name");
+  Result<std::unique_ptr<detail::LeaseState>> state = core_->Attach(name, owner_uid);
   if (!state.ok()) return detail::ToClientStatus(state.status());
   return Lease(std::move(*state));
 }

@@ -19,6 +19,7 @@
 
 #include "cxlpool/common/log.h"
 #include "cxlpool/proto/codec.h"
+#include "cxlpool/proto/extents.h"
 
 namespace cxlpool::detail {
 namespace {
@@ -126,6 +127,8 @@ LeaseInfo FromProto(const proto::LeaseInfo& p) {
   i.pool = p.pool();
   i.label = p.label();
   i.name = p.name();
+  i.owner_uid = p.owner_uid();
+  i.owner_gid = p.owner_gid();
   return i;
 }
 
@@ -197,11 +200,12 @@ Status ClientCore::HelloLocked() {
   req.set_min_version(wire::kMinWireVersion);
   req.set_max_version(wire::kMaxWireVersion);
   req.set_client_name("libcxlpool/" + std::string(cxlpool_version()) + " " + ProcessComm());
+  req.set_max_fds_per_frame(static_cast<uint32_t>(wire::kHardMaxFdsPerFrame));
   Result<std::string> payload = wire::Encode(req);
   if (!payload.ok()) return payload.status();
   const uint64_t id = next_request_id_++;
-  Status s =
-      wire::SendFrame(sock_.get(), proto::MSG_HELLO_REQUEST, id, *payload, {}, kHelloTimeoutMs);
+  Status s = wire::SendFrame(sock_.get(), proto::MSG_HELLO_REQUEST, id, *payload, {},
+                             kHelloTimeoutMs, wire::kHelloWireVersion);
   if (!s.ok()) return Broken(s);
   Result<wire::Frame> frame = wire::RecvFrame(sock_.get(), {}, kHelloTimeoutMs);
   if (!frame.ok()) return Broken(frame.status());
@@ -228,6 +232,7 @@ Status ClientCore::HelloLocked() {
   }
   wire::RecvLimits limits;
   limits.max_payload_bytes = max_payload_bytes_;
+  limits.max_fds = wire::kHardMaxFdsPerFrame;  // as announced in the hello
   reader_ = wire::FrameReader(limits);
   return Status::Ok();
 }
@@ -254,16 +259,13 @@ Result<wire::Frame> ClientCore::Call(proto::MsgType type, const std::string& pay
   // mu_ is held by the caller.
   if (!broken_.ok()) return broken_;
   const uint64_t id = next_request_id_++;
-  Status s = wire::SendFrame(sock_.get(), type, id, payload, fds);
+  Status s =
+      wire::SendFrame(sock_.get(), type, id, payload, fds, -1, static_cast<uint16_t>(version_));
   if (!s.ok()) return Broken(s);
   for (;;) {
-    Result<wire::FrameReader::Progress> p = reader_.Read(sock_.get(), -1);
-    if (!p.ok()) return Broken(p.status());
-    if (*p == wire::FrameReader::Progress::kEof) {
-      return Broken(Status(Code::kUnavailable, "cxlpoold closed the connection"));
-    }
-    if (*p != wire::FrameReader::Progress::kFrame) continue;
-    wire::Frame frame = reader_.TakeFrame();
+    Result<wire::Frame> next = ReadFrame();
+    if (!next.ok()) return next.status();
+    wire::Frame frame = std::move(*next);
     if (frame.type() == proto::MSG_LEASE_EVENT && frame.request_id() == 0) {
       HandleEvent(frame);
       continue;
@@ -285,18 +287,39 @@ Result<wire::Frame> ClientCore::CallMessage(const Req& req) {
   return Call(wire::TypeOf<Req>(), *payload);
 }
 
-Result<std::unique_ptr<LeaseState>> ClientCore::MapReply(wire::Frame frame,
-                                                         const proto::LeaseInfo& info) {
-  Status bad;
-  if (frame.fds.size() != 1) {
-    bad = Status(Code::kProtocol, wire::MsgTypeName(frame.header.type) + " carried " +
-                                      std::to_string(frame.fds.size()) + " fds, expected 1");
-  } else if (info.id() == 0 || info.size_bytes() == 0) {
-    bad = Status(Code::kProtocol, "lease reply without id or size");
+Result<wire::Frame> ClientCore::ReadFrame() {
+  for (;;) {
+    Result<wire::FrameReader::Progress> p = reader_.Read(sock_.get(), -1);
+    if (!p.ok()) return Broken(p.status());
+    if (*p == wire::FrameReader::Progress::kEof) {
+      return Broken(Status(Code::kUnavailable, "cxlpoold closed the connection"));
+    }
+    if (*p == wire::FrameReader::Progress::kFrame) return reader_.TakeFrame();
   }
-  Result<Mapping> m = bad.ok()
-                          ? Mapping::Map(std::move(frame.fds[0]), info.size_bytes(), info.backing())
-                          : Result<Mapping>(bad);
+}
+
+Result<std::unique_ptr<LeaseState>> ClientCore::MapReply(wire::Frame frame) {
+  wire::LeaseReplyAssembler reply;
+  Status st = reply.Start(std::move(frame));
+  // A reply whose fds come on several frames, read to its end; a reply
+  // that does not add up leaves the stream where nothing can be trusted.
+  bool multi = st.ok() && !reply.complete();
+  while (st.ok() && !reply.complete()) {
+    Result<wire::Frame> next = ReadFrame();
+    if (!next.ok()) return next.status();
+    st = reply.Add(std::move(*next));
+  }
+  if (!st.ok() && (multi || reply.frames_left() > 0)) return Broken(st);
+  const proto::LeaseInfo& info = reply.lease();
+  if (st.ok() && info.id() == 0) st = Status(Code::kProtocol, "lease reply without an id");
+  Result<ExtentMapping> m = Result<ExtentMapping>(st);
+  if (st.ok()) {
+    std::vector<ExtentMapping::Piece> pieces;
+    for (wire::ReceivedExtent& e : reply.TakeExtents()) {
+      pieces.push_back({std::move(e.fd), e.place.size, e.place.page_size});
+    }
+    m = ExtentMapping::Map(std::move(pieces), info.backing());
+  }
   if (!m.ok()) {
     // Do not leave the daemon holding memory we cannot use.
     if (info.id() != 0) {
@@ -326,7 +349,7 @@ Result<std::unique_ptr<LeaseState>> ClientCore::Allocate(const proto::AllocReque
       continue;  // the grace period after a restart: ask again
     }
     CXLPOOL_RETURN_IF_ERROR(st);
-    Result<std::unique_ptr<LeaseState>> l = MapReply(std::move(*frame), reply.lease());
+    Result<std::unique_ptr<LeaseState>> l = MapReply(std::move(*frame));
     if (!l.ok()) return l.status();
     lease = std::move(*l);
     break;
@@ -335,7 +358,8 @@ Result<std::unique_ptr<LeaseState>> ClientCore::Allocate(const proto::AllocReque
   return lease;
 }
 
-Result<std::unique_ptr<LeaseState>> ClientCore::Attach(const std::string& name) {
+Result<std::unique_ptr<LeaseState>> ClientCore::Attach(const std::string& name,
+                                                       std::optional<uint32_t> owner_uid) {
   std::unique_ptr<LeaseState> lease;
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(ReconnectTimeoutMs());
@@ -343,6 +367,7 @@ Result<std::unique_ptr<LeaseState>> ClientCore::Attach(const std::string& name) 
     std::lock_guard<std::mutex> lock(mu_);
     proto::AttachRequest req;
     req.set_name(name);
+    if (owner_uid) req.set_owner_uid(*owner_uid);
     Result<wire::Frame> frame = CallMessageRecovering(req);
     if (!frame.ok()) return frame.status();
     proto::AttachReply reply;
@@ -353,7 +378,7 @@ Result<std::unique_ptr<LeaseState>> ClientCore::Attach(const std::string& name) 
       continue;
     }
     CXLPOOL_RETURN_IF_ERROR(st);
-    Result<std::unique_ptr<LeaseState>> l = MapReply(std::move(*frame), reply.lease());
+    Result<std::unique_ptr<LeaseState>> l = MapReply(std::move(*frame));
     if (!l.ok()) return l.status();
     lease = std::move(*l);
     break;
@@ -375,7 +400,10 @@ Status ClientCore::Release(uint64_t lease_id, int fd, uint64_t size) {
   if (!frame.ok()) {
     if (!ConnectionLost(st)) return st;
     CXLPOOL_RETURN_IF_ERROR(ReconnectLocked());
-  } else if (st.code() != Code::kPermissionDenied || generation_ == 0) {
+  } else if ((st.code() != Code::kPermissionDenied && st.code() != Code::kNotFound) ||
+             generation_ == 0) {
+    // After a reconnect the new daemon may not know the lease yet (a
+    // non-owner gets NOT_FOUND, its owner PERMISSION_DENIED).
     return st;
   }
   Result<bool> back = ReclaimOne(lease_id, fd, size);
@@ -384,6 +412,21 @@ Status ClientCore::Release(uint64_t lease_id, int fd, uint64_t size) {
   frame = CallMessage(req);
   if (!frame.ok()) return frame.status();
   return wire::DecodeReply(*frame, &reply);
+}
+
+void ClientCore::ToReclaimInfo(const LeaseInfo& l, uint64_t size, proto::LeaseInfo* out) {
+  out->set_id(l.id);
+  out->set_size_bytes(size);
+  out->set_requested_bytes(l.requested_bytes);
+  out->set_numa_node(l.numa_node);
+  out->set_kind(l.kind);
+  out->set_label(l.label);
+  out->set_name(l.name);
+  out->set_owner_uid(l.owner_uid);
+  out->set_owner_gid(l.owner_gid);
+  out->set_backing(l.backing);
+  out->set_page_size(l.page_size);
+  out->set_pool(l.pool);
 }
 
 Result<bool> ClientCore::ReclaimOne(uint64_t lease_id, int fd, uint64_t size) {
@@ -459,15 +502,18 @@ Status ClientCore::ReclaimLocked() {
     uint64_t id;
     uint64_t size;
     UniqueFd fd;
+    LeaseInfo info;
   };
   std::vector<Item> items;
   {
     std::lock_guard<std::mutex> lock(leases_mu_);
     for (const auto& [id, lease] : leases_) {
+      // A lease of several extents has no single fd (fd() < 0): handing
+      // those back needs a RECLAIM form that carries every extent's fd.
       if (lease->revoked() || lease->fd() < 0) continue;
       UniqueFd dup(::fcntl(lease->fd(), F_DUPFD_CLOEXEC, 0));
       if (!dup.valid()) return Status::FromErrno(errno, "dup lease fd for reclaim");
-      items.push_back(Item{id, lease->size(), std::move(dup)});
+      items.push_back(Item{id, lease->size(), std::move(dup), lease->info()});
     }
   }
   size_t accepted = 0;
@@ -476,9 +522,7 @@ Status ClientCore::ReclaimLocked() {
     proto::ReclaimRequest rr;
     std::vector<int> fds;
     for (size_t i = at; i < end; ++i) {
-      proto::LeaseInfo* info = rr.add_leases();
-      info->set_id(items[i].id);
-      info->set_size_bytes(items[i].size);
+      ToReclaimInfo(items[i].info, items[i].size, rr.add_leases());
       fds.push_back(items[i].fd.get());
     }
     Result<std::string> payload = wire::Encode(rr, max_payload_bytes_);
@@ -639,7 +683,7 @@ void ClientCore::Untrack(LeaseState* lease) {
 
 // ---------------------------------------------------------------- LeaseState
 
-LeaseState::LeaseState(std::shared_ptr<ClientCore> core, Mapping mapping, LeaseInfo info)
+LeaseState::LeaseState(std::shared_ptr<ClientCore> core, ExtentMapping mapping, LeaseInfo info)
     : core_(std::move(core)), mapping_(std::move(mapping)), info_(std::move(info)) {}
 
 LeaseState::~LeaseState() {

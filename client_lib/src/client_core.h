@@ -16,7 +16,7 @@
 // rejects is marked revoked and the reason logged. ALLOC/ATTACH refused
 // with "daemon restarting" (grace period) are retried within the same bound.
 //
-// LeaseState owns a lease's fd and mapping (Mapping) and its CUDA
+// LeaseState owns a lease's fds and mapping (ExtentMapping) and its CUDA
 // registration, independent of the connection: it holds a shared_ptr to the
 // core only to send the release request, so the mapping survives a broken
 // connection (and a later reconnect can hand the fd back to the daemon).
@@ -32,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -42,7 +43,7 @@
 #include "cxlpool/common/status.h"
 #include "cxlpool/common/unique_fd.h"
 #include "cxlpool/proto/ipc.h"
-#include "mapping.h"
+#include "extent_mapping.h"
 
 namespace cxlpool {
 namespace detail {
@@ -61,7 +62,9 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
 
   // Sends an AllocRequest (private or named) and maps the reply's fd.
   Result<std::unique_ptr<LeaseState>> Allocate(const proto::AllocRequest& req);
-  Result<std::unique_ptr<LeaseState>> Attach(const std::string& name);
+  // The shared lease `name` of `owner_uid` (nullopt: the caller's own uid).
+  Result<std::unique_ptr<LeaseState>> Attach(const std::string& name,
+                                             std::optional<uint32_t> owner_uid);
   // ReleaseRequest for one lease id. After a reconnect the lease (its `fd`
   // and `size`) is handed back first, so the new daemon can free it.
   Status Release(uint64_t lease_id, int fd, uint64_t size);
@@ -101,11 +104,18 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
                            std::span<const int> fds = {});
   // mu_ held: hands one lease back (RECLAIM); true if the daemon took it.
   Result<bool> ReclaimOne(uint64_t lease_id, int fd, uint64_t size);
+  // What a RECLAIM entry says of a lease: everything the daemon told us
+  // (hints for a daemon whose journal lost it).
+  static void ToReclaimInfo(const LeaseInfo& l, uint64_t size, proto::LeaseInfo* out);
   template <typename Req>
   Result<wire::Frame> CallMessage(const Req& req);
   Status Broken(Status s);
   void HandleEvent(const wire::Frame& frame);
-  Result<std::unique_ptr<LeaseState>> MapReply(wire::Frame frame, const proto::LeaseInfo& info);
+  // mu_ held: reads the reply's EXTENT_FDS frames, if any, and maps every
+  // extent as one range.
+  Result<std::unique_ptr<LeaseState>> MapReply(wire::Frame frame);
+  // mu_ held: the next frame on the connection, whatever it is.
+  Result<wire::Frame> ReadFrame();
 
   std::mutex mu_;  // guards everything below up to leases_mu_
   UniqueFd sock_;
@@ -132,7 +142,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
 
 class LeaseState {
  public:
-  LeaseState(std::shared_ptr<ClientCore> core, Mapping mapping, LeaseInfo info);
+  LeaseState(std::shared_ptr<ClientCore> core, ExtentMapping mapping, LeaseInfo info);
   ~LeaseState();  // Release(), errors ignored
   LeaseState(const LeaseState&) = delete;
   LeaseState& operator=(const LeaseState&) = delete;
@@ -140,7 +150,9 @@ class LeaseState {
   void* data() const { return mapping_.data(); }
   uint64_t size() const { return mapping_.size(); }
   const LeaseInfo& info() const { return info_; }
+  // The lease's fd; -1 for a lease of several extents (mapping().extents()).
   int fd() const { return mapping_.fd(); }
+  const ExtentMapping& mapping() const { return mapping_; }
   bool revoked() const { return revoked_.load(std::memory_order_acquire); }
   void MarkRevoked() { revoked_.store(true, std::memory_order_release); }
 
@@ -154,7 +166,7 @@ class LeaseState {
 
  private:
   std::shared_ptr<ClientCore> core_;
-  Mapping mapping_;
+  ExtentMapping mapping_;
   LeaseInfo info_;
   cuda::CudaRegistration cuda_;
   Status cuda_status_{Code::kNotFound, "the lease is not registered with CUDA"};

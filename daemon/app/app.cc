@@ -317,11 +317,6 @@ int RunDaemon(const DaemonFlags& command_line) {
       return 1;
     }
     store = std::move(*s);
-    std::set<uint64_t> journalled;
-    for (const auto& [id, rec] : store->state().leases) journalled.insert(id);
-    for (const auto& [id, fd] : stored) {
-      if (!journalled.count(id)) store->ForgetStoredFd(id);
-    }
   } else {
     CXLPOOL_LOG(kWarning) << "no state directory (--socket without --state-dir): leases will "
                              "not survive a restart of this daemon";
@@ -343,7 +338,9 @@ int RunDaemon(const DaemonFlags& command_line) {
   } hand_over{store ? &leases : nullptr};
   if (store) {
     leases.EnableRestart(store.get(), probe.get(), store->next_id());
-    leases.Recover(store->JournalledLeases(), std::move(stored), grace);
+    // Stored fds the journal has no record of are accounted again there
+    // (journal damage); those that cannot be are dropped from the store.
+    leases.Recover(store->JournalledLeases(), std::move(stored), grace, HealthOf(store->state()));
     CXLPOOL_LOG(kInfo) << "lease journal: " << store->state().records_replayed
                        << " records replayed from " << state_dir << "/leases.journal";
   }

@@ -13,19 +13,6 @@
 
 namespace cxlpool {
 
-std::vector<gid_t> ParseStatusGroups(const std::string& status_text) {
-  std::vector<gid_t> out;
-  for (const auto& line : Split(status_text, '\n')) {
-    if (!StartsWith(line, "Groups:")) continue;
-    for (const auto& f : SplitWhitespace(std::string_view(line).substr(7))) {
-      auto v = ParseU64(f);
-      if (v && *v < 0xffffffffull) out.push_back(static_cast<gid_t>(*v));
-    }
-    break;
-  }
-  return out;
-}
-
 DaemonHandler::DaemonHandler(LeaseManager* leases, const FileSystem* proc, HandlerOptions options)
     : leases_(leases), proc_(proc), options_(std::move(options)) {}
 
@@ -166,7 +153,9 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
       proto::AttachRequest in;
       if (Status st = DecodeAs(req, &in); !st.ok()) return MakeErrorReply(st);
       if (Status st = leases_->GraceRefusal(); !st.ok()) return MakeErrorReply(st);
-      auto g = leases_->Attach(conn, in.name());
+      std::optional<uid_t> owner;
+      if (in.has_owner_uid()) owner = in.owner_uid();
+      auto g = leases_->Attach(conn, in.name(), owner);
       if (!g.ok()) return MakeErrorReply(g.status());
       proto::AttachReply out;
       ToProto(g->lease, out.mutable_lease());
@@ -229,7 +218,8 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
       proto::QuotasRequest in;
       if (Status st = DecodeAs(req, &in); !st.ok()) return MakeErrorReply(st);
       proto::QuotasReply out;
-      for (const auto& q : leases_->Quotas()) ToProto(q, out.add_quotas());
+      // Other tenants' rules and usage are for admins.
+      for (const auto& q : leases_->QuotasVisibleTo(conn)) ToProto(q, out.add_quotas());
       return Encoded(out);
     }
     case proto::MSG_QUOTA_SET_REQUEST: {
@@ -247,7 +237,8 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
       proto::MetricsRequest in;
       if (Status st = DecodeAs(req, &in); !st.ok()) return MakeErrorReply(st);
       proto::MetricsReply out;
-      out.set_text(MetricsText());
+      // Aggregate families for everyone; per-tenant ones for admins.
+      out.set_text(MetricsText(leases_->IsAdmin(conn)));
       return Encoded(out);
     }
     case proto::MSG_RECLAIM_REQUEST:
@@ -274,8 +265,14 @@ Reply DaemonHandler::Reclaim(ConnectionId conn, const Request& req) {
   std::vector<LeaseManager::ReclaimItem> items;
   for (int i = 0; i < in.leases_size(); ++i) {
     LeaseManager::ReclaimItem item;
-    item.id = in.leases(i).id();
-    item.size_bytes = in.leases(i).size_bytes();
+    const proto::LeaseInfo& info = in.leases(i);
+    item.id = info.id();
+    item.size_bytes = info.size_bytes();
+    item.pool = info.pool();
+    item.name = info.name();
+    item.label = info.label();
+    item.backing = info.backing();
+    item.owner_uid = info.owner_uid();
     item.fd.Reset(::dup(req.fds[static_cast<size_t>(i)].get()));
     items.push_back(std::move(item));
   }
@@ -294,6 +291,8 @@ Reply DaemonHandler::Reclaim(ConnectionId conn, const Request& req) {
   return Encoded(out);
 }
 
-std::string DaemonHandler::MetricsText() { return metrics_.Render(*leases_, ReadProcessFacts()); }
+std::string DaemonHandler::MetricsText(bool tenants) {
+  return metrics_.Render(*leases_, ReadProcessFacts(), tenants);
+}
 
 }  // namespace cxlpool

@@ -19,6 +19,7 @@
 
 #include "cxlpool/common/clock.h"
 #include "cxlpool/common/fs.h"
+#include "cxlpool/common/proc.h"  // ParseStatusGroups
 #include "handler/daemon_metrics.h"
 #include "lease/lease_manager.h"
 #include "server/handler.h"
@@ -50,7 +51,9 @@ class DaemonHandler final : public RequestHandler {
   void OnDisconnect(ConnectionId conn) override;
 
   // The Prometheus exposition (MSG_METRICS_REQUEST, the HTTP endpoint).
-  std::string MetricsText();
+  // `tenants`: with the per-tenant families (quota rules and usage), which
+  // only admins get over the socket; the HTTP endpoint serves them.
+  std::string MetricsText(bool tenants = true);
   const DaemonMetrics& metrics() const { return metrics_; }
 
  private:
@@ -66,8 +69,5 @@ class DaemonHandler final : public RequestHandler {
   // const pointer), so its JSON is rendered once, on the first TOPOLOGY.
   std::string topology_json_;
 };
-
-// "Groups:\t10 27 1000" from /proc/<pid>/status -> {10, 27, 1000}.
-std::vector<gid_t> ParseStatusGroups(const std::string& status_text);
 
 }  // namespace cxlpool

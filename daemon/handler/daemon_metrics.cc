@@ -21,22 +21,27 @@ constexpr const char* kLatency = "cxlpool_grant_latency_seconds";
 constexpr const char* kRefusals = "cxlpool_refusals_total";
 constexpr const char* kReclaims = "cxlpool_reclaims_total";
 constexpr const char* kEvents = "cxlpool_lease_events_total";
+constexpr const char* kRecovered = "cxlpool_unjournalled_leases_total";
 
 // Lease-manager counters and the family (and label) each is exported as.
 struct CounterMap {
   const char* counter;
   const char* family;
-  const char* label;  // label value ("" for an unlabelled family)
-  const char* help;   // the unlabelled family's HELP text
+  const char* label;      // label value ("" for an unlabelled family)
+  const char* help = "";  // the unlabelled family's HELP text
 };
 constexpr CounterMap kCounterMap[] = {
-    {"disconnect_reclaims", kReclaims, "disconnect", ""},
-    {"revokes", kReclaims, "revoke", ""},
-    {"restart_drops", kReclaims, "owner_death", ""},
-    {"frees", kReclaims, "release", ""},
-    {"shutdown_frees", kReclaims, "shutdown", ""},
-    {"journal_failures", kReclaims, "journal_failure", ""},
-    {"acl_refusals", kRefusals, "acl", ""},
+    {"disconnect_reclaims", kReclaims, "disconnect"},
+    {"revokes", kReclaims, "revoke"},
+    {"restart_drops", kReclaims, "owner_death"},
+    {"frees", kReclaims, "release"},
+    {"shutdown_frees", kReclaims, "shutdown"},
+    {"journal_failures", kReclaims, "journal_failure"},
+    {"unjournalled_unclaimed", kReclaims, "unclaimed_after_damage"},
+    {"unjournalled_adopted", kRecovered, "adopted"},
+    {"fd_store_orphans", kRecovered, "orphan"},
+    {"unjournalled_revokes", kRecovered, "revoked"},
+    {"acl_refusals", kRefusals, "acl"},
     {"releases", "cxlpool_releases_total", "",
      "RELEASE requests handled: a holder let go of a lease (the lease ends with its last "
      "holder)."},
@@ -68,6 +73,13 @@ constexpr const char* kLeaseEvents[] = {
 // A limit where 0 means none, as Prometheus spells it: +Inf.
 double LimitValue(uint64_t v) {
   return v == 0 ? std::numeric_limits<double>::infinity() : static_cast<double>(v);
+}
+
+// The label of a labelled family in kCounterMap.
+const char* LabelName(const char* family) {
+  if (family == kReclaims) return "cause";
+  if (family == kRecovered) return "outcome";
+  return "reason";
 }
 
 std::string TierLabel(const std::optional<int>& t) {
@@ -113,6 +125,17 @@ DaemonMetrics::DaemonMetrics() {
   reg_.AddGauge("cxlpool_pending_builds", "Backings being built (leases and warm stock).");
   reg_.AddGauge("cxlpool_pending_reclaims", "Released backings being reclaimed on workers.");
   reg_.AddGauge("cxlpool_waiting_allocs", "Allocations waiting for reclaims in flight.");
+  reg_.AddGauge(
+      "cxlpool_journal_damaged",
+      "1 if the lease journal was found damaged or lost at start, or a holder reclaimed a "
+      "lease it did not know (see the log).");
+  reg_.AddGauge("cxlpool_journal_skipped_bytes",
+                "Bytes of damaged journal records replay went past at start.");
+  reg_.AddGauge("cxlpool_journal_dropped_tail_bytes",
+                "Bytes of torn or unreadable journal tail dropped at start.");
+  reg_.AddCounter(kRecovered,
+                  "Leases the journal did not know, by outcome: accounted again (adopted: from a "
+                  "reclaim; orphan: from the fd store) or revoked (could not be accounted).");
   reg_.AddCounter(kGrants, "Leases granted, by pool and source (warm stock or cold build).");
   reg_.AddHistogram(kLatency, "Time from an ALLOC request to its grant, by pool and source.",
                     MetricsRegistry::LatencyBuckets());
@@ -124,7 +147,7 @@ DaemonMetrics::DaemonMetrics() {
   reg_.AddCounter(kReclaims,
                   "Leases ended, by cause: release (last holder let go), disconnect (holders "
                   "gone), revoke (admin), owner_death (holder gone across a restart), shutdown, "
-                  "journal_failure.");
+                  "journal_failure, unclaimed_after_damage.");
   reg_.AddCounter(kEvents,
                   "Other lease-manager events, by name: reclaims and reclaim_rejects (leases "
                   "handed back after a restart), restart_adopted and restart_awaiting (journalled "
@@ -148,10 +171,10 @@ DaemonMetrics::DaemonMetrics() {
   // Every counter at 0 from the start, before its first event.
   for (const char* r : kRefusalReasons) reg_.SetCounter(kRefusals, {{"reason", r}}, 0);
   for (const auto& m : kCounterMap) {
-    if (m.family == kReclaims) {
-      reg_.SetCounter(kReclaims, {{"cause", m.label}}, 0);
-    } else if (m.label[0] == '\0') {
+    if (m.label[0] == '\0') {
       reg_.SetCounter(m.family, {}, 0);
+    } else {
+      reg_.SetCounter(m.family, {{LabelName(m.family), m.label}}, 0);
     }
   }
   for (const char* e : kLeaseEvents) reg_.SetCounter(kEvents, {{"event", e}}, 0);
@@ -179,7 +202,8 @@ void DaemonMetrics::OnGranted(const LeaseSnapshot& lease, int64_t latency_ns) {
   c.latency.Observe(latency_ns > 0 ? static_cast<double>(latency_ns) / 1e9 : 0.0);
 }
 
-std::string DaemonMetrics::Render(const LeaseManager& leases, const ProcessFacts& facts) {
+std::string DaemonMetrics::Render(const LeaseManager& leases, const ProcessFacts& facts,
+                                  bool tenants) {
   static constexpr const char* kPoolGauges[] = {
       "cxlpool_pool_capacity_bytes", "cxlpool_pool_leased_bytes", "cxlpool_pool_warm_bytes",
       "cxlpool_pool_free_bytes",     "cxlpool_pool_leases",       "cxlpool_pool_reclaiming_bytes"};
@@ -206,6 +230,9 @@ std::string DaemonMetrics::Render(const LeaseManager& leases, const ProcessFacts
   reg_.Set("cxlpool_pending_builds", gauge("pending_builds"));
   reg_.Set("cxlpool_pending_reclaims", gauge("pending_reclaims"));
   reg_.Set("cxlpool_waiting_allocs", gauge("waiting_allocs"));
+  reg_.Set("cxlpool_journal_damaged", gauge("journal_damaged"));
+  reg_.Set("cxlpool_journal_skipped_bytes", gauge("journal_skipped_bytes"));
+  reg_.Set("cxlpool_journal_dropped_tail_bytes", gauge("journal_dropped_tail_bytes"));
 
   for (const auto& [name, value] : leases.Counters()) {
     double v = static_cast<double>(value);
@@ -223,8 +250,7 @@ std::string DaemonMetrics::Render(const LeaseManager& leases, const ProcessFacts
     } else if (hit->label[0] == '\0') {
       reg_.SetCounter(hit->family, {}, v);
     } else {
-      reg_.SetCounter(hit->family, {{hit->family == kReclaims ? "cause" : "reason", hit->label}},
-                      v);
+      reg_.SetCounter(hit->family, {{LabelName(hit->family), hit->label}}, v);
     }
   }
 
@@ -232,7 +258,7 @@ std::string DaemonMetrics::Render(const LeaseManager& leases, const ProcessFacts
       "cxlpool_quota_used_bytes", "cxlpool_quota_max_bytes", "cxlpool_quota_used_leases",
       "cxlpool_quota_max_leases"};
   for (const char* g : kQuotaGauges) reg_.BeginGaugeRefresh(g);
-  for (const auto& q : leases.Quotas()) {
+  for (const auto& q : tenants ? leases.Quotas() : std::vector<QuotaUsage>()) {
     Labels l{{"scope", QuotaScopeName(q.rule.scope)},
              {"subject", q.rule.subject},
              {"tier", q.rule.tier.empty() ? "all" : q.rule.tier}};

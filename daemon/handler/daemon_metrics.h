@@ -52,7 +52,9 @@ class DaemonMetrics {
 
   // The exposition text: refreshes the read-at-scrape families from
   // `leases` and `facts`, then renders every family.
-  std::string Render(const LeaseManager& leases, const ProcessFacts& facts);
+  // `tenants` false: the per-tenant families (cxlpool_quota_*) carry no
+  // samples (what a non-admin gets over the socket).
+  std::string Render(const LeaseManager& leases, const ProcessFacts& facts, bool tenants = true);
 
   const MetricsRegistry& registry() const { return reg_; }
 

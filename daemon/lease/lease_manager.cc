@@ -146,7 +146,7 @@ void LeaseManager::Free(uint64_t id, const char* counter, std::function<void()> 
   // truncated them; the tenant's quota is free now.
   l.pool->BeginReclaim(l.size);
   quotas_.Uncharge(TenantOf(l.owner), l.tier, l.size);
-  if (!l.name.empty()) names_.erase(l.name);
+  if (!l.name.empty()) names_.erase(NameKey(l.owner.uid, l.name));
   auto u = by_uid_.find(l.owner.uid);
   if (u != by_uid_.end()) {
     u->second.erase(id);
@@ -279,7 +279,7 @@ uint64_t LeaseManager::Insert(ConnId conn, const AllocParams& p, Pool* pool, uin
   l.refs = 1;
   conns_.at(conn).held.insert(id);
   by_uid_[l.owner.uid].insert(id);
-  if (!p.name.empty()) names_[p.name] = id;
+  if (!p.name.empty()) names_[NameKey(l.owner.uid, p.name)] = id;
   Count("grants");
   return id;
 }
@@ -308,32 +308,14 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
   if (p.name.empty() && (!p.acl_uids.empty() || !p.acl_gids.empty())) {
     return refuse(Status(Code::kInvalidArgument, "an ACL needs a shared name"));
   }
-  if (!p.name.empty() && names_.count(p.name)) {
-    return refuse(Status(Code::kAlreadyExists, "a shared lease named '" + p.name + "' exists"));
+  // Names are per owner uid: only the caller's own namespace can clash.
+  const std::string name_key = p.name.empty() ? "" : NameKey(c->second.caller.uid, p.name);
+  if (!p.name.empty() && names_.count(name_key)) {
+    return refuse(Status(Code::kAlreadyExists, "you (uid " + std::to_string(c->second.caller.uid) +
+                                                   ") already have a shared lease named '" +
+                                                   p.name + "'"));
   }
-  {
-    // Fds: leases, builds, connections, plus the listening socket, journal,
-    // warm stock and libraries' own. Maps: the same leases, plus the
-    // process's ordinary mappings.
-    constexpr uint64_t kFdReserve = 128, kMapReserve = 1024;
-    const uint64_t per_lease = leases_.size() + pending_builds_ + pending_reclaims_;
-    if (per_lease + conns_.size() + kFdReserve >= limits_.max_fds) {
-      return refuse(
-          Status(Code::kResourceExhausted, "daemon fd limit: " + std::to_string(leases_.size()) +
-                                               " leases held and RLIMIT_NOFILE is " +
-                                               std::to_string(limits_.max_fds) +
-                                               "; raise LimitNOFILE= for cxlpoold"),
-          "daemon_limit");
-    }
-    if (per_lease + kMapReserve >= limits_.max_maps) {
-      return refuse(
-          Status(Code::kResourceExhausted,
-                 "daemon mapping limit: " + std::to_string(leases_.size()) +
-                     " leases held and vm.max_map_count is " + std::to_string(limits_.max_maps) +
-                     "; raise it (sysctl vm.max_map_count)"),
-          "daemon_limit");
-    }
-  }
+  if (Status lim = CheckDaemonLimits(); !lim.ok()) return refuse(lim, "daemon_limit");
   PlacementRequest pr;
   pr.numa_node = p.numa_node;
   pr.gpu = p.gpu;
@@ -404,7 +386,7 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
     // Build (on a worker, or here when small); quota and capacity are held
     // meanwhile.
     quotas_.Charge(tenant, tier, *size);
-    if (!p.name.empty()) names_[p.name] = 0;
+    if (!p.name.empty()) names_[name_key] = 0;
     Count("warm_misses");
     ++pending_builds_;
     uint64_t sz = *size;
@@ -413,8 +395,8 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
     std::weak_ptr<bool> alive = alive_;
     // Runs on the loop once the backing is built.
     auto complete = [this, alive, pool, sz, conn, p = std::move(p), reason = std::move(reason),
-                     done = std::move(done), tier,
-                     owner](Result<std::unique_ptr<Backing>> built) mutable {
+                     done = std::move(done), tier, owner,
+                     name_key](Result<std::unique_ptr<Backing>> built) mutable {
       auto a = alive.lock();
       if (!a || !*a) return;  // manager gone; `built` reclaims itself
       --pending_builds_;
@@ -423,7 +405,7 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
         pool->CancelReserve(sz);
         // The charge was made against the caller at request time.
         quotas_.Uncharge(owner, tier, sz);
-        if (!p.name.empty()) names_.erase(p.name);
+        if (!p.name.empty()) names_.erase(name_key);
         Count(built.ok() ? "abandoned_builds" : "build_failures");
         Count("refusals");
         Count(built.ok() ? "refusals_unavailable" : "refusals_build_failed");
@@ -467,13 +449,22 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
          first_reason);
 }
 
+namespace {
+// One answer for "no such lease" and "not yours to see".
+Status NoLease(uint64_t id) { return Status(Code::kNotFound, "no lease " + std::to_string(id)); }
+}  // namespace
+
 Status LeaseManager::Release(ConnId conn, uint64_t id) {
   auto it = leases_.find(id);
   if (it == leases_.end()) {
-    if (revoked_.count(id))
+    auto r = revoked_.find(id);
+    const CallerInfo* c = Caller(conn);
+    if (r != revoked_.end() && c != nullptr &&
+        (c->is_admin || std::find(r->second.begin(), r->second.end(), c->uid) != r->second.end()))
       return Status(Code::kRevoked, "lease " + std::to_string(id) + " was revoked by an admin");
-    return Status(Code::kNotFound, "no lease " + std::to_string(id));
+    return NoLease(id);
   }
+  if (!Visible(it->second, conn)) return NoLease(id);
   auto h = it->second.holders.find(conn);
   if (h == it->second.holders.end()) {
     return Status(Code::kPermissionDenied,
@@ -489,31 +480,46 @@ Status LeaseManager::Release(ConnId conn, uint64_t id) {
   return Status::Ok();
 }
 
-Result<Granted> LeaseManager::Attach(ConnId conn, const std::string& name) {
+bool LeaseManager::InAcl(const Lease& l, const CallerInfo& who) {
+  auto has = [](const std::vector<uint32_t>& v, uint32_t x) {
+    return std::find(v.begin(), v.end(), x) != v.end();
+  };
+  if (who.uid == 0 || who.uid == l.owner.uid || has(l.acl_uids, who.uid) ||
+      has(l.acl_gids, who.gid)) {
+    return true;
+  }
+  for (gid_t g : who.groups) {
+    if (has(l.acl_gids, g)) return true;
+  }
+  return false;
+}
+
+Result<Granted> LeaseManager::Attach(ConnId conn, const std::string& name,
+                                     std::optional<uid_t> owner_uid) {
   auto c = conns_.find(conn);
   if (c == conns_.end()) return Status(Code::kInternal, "unknown connection");
-  auto n = names_.find(name);
-  if (n == names_.end()) return Status(Code::kNotFound, "no shared lease named '" + name + "'");
+  const CallerInfo& who = c->second.caller;
+  const uid_t owner = owner_uid.value_or(who.uid);
+  // The same answer whether the name does not exist or the caller may not
+  // attach to it; the refusal counter counts both alike.
+  auto not_found = [&] {
+    Count("acl_refusals");
+    return Status(Code::kNotFound, "no shared lease '" + name + "' of uid " +
+                                       std::to_string(owner) + " that uid " +
+                                       std::to_string(who.uid) + " may attach");
+  };
+  auto n = names_.find(NameKey(owner, name));
+  if (n == names_.end()) return not_found();
   if (n->second == 0) {
+    // Its ACL is not known before the lease exists: only its owner hears.
+    if (who.uid != owner) return not_found();
     return Status(Code::kUnavailable, "shared lease '" + name + "' is still being built");
   }
   Lease& l = leases_.at(n->second);
+  if (!InAcl(l, who)) return not_found();
   if (l.awaited_memory) {
     return Status(Code::kUnavailable,
                   "shared lease '" + name + "' awaits its holders' reclaim after a daemon restart");
-  }
-  const CallerInfo& who = c->second.caller;
-  bool ok = who.uid == 0 || who.uid == l.owner.uid ||
-            std::find(l.acl_uids.begin(), l.acl_uids.end(), who.uid) != l.acl_uids.end() ||
-            std::find(l.acl_gids.begin(), l.acl_gids.end(), who.gid) != l.acl_gids.end();
-  for (gid_t g : who.groups) {
-    if (ok) break;
-    ok = std::find(l.acl_gids.begin(), l.acl_gids.end(), g) != l.acl_gids.end();
-  }
-  if (!ok) {
-    Count("acl_refusals");
-    return Status(Code::kPermissionDenied, "uid " + std::to_string(who.uid) +
-                                               " is not in the ACL of shared lease '" + name + "'");
   }
   bool new_holder = l.holders[conn]++ == 0;
   l.refs += 1;
@@ -532,15 +538,62 @@ bool LeaseManager::Visible(const Lease& l, ConnId conn) const {
 Result<LeaseSnapshot> LeaseManager::Stat(ConnId conn, uint64_t id) const {
   auto it = leases_.find(id);
   if (it == leases_.end()) {
-    if (revoked_.count(id))
+    auto r = revoked_.find(id);
+    const CallerInfo* c = Caller(conn);
+    if (r != revoked_.end() && c != nullptr &&
+        (c->is_admin || std::find(r->second.begin(), r->second.end(), c->uid) != r->second.end()))
       return Status(Code::kRevoked, "lease " + std::to_string(id) + " was revoked by an admin");
-    return Status(Code::kNotFound, "no lease " + std::to_string(id));
+    return NoLease(id);
   }
-  if (!Visible(it->second, conn)) {
-    return Status(Code::kPermissionDenied, "lease " + std::to_string(id) + " belongs to uid " +
-                                               std::to_string(it->second.owner.uid));
-  }
+  if (!Visible(it->second, conn)) return NoLease(id);
   return Snapshot(it->second);
+}
+
+std::vector<QuotaUsage> LeaseManager::QuotasVisibleTo(ConnId conn) const {
+  const CallerInfo* c = Caller(conn);
+  if (c == nullptr) return {};
+  std::vector<QuotaUsage> all = quotas_.Rules();
+  if (c->is_admin) return all;
+  const Tenant t = TenantOf(*c);
+  std::vector<QuotaUsage> out;
+  for (auto& q : all) {
+    bool mine = false;
+    switch (q.rule.scope) {
+      case QuotaScope::kUid:
+        mine = q.rule.id == t.uid;
+        break;
+      case QuotaScope::kGid:
+        mine = q.rule.id == t.gid;
+        break;
+      case QuotaScope::kCgroup:
+        mine = !t.cgroup.empty() && (q.rule.subject == "/" || t.cgroup == q.rule.subject ||
+                                     StartsWith(t.cgroup, q.rule.subject + "/"));
+        break;
+    }
+    if (mine) out.push_back(std::move(q));
+  }
+  return out;
+}
+
+Status LeaseManager::CheckDaemonLimits() const {
+  // Fds: leases, builds, connections, plus the listening socket, journal,
+  // warm stock and libraries' own. Maps: the same leases, plus the
+  // process's ordinary mappings.
+  constexpr uint64_t kFdReserve = 128, kMapReserve = 1024;
+  const uint64_t per_lease = leases_.size() + pending_builds_ + pending_reclaims_;
+  if (per_lease + conns_.size() + kFdReserve >= limits_.max_fds) {
+    return Status(Code::kResourceExhausted, "daemon fd limit: " + std::to_string(leases_.size()) +
+                                                " leases held and RLIMIT_NOFILE is " +
+                                                std::to_string(limits_.max_fds) +
+                                                "; raise LimitNOFILE= for cxlpoold");
+  }
+  if (per_lease + kMapReserve >= limits_.max_maps) {
+    return Status(Code::kResourceExhausted,
+                  "daemon mapping limit: " + std::to_string(leases_.size()) +
+                      " leases held and vm.max_map_count is " + std::to_string(limits_.max_maps) +
+                      "; raise it (sysctl vm.max_map_count)");
+  }
+  return Status::Ok();
 }
 
 Result<std::vector<LeaseSnapshot>> LeaseManager::List(ConnId conn, bool all) const {
@@ -570,13 +623,17 @@ void LeaseManager::Revoke(ConnId conn, uint64_t id, RevokeDone done) {
     if (revoked_.count(id)) {
       return done(Status(Code::kRevoked, "lease " + std::to_string(id) + " was already revoked"));
     }
-    return done(Status(Code::kNotFound, "no lease " + std::to_string(id)));
+    return done(NoLease(id));
   }
   std::vector<ConnId> holders;
-  for (const auto& [h, n] : it->second.holders) holders.push_back(h);
+  std::vector<uid_t> uids{it->second.owner.uid};
+  for (const auto& [h, n] : it->second.holders) {
+    holders.push_back(h);
+    if (const CallerInfo* hc = Caller(h); hc != nullptr) uids.push_back(hc->uid);
+  }
   std::sort(holders.begin(), holders.end());
   if (revoked_.size() >= kMaxRevokedRemembered) revoked_.clear();
-  revoked_.insert(id);
+  revoked_[id] = std::move(uids);
   // The holders hear of it only once the memory is truncated, so their next
   // access after the event SIGBUSes.
   Free(id, "revokes", [done = std::move(done), holders = std::move(holders)]() mutable {
@@ -651,6 +708,11 @@ std::map<std::string, uint64_t> LeaseManager::Gauges() const {
   g["reclaiming_bytes"] = reclaiming;
   g["warm_bytes"] = warm;
   g["capacity_bytes"] = cap;
+  // What the last start found wrong with the journal (docs/daemon.md).
+  g["journal_damaged"] = health_.damaged ? 1 : 0;
+  g["journal_skipped_regions"] = health_.skipped_regions;
+  g["journal_skipped_bytes"] = health_.skipped_bytes;
+  g["journal_dropped_tail_bytes"] = health_.dropped_tail_bytes;
   return g;
 }
 

@@ -7,6 +7,13 @@
 //
 // Nothing here knows protobuf or sockets; the handler translates.
 //
+// Names and visibility (docs/daemon.md, "Leases, sharing, disconnect"):
+// shared names live in one namespace per owner uid, so nobody can take a
+// name another tenant means to use; an attach names the owner (default: the
+// caller's own uid) and the reply says who owns the lease. A caller that
+// may not see a lease or a name gets the same NOT_FOUND, with the same
+// text, as for one that does not exist.
+//
 // Releasing is asynchronous: a freed lease leaves the table, its names and
 // its tenant's quota at once, but its memory (truncate, unmap, close of the
 // backing) is reclaimed on `workers`. Until that finishes the pool counts
@@ -65,6 +72,11 @@ struct CallerInfo {
   bool is_admin = false;
   uint64_t start_time = 0;  // /proc/<pid>/stat field 22 (restart: pid reuse); 0 unknown
 };
+
+// The key of a shared name in names_: one namespace per owner uid.
+inline std::string NameKey(uid_t owner, const std::string& name) {
+  return std::to_string(owner) + "/" + name;
+}
 
 // The tenant a caller's leases are charged to (quotas, priority class).
 inline Tenant TenantOf(const CallerInfo& c) {
@@ -151,11 +163,18 @@ class LeaseManager {
   // bad tier, ...), NOT_FOUND (GPU/node), ALREADY_EXISTS (name), RESOURCE_EXHAUSTED (capacity or
   // quota, naming the limit and usage), and build errors.
   void Allocate(ConnId conn, AllocParams params, AllocDone done);
-  // NOT_FOUND, REVOKED, PERMISSION_DENIED (not held by this connection).
+  // NOT_FOUND (no such lease, or not visible to the caller: one answer),
+  // REVOKED (to those who could see it), PERMISSION_DENIED (the caller's
+  // own lease, held by another of its connections).
   Status Release(ConnId conn, uint64_t id);
-  // NOT_FOUND, PERMISSION_DENIED (ACL), UNAVAILABLE (still being built).
-  Result<Granted> Attach(ConnId conn, const std::string& name);
-  // Visible to the owner uid, the holders and admins; else PERMISSION_DENIED.
+  // The lease named `name` in the namespace of `owner_uid` (default: the
+  // caller's uid). NOT_FOUND (no such name, or the caller is not in its ACL:
+  // one answer), UNAVAILABLE (still being built, or awaiting its reclaim
+  // after a restart; said only to those who may attach).
+  Result<Granted> Attach(ConnId conn, const std::string& name,
+                         std::optional<uid_t> owner_uid = std::nullopt);
+  // Visible to the owner uid, the holders and admins; else NOT_FOUND, as
+  // for an id that does not exist.
   Result<LeaseSnapshot> Stat(ConnId conn, uint64_t id) const;
   // Own leases (owner uid or held), or all (admin only).
   Result<std::vector<LeaseSnapshot>> List(ConnId conn, bool all) const;
@@ -168,6 +187,9 @@ class LeaseManager {
 
   std::vector<PoolSnapshot> Pools() const;
   std::vector<QuotaUsage> Quotas() const { return quotas_.Rules(); }
+  // The rules `conn` may see: all for an admin, else those that apply to
+  // the caller itself (its uid, primary gid, its cgroup or one above it).
+  std::vector<QuotaUsage> QuotasVisibleTo(ConnId conn) const;
   // Tenant policy and pools, for a config reload (quota/quota.h, reload/).
   QuotaTable* mutable_quotas() { return &quotas_; }
   const std::vector<Pool*>& pools() const { return pool_ptrs_; }
@@ -214,6 +236,7 @@ class LeaseManager {
     uint64_t adopted = 0;   // memory taken from the fd store
     uint64_t awaiting = 0;  // waiting for their holders' RECLAIM
     uint64_t dropped = 0;   // every holder gone, or unplaceable
+    uint64_t orphans = 0;   // fd-store leases the journal did not know, accounted again
   };
   // At start, before StartWarmStock: takes the journalled leases back. They
   // are accounted at once (pool, quota, name). `stored` fds (by lease id,
@@ -221,8 +244,16 @@ class LeaseManager {
   // Holders that died meanwhile are struck off; a lease with none left is
   // dropped. Starts a grace period of `grace` (ends early once every lease
   // has its memory back or is dropped).
+  // Journal damage (`health`, docs/daemon.md "Journal damage"): a stored fd
+  // without a journal record is accounted again as an orphan in the pool
+  // holding its pages (its owner is whoever reclaims it first); when leases
+  // of this boot may be missing, or orphans were found, the grace period
+  // runs its full length so their holders can reclaim them before anything
+  // new is granted, and re-adopted leases are kept through it even if
+  // unheld. The damage shows in Gauges() (journal_*) and the log; a later
+  // RECLAIM of a lease the journal did not know sets journal_damaged too.
   RecoveryReport Recover(std::vector<DurableLease> journalled, std::map<uint64_t, UniqueFd> stored,
-                         std::chrono::milliseconds grace);
+                         std::chrono::milliseconds grace, const JournalHealth& health = {});
   bool in_grace() const { return grace_; }
   // During the grace period: UNAVAILABLE "daemon restarting: reclaim in
   // progress, retry in N s"; else OK.
@@ -231,6 +262,14 @@ class LeaseManager {
     uint64_t id = 0;
     uint64_t size_bytes = 0;
     UniqueFd fd;
+    // What the client remembers of the lease (hints for one the journal
+    // lost; never trusted for accounting): its pool, name, backing, and the
+    // owner uid it was told.
+    std::string pool;
+    std::string name;
+    std::string label;
+    std::string backing;
+    std::optional<uid_t> owner_uid;
   };
   struct ReclaimOutcome {
     std::vector<uint64_t> accepted;
@@ -241,6 +280,12 @@ class LeaseManager {
   // (owner uid, ACL, root), and the fd is that lease's memfd; it is then
   // held by `conn` (one reference per item: a lease attached twice on one
   // connection is listed twice). Accepted at any time, not only in grace.
+  // A lease the journal does not know (lost to damage) with an id this
+  // daemon may have granted is accounted again: its size from fstat, its
+  // pool from where its pages are (move_pages), charged to the caller after
+  // the checks an ALLOC passes (quota, priority reserve, pool room, daemon
+  // limits). One that cannot be accounted is revoked (truncated), never left
+  // mapped uncounted. Either way the counters say so.
   ReclaimOutcome Reclaim(ConnId conn, std::vector<ReclaimItem> items);
   // SIGTERM with restart support: forget every lease WITHOUT freeing its
   // memory or journalling its end, so the clients keep their mappings and
@@ -271,6 +316,14 @@ class LeaseManager {
     bool awaited_memory = false;
     uint64_t inode = 0;
     uint64_t inode_dev = 0;
+    // Journal damage: accounted again without a journal record (a RECLAIM
+    // of an unknown lease, or an fd-store orphan). Kept through the grace
+    // period even when unheld; any holder of its memfd may reclaim it.
+    bool unjournalled = false;
+    // The owner is only a stand-in (an orphan, or a reclaimer that said it
+    // was not the owner): the first reclaimer whose uid is the owner it was
+    // told takes the lease (and its quota charge and name) over.
+    bool owner_provisional = false;
   };
   struct Conn {
     CallerInfo caller;
@@ -301,8 +354,15 @@ class LeaseManager {
   LeaseSnapshot Snapshot(const Lease& l) const;
   bool Visible(const Lease& l, ConnId conn) const;
   void Count(const std::string& name, uint64_t by = 1) { counters_[name] += by; }
+  // The refusal, if any, of the daemon's own fd and mapping limits.
+  Status CheckDaemonLimits() const;
+  // A caller that may attach to / hold a shared lease: root, its owner uid,
+  // or in its ACL (uid, primary or supplementary gid).
+  static bool InAcl(const Lease& l, const CallerInfo& who);
   // Restart support (lease_restart.cc).
-  bool Unheld(const Lease& l) const { return l.refs == 0 && l.awaiting.empty(); }
+  bool Unheld(const Lease& l) const {
+    return l.refs == 0 && l.awaiting.empty() && !(l.unjournalled && grace_);
+  }
   DurableLease ToDurable(const Lease& l) const;
   // Journals a new grant (fd >= 0) or a holder change. OK when disabled.
   Status Persist(const Lease& l, int fd);
@@ -319,6 +379,14 @@ class LeaseManager {
   // awaiting lease; frees the unheld.
   void SweepAwaiting(bool check_files, std::optional<HolderId> exited = std::nullopt);
   void WatchHolder(const HolderId& h);
+  // Journal damage: accounts an unknown lease's memfd again (see Reclaim).
+  // `who` null: an fd-store orphan. On error `*revoked` says whether the
+  // memfd (a cxlpool lease that could not be accounted) was truncated.
+  Result<uint64_t> Readopt(uint64_t id, UniqueFd fd, const ReclaimItem* hints,
+                           const CallerInfo* who, bool* revoked);
+  // Moves a lease to a new owner (quota charge, owner's list; and the name
+  // when `confirmed`: the caller says it is the owner).
+  void TakeOver(Lease& l, const CallerInfo& who, const std::string& name, bool confirmed);
   void MaybeEndGrace();
   void EndGrace(const char* why);
 
@@ -362,10 +430,13 @@ class LeaseManager {
   bool retrying_waiters_ = false;
 
   std::unordered_map<uint64_t, Lease> leases_;
-  std::unordered_map<std::string, uint64_t> names_;  // 0: being built
+  // Shared names by NameKey(owner uid, name); 0: being built.
+  std::unordered_map<std::string, uint64_t> names_;
   std::unordered_map<ConnId, Conn> conns_;
   std::unordered_map<uid_t, std::unordered_set<uint64_t>> by_uid_;
-  std::unordered_set<uint64_t> revoked_;
+  // Revoked ids and the uids that could see each (owner, holders): others
+  // get NOT_FOUND for them.
+  std::unordered_map<uint64_t, std::vector<uid_t>> revoked_;
   std::map<std::string, uint64_t> counters_;
 
   // Restart support.
@@ -375,6 +446,8 @@ class LeaseManager {
   bool handed_over_ = false;
   bool awaiting_any_ = false;  // some lease still awaits a holder's reclaim
   bool grace_ = false;
+  bool grace_full_ = false;  // journal damage: no early end (unknown leases may come)
+  JournalHealth health_;
   std::chrono::steady_clock::time_point grace_end_;
   std::shared_ptr<void> grace_timer_;  // boost::asio::steady_timer
   std::map<std::pair<pid_t, uint64_t>, std::shared_ptr<void>> watches_;  // pidfd waits

@@ -1,7 +1,9 @@
 // LeaseManager's restart support: journalling through a LeaseStore,
 // recovery of journalled leases, the grace period, RECLAIM, holder watches
 // and the hand-over at SIGTERM. See lease/restart.h and docs/daemon.md.
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <boost/asio/posix/stream_descriptor.hpp>
@@ -30,18 +32,22 @@ bool SameHolder(const HolderId& a, pid_t pid, uint64_t start_time) {
   return a.pid == pid && (a.start_time == 0 || start_time == 0 || a.start_time == start_time);
 }
 
-bool MayHold(const DurableLease& l, const CallerInfo& who) {
-  auto has = [](const std::vector<uint32_t>& v, uint32_t x) {
-    return std::find(v.begin(), v.end(), x) != v.end();
-  };
-  if (who.uid == 0 || who.uid == l.owner_uid || has(l.acl_uids, who.uid) ||
-      has(l.acl_gids, who.gid)) {
-    return true;
+// The node most sampled pages are on, or -1.
+int MajorityNode(const std::map<int, uint64_t>& nodes) {
+  int best = -1;
+  uint64_t most = 0;
+  for (const auto& [node, n] : nodes) {
+    if (n > most) {
+      most = n;
+      best = node;
+    }
   }
-  for (gid_t g : who.groups) {
-    if (has(l.acl_gids, g)) return true;
-  }
-  return false;
+  return best;
+}
+
+std::string BackingKindOf(const MemfdFacts& f, const std::string& hint) {
+  if (f.hugetlb) return f.page_size >= (1ull << 30) ? "hugetlb-1g" : "hugetlb-2m";
+  return hint == "memfd-thp" ? hint : std::string("memfd");
 }
 }  // namespace
 
@@ -146,8 +152,10 @@ bool LeaseManager::PersistGrant(uint64_t id, const AllocDone& done) {
 
 LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> journalled,
                                                    std::map<uint64_t, UniqueFd> stored,
-                                                   std::chrono::milliseconds grace) {
+                                                   std::chrono::milliseconds grace,
+                                                   const JournalHealth& health) {
   RecoveryReport r;
+  health_ = health;
   std::set<std::string> carved_seen;  // dynamic sub-devices counted back in
   for (DurableLease& d : journalled) {
     ++r.journalled;
@@ -268,22 +276,60 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
     l.inode_dev = d.inode_dev;
     quotas_.Charge(TenantOf(l.owner), l.tier, l.size);
     by_uid_[l.owner.uid].insert(l.id);
-    if (!l.name.empty()) names_[l.name] = l.id;
+    if (!l.name.empty()) names_[NameKey(l.owner.uid, l.name)] = l.id;
     if (alive.size() != d.holders.size()) (void)Persist(l, -1);
     awaiting_any_ = true;
     Count(adopted ? "restart_adopted" : "restart_awaiting");
     ++(adopted ? r.adopted : r.awaiting);
   }
+  // The fd store kept leases the journal does not know: the journal lost
+  // them. Their memory is live (the store holds it), so it is accounted
+  // again now, in the pool its pages are on, with no owner until a holder
+  // reclaims it; the id is taken (the store's names are a floor for ids).
   for (auto& [id, fd] : stored) {
-    if (fd.valid()) {
-      CXLPOOL_LOG(kWarning) << "restart: stored fd lease-" << id
-                            << " has no journal record; closed";
+    if (!fd.valid()) continue;
+    next_id_ = std::max(next_id_, id + 1);
+    bool revoked = false;
+    auto a = Readopt(id, std::move(fd), nullptr, nullptr, &revoked);
+    if (!a.ok()) {
+      CXLPOOL_LOG(kError) << "restart: fd store lease-" << id
+                          << " has no journal record and cannot be accounted again: "
+                          << a.status().message();
+      if (store_ != nullptr) store_->ForgetStoredFd(id);
+      Count("fd_store_orphans_dropped");
+      continue;
+    }
+    CXLPOOL_LOG(kError) << "restart: fd store lease-" << id << " ("
+                        << HumanBytes(leases_.at(id).size) << " in " << leases_.at(id).pool->name()
+                        << ") has no journal record: accounted again, awaiting its holders";
+    Count("fd_store_orphans");
+    ++r.orphans;
+  }
+  if (store_ != nullptr && next_id_ > ids_reserved_) {
+    if (Status st = store_->ReserveIds(next_id_ + kIdBatch); st.ok()) {
+      ids_reserved_ = next_id_ + kIdBatch;
+    } else {
+      CXLPOOL_LOG(kError) << "reserving lease ids: " << st.ToString();
     }
   }
   CXLPOOL_LOG(kInfo) << "restart: " << r.journalled << " journalled leases, " << r.adopted
                      << " adopted from the fd store, " << r.awaiting << " awaiting reclaim, "
-                     << r.dropped << " dropped";
-  if (r.awaiting > 0 && grace.count() > 0) {
+                     << r.dropped << " dropped, " << r.orphans << " found only in the fd store";
+  if (health.damaged || r.orphans > 0) health_.damaged = true;
+  // Journal damage: leases may exist that nobody has told this daemon of.
+  // Their holders reclaim them once they see the restart; until the grace
+  // period is over nothing new is granted, so they always find room.
+  grace_full_ = health.may_have_lost_leases || r.orphans > 0;
+  if (grace_full_) {
+    CXLPOOL_LOG(kError) << "restart: the lease journal was damaged"
+                        << (health.description.empty() ? "" : " (" + health.description + ")")
+                        << (r.orphans > 0 ? "; the fd store held leases it did not know" : "")
+                        << ": leases it lost are accounted again when their holders reclaim them"
+                        << (grace.count() > 0
+                                ? "; the grace period runs its full length"
+                                : "; no grace period is configured, so grants do not wait");
+  }
+  if ((r.awaiting > 0 || grace_full_) && grace.count() > 0) {
     grace_ = true;
     grace_end_ = std::chrono::steady_clock::now() + grace;
     auto timer = std::make_shared<boost::asio::steady_timer>(loop_);
@@ -299,7 +345,9 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
     CXLPOOL_LOG(kInfo) << "restart: grace period of " << grace.count()
                        << " ms: grants wait until every lease is reclaimed";
   } else {
-    EndGrace(r.awaiting > 0 ? "no grace period configured" : "nothing awaits reclaim");
+    grace_full_ = false;
+    EndGrace(r.awaiting > 0 || health.may_have_lost_leases ? "no grace period configured"
+                                                           : "nothing awaits reclaim");
   }
   return r;
 }
@@ -313,7 +361,7 @@ Status LeaseManager::GraceRefusal() const {
 }
 
 void LeaseManager::MaybeEndGrace() {
-  if (!grace_) return;
+  if (!grace_ || grace_full_) return;
   for (const auto& [id, l] : leases_) {
     if (l.awaited_memory) return;
   }
@@ -326,11 +374,25 @@ void LeaseManager::EndGrace(const char* why) {
     CXLPOOL_LOG(kInfo) << "restart: grace period ended: " << why;
     if (grace_timer_) static_cast<boost::asio::steady_timer*>(grace_timer_.get())->cancel();
   }
+  grace_full_ = false;
   // Holders that never reclaimed: struck off if dead or provably without the
   // memfd; the rest are watched until they exit (their lease stays counted).
   SweepAwaiting(true);
   for (const auto& [id, l] : leases_) {
     for (const HolderId& h : l.awaiting) WatchHolder(h);
+  }
+  // Leases the journal lost that no holder reclaimed (fd-store orphans, or
+  // one whose reclaimers all let go): nobody accounts for them any more, so
+  // their memory is taken back, as a revoke would.
+  std::vector<uint64_t> unclaimed;
+  for (const auto& [id, l] : leases_) {
+    if (l.unjournalled && Unheld(l)) unclaimed.push_back(id);
+  }
+  for (uint64_t id : unclaimed) {
+    CXLPOOL_LOG(kWarning) << "restart: lease " << id << " (" << HumanBytes(leases_.at(id).size)
+                          << "), which the journal had lost, was not reclaimed by the end of the "
+                             "grace period: its memory is taken back";
+    Free(id, "unjournalled_unclaimed");
   }
 }
 
@@ -433,17 +495,42 @@ LeaseManager::ReclaimOutcome LeaseManager::Reclaim(ConnId conn, std::vector<Recl
     const CallerInfo& who = c->second.caller;
     auto it = leases_.find(id);
     if (it == leases_.end()) {
-      reject(revoked_.count(id) ? "lease " + std::to_string(id) + " was revoked by an admin"
-                                : "lease " + std::to_string(id) +
-                                      " is not journalled here (released, dropped after its "
-                                      "holders exited, or never granted by this daemon)");
+      if (revoked_.count(id)) {
+        reject("lease " + std::to_string(id) + " was revoked by an admin");
+        continue;
+      }
+      if (store_ == nullptr || handed_over_ || id == 0 || id >= next_id_) {
+        reject("lease " + std::to_string(id) +
+               " is not journalled here (released, dropped after its holders exited, or never "
+               "granted by this daemon)");
+        continue;
+      }
+      // An id this daemon granted, unknown now: the journal lost it.
+      bool revoked = false;
+      auto a = Readopt(id, std::move(item.fd), &item, &who, &revoked);
+      if (!a.ok()) {
+        reject(a.status().message());
+        continue;
+      }
+      Lease& l = leases_.at(id);
+      l.holders[conn] += 1;
+      l.refs += 1;
+      c->second.held.insert(id);
+      (void)Persist(l, l.backing->fd());
+      CXLPOOL_LOG(kWarning) << "reclaim: lease " << id << " (" << HumanBytes(l.size) << " in "
+                            << l.pool->name() << ", uid " << who.uid
+                            << ") was not in the journal: accounted again";
+      health_.damaged = true;  // live state the journal did not know: it lost it
+      out.accepted.push_back(id);
+      Count("reclaims");
       continue;
     }
     Lease& l = it->second;
     DurableLease d = ToDurable(l);
-    if (!MayHold(d, who)) {
-      reject("uid " + std::to_string(who.uid) + " may not hold lease " + std::to_string(id) +
-             " (owner uid " + std::to_string(l.owner.uid) + ", not in its ACL)");
+    // A lease accounted again after journal damage has no ACL any more: the
+    // memfd itself (checked below) shows the caller holds it.
+    if (!l.unjournalled && !InAcl(l, who)) {
+      reject("lease " + std::to_string(id) + " is not one this caller may hold");
       continue;
     }
     if (item.size_bytes != l.size) {
@@ -480,6 +567,13 @@ LeaseManager::ReclaimOutcome LeaseManager::Reclaim(ConnId conn, std::vector<Recl
       l.backing = std::move(*b);
       l.awaited_memory = false;
     }
+    if (l.unjournalled && l.owner_provisional) {
+      if (item.owner_uid && *item.owner_uid == who.uid) {
+        TakeOver(l, who, item.name, true);  // its owner is back
+      } else if (l.owner.uid == CallerInfo().uid) {
+        TakeOver(l, who, "", false);  // an fd-store orphan: charged to its first holder
+      }
+    }
     l.holders[conn] += 1;
     l.refs += 1;
     c->second.held.insert(id);
@@ -493,6 +587,150 @@ LeaseManager::ReclaimOutcome LeaseManager::Reclaim(ConnId conn, std::vector<Recl
   }
   MaybeEndGrace();
   return out;
+}
+
+Result<uint64_t> LeaseManager::Readopt(uint64_t id, UniqueFd fd, const ReclaimItem* hints,
+                                       const CallerInfo* who, bool* revoked) {
+  *revoked = false;
+  const std::string what = "lease " + std::to_string(id) + " (not in the journal)";
+  auto facts = CheckUnknownMemfd(fd.get());
+  if (!facts.ok()) {
+    Count("unjournalled_rejects");
+    return Status(Code::kInvalidArgument, what + ": " + facts.status().message());
+  }
+  // From here on the fd is a memfd sealed as the daemon seals its leases:
+  // what cannot be accounted again is revoked, never left in use uncounted.
+  std::unique_ptr<Backing> backing;
+  auto revoke = [&](const std::string& why) -> Status {
+    if (backing != nullptr) {
+      backing->Reclaim();  // truncate, unmap, close
+      *revoked = true;
+    } else if (::ftruncate(fd.get(), 0) == 0) {
+      *revoked = true;
+    }
+    Count("unjournalled_revokes");
+    std::string msg = what + " cannot be accounted again: " + why +
+                      (*revoked ? "; its memory was taken back (revoked)" : "");
+    CXLPOOL_LOG(kError) << "restart: " << msg;
+    return Status(Code::kResourceExhausted, msg);
+  };
+  for (const auto& [other, l] : leases_) {
+    if (l.inode == facts->inode && l.inode_dev == facts->dev) {
+      Count("unjournalled_rejects");
+      return Status(Code::kInvalidArgument, what + ": the fd is the memfd of another lease");
+    }
+  }
+  DurableLease d;
+  d.id = id;
+  d.size_bytes = facts->size_bytes;
+  d.requested_bytes = facts->size_bytes;
+  d.page_size = facts->page_size;
+  d.backing = BackingKindOf(*facts, hints != nullptr ? hints->backing : "");
+  d.inode = facts->inode;
+  d.inode_dev = facts->dev;
+  {
+    auto b = AdoptMemfd(std::move(fd), d, false);
+    if (!b.ok()) return revoke(b.status().message());
+    backing = std::move(*b);
+  }
+  // Where its pages really are decides its pool (the client's word is only
+  // a hint): the memfd pool of that node.
+  const std::map<int, uint64_t> nodes = ResidentNodes(backing->daemon_addr(), d.size_bytes);
+  const int node = MajorityNode(nodes);
+  MemfdPool* pool = nullptr;
+  for (Pool* p : pool_ptrs_) {
+    auto* mp = dynamic_cast<MemfdPool*>(p);
+    if (mp == nullptr || hints == nullptr || mp->name() != hints->pool) continue;
+    if (node < 0 || !mp->binds() || mp->numa_node() == node) pool = mp;
+  }
+  for (Pool* p : pool_ptrs_) {
+    auto* mp = dynamic_cast<MemfdPool*>(p);
+    if (pool != nullptr || mp == nullptr) continue;
+    if (node < 0 || mp->numa_node() == node) pool = mp;
+  }
+  if (pool == nullptr) {
+    return revoke(node >= 0 ? "its pages are on node " + std::to_string(node) +
+                                  ", which no memfd pool serves"
+                            : std::string("no memfd pool is configured"));
+  }
+  auto rounded = pool->RoundSize(d.size_bytes, facts->hugetlb);
+  if (!rounded.ok() || *rounded != d.size_bytes) {
+    return revoke("its size " + std::to_string(d.size_bytes) + " does not fit " + pool->name() +
+                  "'s pages");
+  }
+  // The checks an ALLOC of the same size passes: an fd nobody can tell from
+  // a real lease gets the caller no more than asking for memory would.
+  const std::string tier = QuotaTier(pool);
+  CallerInfo owner = who != nullptr ? *who : CallerInfo();
+  const Tenant tenant = TenantOf(owner);
+  if (who != nullptr) {
+    if (Status q = quotas_.Check(tenant, tier, d.size_bytes); !q.ok()) return revoke(q.message());
+    if (Status room =
+            quotas_.CheckReserve(tenant, pool->name(), pool->capacity(),
+                                 pool->leased_bytes() + pool->reserved_bytes(), d.size_bytes);
+        !room.ok()) {
+      return revoke(room.message());
+    }
+  }
+  if (Status lim = CheckDaemonLimits(); !lim.ok()) return revoke(lim.message());
+  if (!pool->TryReserve(d.size_bytes)) {
+    return revoke(pool->name() + ": " + HumanBytes(pool->free_bytes()) + " free of " +
+                  HumanBytes(pool->capacity()));
+  }
+  pool->CommitReserve(d.size_bytes);
+  if (pool->config().pin && ::mlock(backing->daemon_addr(), d.size_bytes) != 0) {
+    CXLPOOL_LOG(kWarning) << "lease " << id << ": mlock after re-adoption failed; kept unpinned";
+  }
+  Lease& l = leases_[id];
+  l.id = id;
+  l.size = d.size_bytes;
+  l.requested = d.size_bytes;
+  l.pool = pool;
+  l.tier = tier;
+  l.label = hints != nullptr ? hints->label.substr(0, 256) : std::string();
+  l.owner = owner;
+  l.created_unix = clock_->WallSeconds();
+  l.backing = std::move(backing);
+  l.placement_reason =
+      "accounted again after journal damage (" +
+      (node >= 0 ? "pages on node " + std::to_string(node) : std::string("no page resident")) +
+      (who == nullptr ? ", from the fd store)" : ", from a reclaim)");
+  l.inode = d.inode;
+  l.inode_dev = d.inode_dev;
+  l.unjournalled = true;
+  l.owner_provisional =
+      who == nullptr || hints == nullptr || !hints->owner_uid || *hints->owner_uid != who->uid;
+  quotas_.Charge(tenant, tier, l.size);
+  by_uid_[l.owner.uid].insert(id);
+  if (!l.owner_provisional && hints != nullptr && !hints->name.empty() &&
+      hints->name.size() <= 255 && !names_.count(NameKey(l.owner.uid, hints->name))) {
+    l.name = hints->name;
+    names_[NameKey(l.owner.uid, l.name)] = id;
+  }
+  if (who != nullptr) Count("unjournalled_adopted");
+  return id;
+}
+
+void LeaseManager::TakeOver(Lease& l, const CallerInfo& who, const std::string& name,
+                            bool confirmed) {
+  quotas_.Uncharge(TenantOf(l.owner), l.tier, l.size);
+  auto u = by_uid_.find(l.owner.uid);
+  if (u != by_uid_.end()) {
+    u->second.erase(l.id);
+    if (u->second.empty()) by_uid_.erase(u);
+  }
+  if (!l.name.empty()) names_.erase(NameKey(l.owner.uid, l.name));
+  l.name.clear();
+  l.owner = who;
+  quotas_.Charge(TenantOf(l.owner), l.tier, l.size);
+  by_uid_[l.owner.uid].insert(l.id);
+  if (confirmed && !name.empty() && name.size() <= 255 && !names_.count(NameKey(who.uid, name))) {
+    l.name = name;
+    names_[NameKey(who.uid, name)] = l.id;
+  }
+  l.owner_provisional = !confirmed;
+  CXLPOOL_LOG(kInfo) << "reclaim: lease " << l.id << " is now charged to uid " << who.uid
+                     << (confirmed ? " (its owner)" : " (its first holder back)");
 }
 
 void LeaseManager::HandOver() {

@@ -4,6 +4,7 @@
 #include <climits>
 #include <set>
 
+#include "cxlpool/common/proc.h"
 #include "cxlpool/common/strings.h"
 
 namespace cxlpool {
@@ -26,17 +27,9 @@ std::optional<int> OnlyCpuNode(const Topology& topo) {
 }
 
 std::optional<int> LastCpuOf(const FileSystem& proc, pid_t pid) {
-  auto text = proc.ReadFile("/proc/" + std::to_string(pid) + "/stat");
-  if (!text.ok()) return std::nullopt;
-  // comm (field 2) may hold spaces and parentheses: start after the last ')'.
-  auto close = text->rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  auto fields = SplitWhitespace(std::string_view(*text).substr(close + 1));
-  // fields[0] is field 3 (state); field 39 (processor) is fields[36].
-  if (fields.size() < 37) return std::nullopt;
-  auto cpu = ParseI64(fields[36]);
-  if (!cpu || *cpu < 0 || *cpu > INT_MAX) return std::nullopt;
-  return static_cast<int>(*cpu);
+  auto st = ReadProcStat(proc, pid);
+  if (!st.ok() || st->processor < 0) return std::nullopt;
+  return st->processor;
 }
 
 namespace {

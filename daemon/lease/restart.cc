@@ -2,18 +2,23 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 
+#include "cxlpool/common/fs.h"
 #include "cxlpool/common/log.h"
+#include "cxlpool/common/proc.h"
 #include "cxlpool/common/strings.h"
 
 namespace cxlpool {
@@ -23,18 +28,11 @@ class ProcProbe final : public ProcessProbe {
  public:
   std::optional<uint64_t> StartTime(pid_t pid) const override {
     if (pid <= 0) return std::nullopt;
-    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-    if (!f) return std::nullopt;
-    std::stringstream ss;
-    ss << f.rdbuf();
-    std::string text = ss.str();
+    static const std::unique_ptr<FileSystem> proc = MakeRootedFileSystem("/");
+    auto st = ReadProcStat(*proc, pid);
     // A zombie (or a dying task) no longer holds any fd or mapping.
-    auto close = text.rfind(") ");
-    if (close != std::string::npos && close + 2 < text.size() &&
-        (text[close + 2] == 'Z' || text[close + 2] == 'X')) {
-      return std::nullopt;
-    }
-    return ParseStatStartTime(text);
+    if (!st.ok() || st->gone()) return std::nullopt;
+    return st->start_time;
   }
 
   Holding HoldsFile(pid_t pid, uint64_t dev, uint64_t ino) const override {
@@ -103,14 +101,9 @@ class AwaitedMemory final : public Backing {
 std::unique_ptr<ProcessProbe> MakeProcProbe() { return std::make_unique<ProcProbe>(); }
 
 std::optional<uint64_t> ParseStatStartTime(const std::string& stat_text) {
-  // "pid (comm) state ppid ...": comm may hold spaces and parentheses, so
-  // count fields after the last ')'. starttime is field 22, i.e. the 20th
-  // after the comm.
-  auto close = stat_text.rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  auto fields = SplitWhitespace(std::string_view(stat_text).substr(close + 1));
-  if (fields.size() < 20) return std::nullopt;
-  return ParseU64(fields[19]);
+  auto st = ParseProcStat(stat_text);
+  if (!st.ok()) return std::nullopt;
+  return st->start_time;
 }
 
 bool HolderAlive(const ProcessProbe& probe, const HolderId& holder) {
@@ -145,6 +138,67 @@ Status CheckLeaseFd(int fd, const DurableLease& lease) {
     return Status(Code::kInvalidArgument, what + "the fd is not a sealed cxlpool memfd");
   }
   return Status::Ok();
+}
+
+Result<MemfdFacts> CheckUnknownMemfd(int fd) {
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0) {
+    return Status(Code::kInvalidArgument, "no usable fd handed back");
+  }
+  if (!S_ISREG(st.st_mode)) return Status(Code::kInvalidArgument, "the fd is not a memfd");
+  const int seals = ::fcntl(fd, F_GET_SEALS);
+  if (seals < 0) return Status(Code::kInvalidArgument, "the fd is not a memfd (no seals)");
+  if (!(seals & F_SEAL_GROW) || !(seals & F_SEAL_SEAL) ||
+      (seals & (F_SEAL_SHRINK | F_SEAL_WRITE | F_SEAL_FUTURE_WRITE))) {
+    return Status(Code::kInvalidArgument,
+                  "the fd is not sealed like a cxlpool lease (grow and seal, never shrink or "
+                  "write)");
+  }
+  if (st.st_size <= 0) {
+    return Status(Code::kInvalidArgument, "the memfd is empty (a revoked or freed lease)");
+  }
+  MemfdFacts f;
+  f.size_bytes = static_cast<uint64_t>(st.st_size);
+  f.inode = st.st_ino;
+  f.dev = st.st_dev;
+  struct statfs sfs {};
+  if (::fstatfs(fd, &sfs) == 0 && sfs.f_type == HUGETLBFS_MAGIC) {
+    f.hugetlb = true;
+    f.page_size = static_cast<uint64_t>(st.st_blksize);
+  }
+  if (f.size_bytes % f.page_size != 0) {
+    return Status(Code::kInvalidArgument, "the memfd's size " + std::to_string(f.size_bytes) +
+                                              " is not a multiple of its page size");
+  }
+  return f;
+}
+
+std::map<int, uint64_t> ResidentNodes(void* addr, uint64_t size, uint32_t samples) {
+  std::map<int, uint64_t> out;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t pages = size / page;
+  if (addr == nullptr || pages == 0 || samples == 0) return out;
+  const uint64_t step = std::max<uint64_t>(1, pages / samples);
+  std::vector<void*> at;
+  for (uint64_t i = 0; i < pages && at.size() < samples; i += step) {
+    char* p = static_cast<char*>(addr) + i * page;
+    unsigned char in_core = 0;
+    if (::mincore(p, page, &in_core) != 0 || !(in_core & 1)) continue;
+    // Map the page the page cache holds (a read of a resident page
+    // allocates nothing), so move_pages can see it in this process.
+    (void)*static_cast<volatile char*>(p);
+    at.push_back(p);
+  }
+  if (at.empty()) return out;
+  std::vector<int> status(at.size(), -1);
+  // The system call itself (libnuma's wrapper adds nothing here).
+  if (::syscall(SYS_move_pages, 0, at.size(), at.data(), nullptr, status.data(), 0) != 0) {
+    return out;
+  }
+  for (int node : status) {
+    if (node >= 0) ++out[node];
+  }
+  return out;
 }
 
 Result<std::unique_ptr<Backing>> AdoptMemfd(UniqueFd fd, const DurableLease& lease, bool pin) {

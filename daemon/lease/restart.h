@@ -18,6 +18,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,6 +66,21 @@ struct DurableLease {
   std::vector<HolderId> holders;  // every process holding a reference
 };
 
+// What the durable side found wrong at start (the journal's damage report,
+// daemon/journal), as the lease manager needs it.
+struct JournalHealth {
+  // The journal lost or may have lost records (missing, empty, a damaged
+  // stretch or tail); a torn last record alone does not count.
+  bool damaged = false;
+  // Leases of the running boot may be missing from what was replayed: the
+  // grace period runs its full length so their holders can reclaim them.
+  bool may_have_lost_leases = false;
+  uint64_t skipped_regions = 0;
+  uint64_t skipped_bytes = 0;
+  uint64_t dropped_tail_bytes = 0;  // torn or unreadable tail
+  std::string description;          // "" when nothing was found
+};
+
 // The durable side. Errors are IO-like Statuses with the path in them.
 class LeaseStore {
  public:
@@ -76,6 +92,8 @@ class LeaseStore {
   virtual Status Put(const DurableLease& lease, int fd) = 0;
   // The lease ended (released, revoked, dropped).
   virtual Status Delete(uint64_t id) = 0;
+  // Drops a stored fd (systemd's fd store) the journal has no record of.
+  virtual void ForgetStoredFd(uint64_t id) { (void)id; }
 };
 
 enum class Holding { kYes, kNo, kUnknown };
@@ -106,6 +124,26 @@ bool HolderAlive(const ProcessProbe& probe, const HolderId& holder);
 // journalled inode (and device when known), exactly size_bytes long, sealed
 // against growing. INVALID_ARGUMENT names what does not match.
 Status CheckLeaseFd(int fd, const DurableLease& lease);
+
+// Checks that `fd` can be a cxlpool lease memfd the journal lost: a regular
+// file, not empty, sealed the way the daemon seals (F_SEAL_GROW and
+// F_SEAL_SEAL, never F_SEAL_SHRINK or a write seal, so it can be revoked).
+// Fills its size (fstat), inode, device, whether it is hugetlbfs, and its
+// page size. INVALID_ARGUMENT names what does not fit.
+struct MemfdFacts {
+  uint64_t size_bytes = 0;
+  uint64_t inode = 0;
+  uint64_t dev = 0;
+  bool hugetlb = false;
+  uint64_t page_size = 4096;
+};
+Result<MemfdFacts> CheckUnknownMemfd(int fd);
+
+// Where the pages of a mapping are, by node: up to `samples` pages spread
+// over [addr, addr + size), of those the page cache holds (mincore), as
+// move_pages(2) reports them. Pages never touched are not counted (and not
+// allocated). Empty when none is resident or the kernel cannot tell.
+std::map<int, uint64_t> ResidentNodes(void* addr, uint64_t size, uint32_t samples = 64);
 
 // Takes a checked memfd back: maps it MAP_SHARED in the daemon and, when
 // `pin`, mlocks it (a failed mlock is logged, not fatal: the memory exists).

@@ -5,9 +5,11 @@
 //   ftruncate(size); mmap(MAP_SHARED) in the daemon;
 //   mbind(MPOL_BIND, node) on that mapping BEFORE any page is faulted;
 //   madvise(MADV_HUGEPAGE) when shmem THP applies;
+//   pinning (resident, never swapped): mlock2(MLOCK_ONFAULT) of the daemon
+//   mapping, so each page is locked as the prefault brings it in (one pass;
+//   plain mlock afterwards where the kernel lacks mlock2);
 //   madvise(MADV_POPULATE_WRITE) (fallback: touch every page), in steps
 //   with a sched_yield() between them for background builds;
-//   mlock the daemon mapping (pinning: resident, never swapped);
 //   seal F_SEAL_GROW|F_SEAL_SEAL (shrinking stays possible for revoke).
 // Reclaim() returns the memory even if a client leaked the fd:
 // ftruncate(fd, 0), munmap, close. A backing is never reused afterwards.
@@ -83,6 +85,17 @@ struct MemfdSpec {
 // (size), RESOURCE_EXHAUSTED (no memory / memlock limit / no huge pages),
 // PERMISSION_DENIED, IO. Nothing is leaked on failure.
 Result<std::unique_ptr<Backing>> CreateMemfdBacking(const MemfdSpec& spec);
+
+// The same build, for owners other than a Backing (pool/extent.h): the fd,
+// the daemon's mapping of all of it, and what it turned out to be.
+struct BuiltMemfd {
+  UniqueFd fd;
+  void* addr = nullptr;  // the daemon's mapping, size_bytes long
+  uint64_t size_bytes = 0;
+  uint64_t page_size = 0;
+  std::string kind;  // "memfd", "memfd-thp", "hugetlb-2m"
+};
+Result<BuiltMemfd> BuildMemfd(const MemfdSpec& spec);
 
 // Wraps a memfd the daemon already holds and has mapped at `addr` (a lease
 // handed back after a restart) in the same Backing that CreateMemfdBacking

@@ -145,6 +145,8 @@ class MemfdPool final : public Pool {
   Result<std::unique_ptr<Backing>> Build(uint64_t size, bool hugetlb, BuildFor why) const override;
   bool stock_is_hugetlb() const override { return cfg_.hugetlb; }
   const PoolConfig& config() const { return cfg_; }
+  // Its memory is bound to its node (false for a foreign topology).
+  bool binds() const { return opts_.bind; }
 
  private:
   // Free 2 MiB pages on the node right now (from sysfs), or 0.

@@ -56,6 +56,17 @@ journal::LeaseRecord ToRecord(const DurableLease& d) {
   return r;
 }
 
+JournalHealth HealthOf(const JournalState& state) {
+  JournalHealth h;
+  h.damaged = state.damage.journal_damaged();
+  h.may_have_lost_leases = state.may_have_lost_leases;
+  h.skipped_regions = state.damage.skipped_regions;
+  h.skipped_bytes = state.damage.skipped_bytes;
+  h.dropped_tail_bytes = state.damage.torn_tail_bytes + state.damage.bad_tail_bytes;
+  h.description = state.damage.Describe();
+  return h;
+}
+
 DurableLease FromRecord(const journal::LeaseRecord& r) {
   DurableLease d;
   d.id = r.id();
@@ -125,6 +136,9 @@ Result<std::unique_ptr<JournalStore>> JournalStore::Open(const std::string& dir,
     }
   }
   std::string lock_path = dir + "/lock";
+  // A lock file from an earlier start: the directory held daemon state, so
+  // a journal missing now has been lost (not a first start).
+  const bool dir_had_state = ::access(lock_path.c_str(), F_OK) == 0;
   UniqueFd lock(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!lock.valid()) return Status::FromErrno(errno, "open " + lock_path);
   if (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
@@ -134,7 +148,7 @@ Result<std::unique_ptr<JournalStore>> JournalStore::Open(const std::string& dir,
     }
     return Status::FromErrno(errno, "flock " + lock_path);
   }
-  auto j = LeaseJournal::Open(dir);
+  auto j = LeaseJournal::Open(dir, CurrentBootId(), dir_had_state);
   if (!j.ok()) return j.status();
   return std::unique_ptr<JournalStore>(new JournalStore(std::move(*j), std::move(lock), notifier));
 }

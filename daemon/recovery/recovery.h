@@ -41,6 +41,8 @@ struct StateDirChoice {
 std::string ChooseStateDir(const StateDirChoice& c);
 
 journal::LeaseRecord ToRecord(const DurableLease& d);
+// What the lease manager needs of the journal's damage report.
+JournalHealth HealthOf(const JournalState& state);
 DurableLease FromRecord(const journal::LeaseRecord& r);
 
 // Splits inherited fds: those named "lease-<id>" go to the result (by id);
@@ -64,8 +66,8 @@ class JournalStore final : public LeaseStore {
   Status Put(const DurableLease& lease, int fd) override;
   Status Delete(uint64_t id) override;
 
-  // Removes fd-store entries that no journal record claims.
-  void ForgetStoredFd(uint64_t id);
+  // Removes an fd-store entry (one no journal record claims).
+  void ForgetStoredFd(uint64_t id) override;
 
  private:
   JournalStore(LeaseJournal journal, UniqueFd lock, Notifier* notifier)

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cxlpool/common/log.h"
+#include "cxlpool/common/proc.h"
 #include "cxlpool/common/strings.h"
 #include "cxlpool/proto/codec.h"
 #include "cxlpool/proto/ipc.h"
@@ -40,19 +41,6 @@ std::string FirstLine(std::string s) {
   size_t nl = s.find('\n');
   if (nl != std::string::npos) s.resize(nl);
   return s;
-}
-
-// "0::/system.slice/foo.service" -> "/system.slice/foo.service".
-std::string UnifiedCgroup(const std::string& text) {
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t nl = text.find('\n', pos);
-    std::string line = text.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
-    if (line.rfind("0::", 0) == 0) return line.substr(3);
-    if (nl == std::string::npos) break;
-    pos = nl + 1;
-  }
-  return "";
 }
 
 }  // namespace
@@ -80,6 +68,9 @@ struct Connection {
   bool hello_done = false;
   bool hello_pending = false;
   uint32_t version = 0;
+  // The version frames to this client are written in: kHelloWireVersion
+  // until the HELLO reply has been queued, then the negotiated one.
+  uint16_t frame_version = wire::kHelloWireVersion;
   size_t inflight = 0;
 
   int fd() { return socket.native_handle(); }
@@ -368,7 +359,7 @@ Result<ConnectionId> Server::Impl::Admit(UniqueFd fd) {
     if (auto comm = fs_->ReadFile(proc + "/comm"); comm.ok())
       c->peer.comm = SanitizeUtf8(FirstLine(*comm));
     if (auto cg = fs_->ReadFile(proc + "/cgroup"); cg.ok())
-      c->peer.cgroup = SanitizeUtf8(UnifiedCgroup(*cg));
+      c->peer.cgroup = SanitizeUtf8(ParseUnifiedCgroup(*cg));
   }
   error_code ec;
   c->socket.assign(stream_protocol(), fd.get(), ec);
@@ -633,7 +624,8 @@ void Server::Impl::CompleteRequest(ConnectionId id, uint64_t request_id, uint16_
     reply = MakeErrorReply(Status(
         Code::kInternal,
         "reply too large for one frame (" + std::to_string(reply.payload.size()) + " bytes)"));
-  } else if (reply.fds.size() > wire::MaxFdsForType(reply.type, options_.max_fds_per_frame)) {
+  } else if (reply.fds.size() >
+             wire::MaxFdsForType(reply.type, options_.max_fds_per_frame, c->frame_version)) {
     CXLPOOL_LOG(kError) << "server: " << wire::MsgTypeName(reply.type) << " reply with "
                         << reply.fds.size() << " fds refused";
     reply = MakeErrorReply(Status(Code::kInternal, "daemon built a " +
@@ -660,7 +652,9 @@ void Server::Impl::CompleteRequest(ConnectionId id, uint64_t request_id, uint16_
       close_after = !c->hello_done;  // a failed hello ends the connection
     }
   }
-  if (!Enqueue(c, reply.type, request_id, reply.payload, reply.fds)) return;
+  const bool queued = Enqueue(c, reply.type, request_id, reply.payload, reply.fds);
+  if (c->hello_done) c->frame_version = static_cast<uint16_t>(c->version);
+  if (!queued) return;
   if (close_after) {
     CloseAfterFlush(c, "HELLO failed");
     return;
@@ -680,7 +674,7 @@ bool Server::Impl::Enqueue(const std::shared_ptr<Connection>& c, proto::MsgType 
     borrowed = fds;
     fds = {};
   }
-  Result<wire::OutFrame> f = wire::MakeOutFrame(type, request_id, payload, fds);
+  Result<wire::OutFrame> f = wire::MakeOutFrame(type, request_id, payload, fds, c->frame_version);
   if (f.ok() && !borrowed.empty()) {
     Result<bool> sent = wire::SendSome(c->fd(), &*f, borrowed);
     if (!sent.ok()) {
@@ -701,7 +695,7 @@ bool Server::Impl::Enqueue(const std::shared_ptr<Connection>& c, proto::MsgType 
     // instead of a reply it cannot use.
     CXLPOOL_LOG(kError) << "server: " << Describe(*c) << ": " << f.status().ToString();
     f = wire::MakeOutFrame(proto::MSG_ERROR_REPLY, request_id, wire::EncodeErrorPayload(f.status()),
-                           {});
+                           {}, c->frame_version);
     if (!f.ok()) {
       Drop(c, f.status().ToString());
       return false;
@@ -821,6 +815,7 @@ Status Server::Impl::MarkHelloDone(ConnectionId id, uint32_t version) {
   }
   c->hello_done = true;
   c->version = version;
+  c->frame_version = static_cast<uint16_t>(version);
   c->hello_timer.cancel();
   return Status::Ok();
 }

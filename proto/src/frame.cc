@@ -72,14 +72,17 @@ Status ValidateFrameHeader(const FrameHeader& h, uint32_t max_payload_bytes) {
              h.magic, kFrameMagic);
     return Status(Code::kProtocol, buf);
   }
-  if (h.version < kMinWireVersion || h.version > kMaxWireVersion) {
+  const bool hello_frame = h.type == proto::MSG_HELLO_REQUEST || h.type == proto::MSG_HELLO_REPLY ||
+                           h.type == proto::MSG_ERROR_REPLY;
+  if ((h.version < kMinWireVersion || h.version > kMaxWireVersion) &&
+      !(hello_frame && h.version == kHelloWireVersion)) {
     return Status(Code::kProtocol, "unsupported wire version " + std::to_string(h.version) +
                                        " (this side speaks " + std::to_string(kMinWireVersion) +
                                        ".." + std::to_string(kMaxWireVersion) + ")");
   }
   if (h.flags != 0) {
-    return Status(Code::kProtocol,
-                  "frame flags " + std::to_string(h.flags) + " set; version 1 requires 0");
+    return Status(Code::kProtocol, "frame flags " + std::to_string(h.flags) + " set; version " +
+                                       std::to_string(h.version) + " requires 0");
   }
   if (h.length > max_payload_bytes) {
     return Status(Code::kProtocol, "frame payload of " + std::to_string(h.length) +
@@ -104,11 +107,14 @@ std::string MsgTypeName(uint16_t type) {
   return proto::MsgType_Name(static_cast<proto::MsgType>(type));
 }
 
-size_t MaxFdsForType(uint16_t type, size_t max_fds_per_frame) {
+size_t MaxFdsForType(uint16_t type, size_t max_fds_per_frame, uint16_t version) {
+  const bool extents = version >= kExtentWireVersion;
   switch (type) {
     case proto::MSG_ALLOC_REPLY:
     case proto::MSG_ATTACH_REPLY:
-      return 1;
+      return extents ? kMaxExtentFdsPerFrame : 1;
+    case proto::MSG_EXTENT_FDS:
+      return extents ? kMaxExtentFdsPerFrame : 0;
     case proto::MSG_RECLAIM_REQUEST:
       return max_fds_per_frame;
     default:

@@ -122,7 +122,7 @@ Result<FrameReader::Progress> FrameReader::Read(int sock, int timeout_ms) {
   for (;;) {
     if (have_header_ && got_ == kFrameHeaderSize + frame_.header.length) {
       // Frame complete: judge its fds.
-      size_t allowed = MaxFdsForType(frame_.header.type, limits_.max_fds);
+      size_t allowed = MaxFdsForType(frame_.header.type, limits_.max_fds, frame_.header.version);
       if (ctrunc_ || frame_.fds.size() > allowed) {
         frame_.fds_dropped = frame_.fds.size() + (ctrunc_ ? 1 : 0);
         frame_.fds.clear();  // closes them
@@ -180,7 +180,7 @@ Frame FrameReader::TakeFrame() {
 }
 
 Result<OutFrame> MakeOutFrame(proto::MsgType type, uint64_t request_id, std::string_view payload,
-                              std::span<const int> fds) {
+                              std::span<const int> fds, uint16_t version) {
   if (fds.size() > kHardMaxFdsPerFrame) {
     return Status(Code::kInvalidArgument, std::to_string(fds.size()) +
                                               " fds on one frame; the maximum is " +
@@ -192,7 +192,7 @@ Result<OutFrame> MakeOutFrame(proto::MsgType type, uint64_t request_id, std::str
   }
   OutFrame f;
   CXLPOOL_RETURN_IF_ERROR(KeepFds(&f, fds));
-  f.bytes = EncodeFrame(type, request_id, payload);
+  f.bytes = EncodeFrame(type, request_id, payload, version);
   return f;
 }
 
@@ -230,7 +230,7 @@ Result<bool> SendSome(int sock, OutFrame* f, std::span<const int> borrowed_fds) 
 }
 
 Status SendFrame(int sock, proto::MsgType type, uint64_t request_id, std::string_view payload,
-                 std::span<const int> fds, int timeout_ms) {
+                 std::span<const int> fds, int timeout_ms, uint16_t version) {
   if (fds.size() > kHardMaxFdsPerFrame) {
     return Status(Code::kInvalidArgument, std::to_string(fds.size()) +
                                               " fds on one frame; the maximum is " +
@@ -241,6 +241,7 @@ Status SendFrame(int sock, proto::MsgType type, uint64_t request_id, std::string
                   "payload of " + std::to_string(payload.size()) + " bytes is over the hard limit");
   }
   FrameHeader h;
+  h.version = version;
   h.type = static_cast<uint16_t>(type);
   h.length = static_cast<uint32_t>(payload.size());
   h.request_id = request_id;

@@ -228,15 +228,17 @@ def attach(
     near_gpu: Any = None,
     register: bool | None = None,
     client: Client | None = None,
+    owner_uid: int | None = None,
 ) -> _torch.Tensor:
     """A tensor over the shared named lease ``name`` made by another process.
 
-    shape None: the whole requested size as a 1-D tensor of dtype. Raises
-    NotFoundError (no such name), PermissionDeniedError (not in its ACL),
-    InvalidArgumentError (shape larger than the lease).
+    owner_uid: the uid that made it (names live in one namespace per owner;
+    None: this process's own uid). shape None: the whole requested size as a
+    1-D tensor of dtype. Raises NotFoundError (no such name, or not in its
+    ACL), InvalidArgumentError (shape larger than the lease).
     """
     cl = client or get_client()
-    lease = cl.attach(name)
+    lease = cl.attach(name, owner_uid)
     itemsize = _torch.empty((), dtype=dtype).element_size()
     if shape is None:
         dims: tuple[int, ...] = (lease.requested_size // itemsize,)

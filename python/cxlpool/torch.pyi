@@ -37,6 +37,7 @@ def attach(
     near_gpu: int | str | torch.device | None = None,
     register: bool | None = None,
     client: Client | None = None,
+    owner_uid: int | None = None,
 ) -> torch.Tensor: ...
 def lease_of(t: torch.Tensor) -> Lease | None: ...
 def use_as_pinned_allocator(

@@ -434,11 +434,11 @@ class PyClient {
     return std::make_unique<PyLease>(std::move(*l));
   }
 
-  std::unique_ptr<PyLease> Attach(const std::string& name) {
+  std::unique_ptr<PyLease> Attach(const std::string& name, std::optional<uint32_t> owner_uid) {
     ClientResult<Lease> l = ClientStatus(ErrorCode::kInternal, "not run");
     {
       py::gil_scoped_release nogil;
-      l = client_.Attach(name);
+      l = owner_uid ? client_.AttachFrom(*owner_uid, name) : client_.Attach(name);
     }
     if (!l.ok()) Throw(l.status());
     return std::make_unique<PyLease>(std::move(*l));
@@ -516,6 +516,8 @@ PYBIND11_MODULE(_cxlpool, m) {
       .def_readonly("pool", &LeaseInfo::pool)
       .def_readonly("label", &LeaseInfo::label)
       .def_readonly("name", &LeaseInfo::name)
+      .def_readonly("owner_uid", &LeaseInfo::owner_uid)
+      .def_readonly("owner_gid", &LeaseInfo::owner_gid)
       .def("__repr__", [](const LeaseInfo& i) {
         return "LeaseInfo(id=" + std::to_string(i.id) +
                ", size_bytes=" + std::to_string(i.size_bytes) +
@@ -635,9 +637,10 @@ whose uid is in acl_uids or gid in acl_gids (and the owner) can attach().
 Raises InvalidArgumentError, ResourceExhaustedError (pool full, quota; the message
 names the limit), NotFoundError (unknown node or GPU), AlreadyExistsError (name taken),
 UnavailableError (no daemon), ProtocolError, IoError.)")
-      .def("attach", &PyClient::Attach, py::arg("name"),
-           "Maps the shared named lease `name`. Raises NotFoundError (no such name),\n"
-           "PermissionDeniedError (not in its ACL), UnavailableError.")
+      .def("attach", &PyClient::Attach, py::arg("name"), py::arg("owner_uid") = py::none(),
+           "Maps the shared lease `name` of uid `owner_uid` (None: this process's own uid;\n"
+           "names live in one namespace per owner). info.owner_uid says whose it is.\n"
+           "Raises NotFoundError (no such name, or not in its ACL), UnavailableError.")
       .def("process_events", &PyClient::ProcessEvents,
            "Reads pushed lease events (revocations) without blocking; returns how many.")
       .def("close", &PyClient::Close)

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cxlpool/cxlpool.h"
 
@@ -226,7 +227,20 @@ int cxlpool_c_struct_size_scenario(const char* socket_path, char* why, size_t wh
     info.struct_size = sizeof(info);
     CHECK(cxlpool_lease_get_info(a, &info) == CXLPOOL_OK);
     CHECK(strcmp(info.name, "c-shared") == 0);
+    /* The attach says whose lease it is. */
+    CHECK(info.owner_uid == (uint32_t)getuid());
+    CHECK(info.owner_gid == (uint32_t)getgid());
     CHECK(cxlpool_release(a) == CXLPOOL_OK);
+    /* Names live in their owner's namespace: named by owner, or not found. */
+    CHECK(cxlpool_attach_from(c, (uint32_t)getuid(), "c-shared", &a) == CXLPOOL_OK);
+    memset(&info, 0, sizeof(info));
+    info.struct_size = CXLPOOL_LEASE_INFO_SIZE_V1; /* an older caller: no owner fields */
+    CHECK(cxlpool_lease_get_info(a, &info) == CXLPOOL_OK);
+    CHECK(info.owner_uid == 0);
+    CHECK(cxlpool_release(a) == CXLPOOL_OK);
+    CHECK(cxlpool_attach_from(c, (uint32_t)getuid() + 1, "c-shared", &a) == CXLPOOL_ENOT_FOUND);
+    CHECK(a == NULL);
+    CHECK(cxlpool_attach_from(c, (uint32_t)getuid(), "", &a) == CXLPOOL_EINVALID_ARGUMENT);
     CHECK(cxlpool_attach(c, "no-such-name", &a) == CXLPOOL_ENOT_FOUND);
     CHECK(a == NULL);
     CHECK(cxlpool_attach(c, NULL, &a) == CXLPOOL_EINVALID_ARGUMENT);

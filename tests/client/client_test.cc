@@ -7,12 +7,14 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "client_core.h"
 #include "fake_server.h"
@@ -161,7 +163,54 @@ TEST(ClientTest, ReplyWithoutFdIsAProtocolError) {
   auto lease = c.Allocate(o);
   ASSERT_FALSE(lease.ok());
   EXPECT_EQ(lease.status().code(), ErrorCode::kProtocol);
-  EXPECT_NE(lease.status().message().find("0 fds"), std::string::npos);
+  EXPECT_NE(lease.status().message().find("no fd"), std::string::npos) << lease.status().message();
+}
+
+// Wire version 2: a lease of several extents, their fds on several frames,
+// is one contiguous buffer over all of them, aligned for huge pages.
+TEST(ClientTest, AMultiExtentLeaseIsOneBuffer) {
+  FakeServer server;
+  server.SetHelloVersion(2);
+  server.SetExtents(2u << 20, 3);
+  Client c = ConnectPair(server);
+  EXPECT_EQ(c.protocol_version(), 2u);
+  AllocOptions o;
+  o.size_bytes = (7u << 20) + 100 * 1024;  // 2+2+2 MiB on the reply, the tail on EXTENT_FDS
+  auto lease = c.Allocate(o);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_EQ(lease->size(), (7u << 20) + 100 * 1024);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(lease->data()) % (2u << 20), 0u);
+  EXPECT_TRUE(FillAndCheck(*lease, 9));
+  std::vector<int> fds = server.extent_fds(lease->id());
+  ASSERT_EQ(fds.size(), 4u);
+  const auto* p = static_cast<const unsigned char*>(lease->data());
+  uint64_t off = 0;
+  for (int fd : fds) {
+    struct stat st {};
+    ASSERT_EQ(::fstat(fd, &st), 0);
+    std::vector<unsigned char> buf(static_cast<size_t>(st.st_size));
+    ASSERT_EQ(::pread(fd, buf.data(), buf.size(), 0), static_cast<ssize_t>(buf.size()));
+    EXPECT_EQ(std::memcmp(buf.data(), p + off, buf.size()), 0) << "extent at offset " << off;
+    off += buf.size();
+  }
+  EXPECT_EQ(off, lease->size());
+  ASSERT_TRUE(lease->Release().ok());
+  EXPECT_EQ(server.live_leases(), 0);
+}
+
+TEST(ClientTest, ExtentFdsThatDoNotAddUpAreAProtocolError) {
+  FakeServer server;
+  server.SetHelloVersion(2);
+  server.SetExtents(2u << 20, 2);
+  server.SetMisbehave(FakeServer::Misbehave::kExtentFdShort);
+  Client c = ConnectPair(server);
+  AllocOptions o;
+  o.size_bytes = 5u << 20;
+  auto lease = c.Allocate(o);
+  ASSERT_FALSE(lease.ok());
+  EXPECT_EQ(lease.status().code(), ErrorCode::kProtocol);
+  EXPECT_NE(lease.status().message().find("carries 0"), std::string::npos)
+      << lease.status().message();
 }
 
 TEST(ClientTest, MismatchedRequestIdBreaksTheConnection) {

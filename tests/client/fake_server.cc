@@ -6,10 +6,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "cxlpool/proto/codec.h"
+#include "cxlpool/proto/extents.h"
 #include "cxlpool/proto/ipc.h"
 
 namespace cxlpool::testing {
@@ -135,6 +137,19 @@ void FakeServer::SendError(uint64_t request_id, Code code, const std::string& me
   Send(proto::MSG_ERROR_REPLY, request_id, wire::EncodeErrorPayload(Status(code, message)));
 }
 
+void FakeServer::SetExtents(uint64_t granule, size_t fds_per_frame) {
+  std::lock_guard<std::mutex> l(mu_);
+  extent_granule_ = granule;
+  extent_fds_per_frame_ = fds_per_frame;
+}
+
+std::vector<int> FakeServer::extent_fds(uint64_t lease_id) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<int> out;
+  for (const UniqueFd& fd : extents_[lease_id]) out.push_back(fd.get());
+  return out;
+}
+
 proto::LeaseInfo FakeServer::NewLease(uint64_t size, const std::string& name, int* fd_out) {
   const uint64_t rounded = (size + 4095) / 4096 * 4096;
   UniqueFd fd(::memfd_create("fake-lease", MFD_CLOEXEC | MFD_ALLOW_SEALING));
@@ -155,6 +170,38 @@ proto::LeaseInfo FakeServer::NewLease(uint64_t size, const std::string& name, in
   holders_[info.id()] = 1;
   leases_[info.id()] = std::move(fd);
   return info;
+}
+
+void FakeServer::SendExtentLease(uint64_t request_id, proto::LeaseInfo info) {
+  // The single memfd NewLease made is replaced by one per extent.
+  info.clear_extents();
+  std::vector<UniqueFd> fds;
+  std::vector<int> raw;
+  for (uint64_t off = 0; off < info.size_bytes(); off += extent_granule_) {
+    uint64_t n = std::min(extent_granule_, info.size_bytes() - off);
+    UniqueFd fd(::memfd_create("fake-extent", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+    if (!fd.valid() || ::ftruncate(fd.get(), static_cast<off_t>(n)) != 0) {
+      return SendError(request_id, Code::kIo, "fake server: memfd");
+    }
+    proto::ExtentInfo* e = info.add_extents();
+    e->set_size_bytes(n);
+    e->set_page_size(4096);
+    raw.push_back(fd.get());
+    fds.push_back(std::move(fd));
+  }
+  auto frames =
+      wire::PlanLeaseReply(proto::MSG_ALLOC_REPLY, info, raw.size(), extent_fds_per_frame_);
+  if (!frames.ok()) return SendError(request_id, Code::kInternal, frames.status().message());
+  for (size_t i = 0; i < frames->size(); ++i) {
+    const wire::PlannedFrame& f = (*frames)[i];
+    size_t count = f.fd_count;
+    if (misbehave_ == Misbehave::kExtentFdShort && i + 1 == frames->size()) --count;
+    std::span<const int> part(raw.data() + f.first_fd, count);
+    Status s = wire::SendFrame(sock_.get(), f.type, request_id, f.payload, part, 5000,
+                               static_cast<uint16_t>(hello_version_));
+    (void)s;
+  }
+  extents_[info.id()] = std::move(fds);
 }
 
 void FakeServer::Handle(proto::MsgType type, uint64_t request_id, const std::string& payload) {
@@ -192,9 +239,12 @@ void FakeServer::Handle(proto::MsgType type, uint64_t request_id, const std::str
       info.set_numa_node(req.has_numa_node() ? req.numa_node() : 0);
       info.set_memory_tier(req.has_numa_node() ? 2 : 1);
       info.set_label(req.label());
+      info.set_owner_uid(::getuid());  // the fake's one tenant: whoever runs the test
+      info.set_owner_gid(::getgid());
       info.set_placement_reason(req.gpu().empty() ? "fake: default node"
                                                   : "fake: nearest to GPU " + req.gpu());
       if (!req.name().empty()) names_[req.name()] = info.id();
+      if (extent_granule_ != 0) return SendExtentLease(request_id, std::move(info));
       proto::AllocReply reply;
       *reply.mutable_lease() = info;
       std::vector<int> fds;
@@ -207,7 +257,7 @@ void FakeServer::Handle(proto::MsgType type, uint64_t request_id, const std::str
       if (!wire::Decode(payload, &req).ok())
         return SendError(request_id, Code::kProtocol, "attach");
       auto it = names_.find(req.name());
-      if (it == names_.end())
+      if (it == names_.end() || (req.has_owner_uid() && req.owner_uid() != ::getuid()))
         return SendError(request_id, Code::kNotFound, "no lease " + req.name());
       proto::AttachReply reply;
       proto::LeaseInfo* info = reply.mutable_lease();
@@ -218,6 +268,8 @@ void FakeServer::Handle(proto::MsgType type, uint64_t request_id, const std::str
       info->set_name(req.name());
       info->set_holders(++holders_[it->second]);
       info->set_backing("memfd");
+      info->set_owner_uid(::getuid());
+      info->set_owner_gid(::getgid());
       Send(proto::MSG_ATTACH_REPLY, request_id, *wire::Encode(reply), {leases_[it->second].get()});
       return;
     }
@@ -233,6 +285,7 @@ void FakeServer::Handle(proto::MsgType type, uint64_t request_id, const std::str
         return;
       }
       leases_.erase(req.lease_id());
+      extents_.erase(req.lease_id());
       holders_.erase(req.lease_id());
       for (auto it = names_.begin(); it != names_.end(); ++it) {
         if (it->second == req.lease_id()) {

@@ -33,6 +33,7 @@ class FakeServer {
     kNoFd,            // the alloc reply carries no fd
     kWrongRequestId,  // the next reply echoes another request id
     kCloseOnAlloc,    // hang up instead of answering an alloc
+    kExtentFdShort,   // (with SetExtents) the last EXTENT_FDS frame lacks one fd
   };
 
   FakeServer() = default;
@@ -47,6 +48,11 @@ class FakeServer {
 
   // Knobs.
   void SetHelloVersion(uint32_t v);
+  // Allocs are answered as multi-extent leases (wire version 2): extents of
+  // `granule` bytes plus a tail, at most `fds_per_frame` fds per frame.
+  void SetExtents(uint64_t granule, size_t fds_per_frame);
+  // The server's own fds of a lease's extents (valid while it lives).
+  std::vector<int> extent_fds(uint64_t lease_id);
   void SetMisbehave(Misbehave m);
   // The next alloc is answered with this error.
   void FailNextAlloc(Code code, const std::string& message);
@@ -68,6 +74,7 @@ class FakeServer {
   void Send(proto::MsgType type, uint64_t request_id, const std::string& payload,
             std::vector<int> fds = {});
   proto::LeaseInfo NewLease(uint64_t size, const std::string& name, int* fd_out);
+  void SendExtentLease(uint64_t request_id, proto::LeaseInfo info);
 
   std::mutex mu_;
   UniqueFd listen_;
@@ -82,9 +89,12 @@ class FakeServer {
   std::vector<uint64_t> releases_;
   std::string hello_client_name_;
   uint64_t next_id_ = 100;
-  std::map<uint64_t, UniqueFd> leases_;    // live, by id
-  std::map<uint64_t, int> holders_;        // holders per live lease
-  std::map<std::string, uint64_t> names_;  // shared name -> lease id
+  uint64_t extent_granule_ = 0;
+  size_t extent_fds_per_frame_ = 0;
+  std::map<uint64_t, std::vector<UniqueFd>> extents_;  // multi-extent leases, by id
+  std::map<uint64_t, UniqueFd> leases_;                // live, by id
+  std::map<uint64_t, int> holders_;                    // holders per live lease
+  std::map<std::string, uint64_t> names_;              // shared name -> lease id
 };
 
 }  // namespace cxlpool::testing

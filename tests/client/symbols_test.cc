@@ -1,5 +1,6 @@
 // libcxlpool.so exports only the C ABI (cxlpool_*) and the C++ API
-// (cxlpool::Client, cxlpool::Lease), all under the version node CXLPOOL_0.1,
+// (cxlpool::Client, cxlpool::Lease), under the version nodes CXLPOOL_0.1 and,
+// for what was added later, CXLPOOL_0.2 (never moved between nodes),
 // and carries SONAME libcxlpool.so.0. Read with nm and readelf (binutils);
 // exits 77 when they are missing.
 #include <gtest/gtest.h>
@@ -52,8 +53,12 @@ TEST(SymbolsTest, OnlyTheApiIsExportedAndVersioned) {
     size_t sp = line.find(' ', line.find(' ') + 1);
     ASSERT_NE(sp, std::string::npos) << line;
     std::string name = line.substr(sp + 1);
-    if (name == "CXLPOOL_0.1@@CXLPOOL_0.1" || name == "CXLPOOL_0.1") continue;
+    if (name == "CXLPOOL_0.1" || name == "CXLPOOL_0.2" || name == "CXLPOOL_0.1@@CXLPOOL_0.1" ||
+        name == "CXLPOOL_0.2@@CXLPOOL_0.2") {
+      continue;
+    }
     size_t at = name.rfind("@@CXLPOOL_0.1");
+    if (at == std::string::npos) at = name.rfind("@@CXLPOOL_0.2");
     EXPECT_NE(at, std::string::npos) << "unversioned or wrongly versioned export: " << line;
     std::string base = name.substr(0, at);
     if (base.rfind("cxlpool_", 0) == 0) {
@@ -64,10 +69,15 @@ TEST(SymbolsTest, OnlyTheApiIsExportedAndVersioned) {
       ADD_FAILURE() << "unexpected export: " << line;
     }
   }
-  EXPECT_EQ(c_symbols, 23) << "the C ABI changed: update this count deliberately\n" << out;
+  EXPECT_EQ(c_symbols, 24) << "the C ABI changed: update this count deliberately\n" << out;
   EXPECT_GE(cxx_symbols, 10) << out;
   EXPECT_NE(out.find("cxlpool_alloc@@CXLPOOL_0.1"), std::string::npos);
   EXPECT_NE(out.find("cxlpool_strerror@@CXLPOOL_0.1"), std::string::npos);
+  EXPECT_NE(out.find("cxlpool_attach@@CXLPOOL_0.1"), std::string::npos);
+  // Added in 0.2: attach by owner.
+  EXPECT_NE(out.find("cxlpool_attach_from@@CXLPOOL_0.2"), std::string::npos);
+  EXPECT_NE(out.find("cxlpool::Client::AttachFrom(unsigned int"), std::string::npos);
+  EXPECT_NE(out.find("@@CXLPOOL_0.2"), std::string::npos);
   EXPECT_NE(out.find("cxlpool::Client::Connect("), std::string::npos);
 }
 

@@ -74,11 +74,11 @@ TEST_F(HandlerTest, HelloNegotiatesAndReportsAdmin) {
   ASSERT_EQ(r.type, proto::MSG_HELLO_REPLY);
   proto::HelloReply out;
   ASSERT_TRUE(wire::Decode(r.payload, &out).ok());
-  EXPECT_EQ(out.version(), 1u);
+  EXPECT_EQ(out.version(), wire::kMaxWireVersion);
   EXPECT_FALSE(out.is_admin());
   ASSERT_TRUE(wire::Decode(Call(2, hello).payload, &out).ok());
   EXPECT_TRUE(out.is_admin());
-  hello.set_min_version(2);
+  hello.set_min_version(wire::kMaxWireVersion + 1);
   EXPECT_EQ(ErrorOf(Call(1, hello)).code(), Code::kProtocol);
 }
 
@@ -130,6 +130,67 @@ TEST_F(HandlerTest, BadInputGetsCodedErrors) {
   Status st = ErrorOf(Call(1, proto::RevokeRequest()));
   EXPECT_EQ(st.code(), Code::kPermissionDenied);
   EXPECT_FALSE(st.message().empty());
+}
+
+TEST_F(HandlerTest, AttachNamesTheOwnerAndTheReplySaysWhoOwnsIt) {
+  Connect(1, 200, 1000);
+  Connect(2, 201, 2000);
+  proto::AllocRequest a;
+  a.set_size_bytes(1 << 20);
+  a.set_name("w");
+  a.add_acl_uids(2000);
+  ASSERT_EQ(Call(1, a).type, proto::MSG_ALLOC_REPLY);
+  proto::AttachRequest at;
+  at.set_name("w");
+  // Without an owner: uid 2000's own namespace, which has no "w".
+  Status none = ErrorOf(Call(2, at));
+  EXPECT_EQ(none.code(), Code::kNotFound);
+  at.set_owner_uid(1000);
+  Reply r = Call(2, at);
+  ASSERT_EQ(r.type, proto::MSG_ATTACH_REPLY);
+  ASSERT_EQ(r.fds.size(), 1u);
+  proto::AttachReply out;
+  ASSERT_TRUE(wire::Decode(r.payload, &out).ok());
+  EXPECT_EQ(out.lease().owner_uid(), 1000u);
+  EXPECT_EQ(out.lease().name(), "w");
+  // STAT of another tenant's lease: NOT_FOUND, as for no lease at all.
+  Connect(3, 202, 3000);
+  proto::StatRequest st;
+  st.set_lease_id(out.lease().id());
+  Status hidden = ErrorOf(Call(3, st));
+  st.set_lease_id(out.lease().id() + 999);
+  Status missing = ErrorOf(Call(3, st));
+  EXPECT_EQ(hidden.code(), Code::kNotFound);
+  EXPECT_EQ(missing.code(), Code::kNotFound);
+  handler_->OnDisconnect(1);
+  handler_->OnDisconnect(2);
+}
+
+TEST_F(HandlerTest, OtherTenantsQuotasAndUsageAreForAdmins) {
+  for (uint32_t uid : {1000u, 2000u}) {
+    QuotaRule q;
+    q.scope = QuotaScope::kUid;
+    q.id = uid;
+    q.subject = std::to_string(uid);
+    q.max_bytes = 64ull << 20;
+    ASSERT_TRUE(h_.mgr->mutable_quotas()->SetLiveRule(q).ok());
+  }
+  Connect(1, 200, 1000);
+  Connect(9, 201, 0);
+  proto::QuotasReply mine, all;
+  ASSERT_TRUE(wire::Decode(Call(1, proto::QuotasRequest()).payload, &mine).ok());
+  ASSERT_TRUE(wire::Decode(Call(9, proto::QuotasRequest()).payload, &all).ok());
+  ASSERT_EQ(mine.quotas_size(), 1);
+  EXPECT_EQ(mine.quotas(0).subject(), "1000");
+  EXPECT_EQ(all.quotas_size(), 2);
+  proto::MetricsReply tenant, admin;
+  ASSERT_TRUE(wire::Decode(Call(1, proto::MetricsRequest()).payload, &tenant).ok());
+  ASSERT_TRUE(wire::Decode(Call(9, proto::MetricsRequest()).payload, &admin).ok());
+  EXPECT_EQ(tenant.text().find("cxlpool_quota_max_bytes{"), std::string::npos);
+  EXPECT_NE(tenant.text().find("cxlpool_pool_capacity_bytes{"), std::string::npos)
+      << "aggregate families stay open";
+  EXPECT_NE(admin.text().find("cxlpool_quota_max_bytes{scope=\"uid\",subject=\"2000\""),
+            std::string::npos);
 }
 
 TEST_F(HandlerTest, RevokePushesLeaseEventToHolders) {

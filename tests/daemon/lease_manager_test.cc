@@ -198,13 +198,20 @@ TEST(LeaseManagerTest, SharedLeaseRefcountsAndAcl) {
   auto g = h.Alloc(1, p);
   ASSERT_TRUE(g.ok());
   EXPECT_EQ(h.Alloc(1, p).status().code(), Code::kAlreadyExists);
-  auto a = h.mgr->Attach(2, "weights");
+  auto a = h.mgr->Attach(2, "weights", 1000);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->lease.id, g->lease.id);
-  EXPECT_EQ(a->fd, g->fd);  // the same memfd
+  EXPECT_EQ(a->lease.owner.uid, 1000u);  // the attach says whose lease it is
+  EXPECT_EQ(a->fd, g->fd);               // the same memfd
   EXPECT_EQ(a->lease.holders, 2u);
-  EXPECT_EQ(h.mgr->Attach(3, "weights").status().code(), Code::kPermissionDenied);
-  EXPECT_EQ(h.mgr->Attach(3, "nope").status().code(), Code::kNotFound);
+  // Not in the ACL and no such name: one answer, word for word.
+  auto refused = h.mgr->Attach(3, "weights", 1000);
+  auto missing = h.mgr->Attach(3, "nope", 1000);
+  EXPECT_EQ(refused.status().code(), Code::kNotFound);
+  EXPECT_EQ(missing.status().code(), Code::kNotFound);
+  EXPECT_EQ(refused.status().message().find("weights"), missing.status().message().find("nope"));
+  EXPECT_EQ(h.mgr->Attach(3, "x", 1000).status().message(),
+            h.mgr->Attach(3, "x", 1000).status().message());
   // The creator lets go: still alive for the other holder.
   ASSERT_TRUE(h.mgr->Release(1, g->lease.id).ok());
   EXPECT_EQ(h.Pool("node0").leased_bytes, 2 * kMiB);
@@ -232,6 +239,13 @@ TEST(LeaseManagerTest, RevokeIsAdminOnlyAndReportsHolders) {
   EXPECT_EQ(h.Pool("node0").leased_bytes, 0u);
   EXPECT_EQ(h.mgr->Release(1, g->lease.id).code(), Code::kRevoked);
   EXPECT_EQ(h.mgr->Stat(1, g->lease.id).status().code(), Code::kRevoked);
+  // Someone who never could see it is not told it existed.
+  h.Connect(2, 2000, 2000);
+  auto hidden = h.mgr->Stat(2, g->lease.id).status();
+  EXPECT_EQ(hidden.code(), Code::kNotFound);
+  EXPECT_EQ(hidden.message(), "no lease " + std::to_string(g->lease.id));
+  EXPECT_EQ(h.mgr->Stat(2, 987654).status().message(), "no lease 987654");
+  EXPECT_EQ(h.mgr->Release(2, g->lease.id).code(), Code::kNotFound);
 }
 
 TEST(LeaseManagerTest, ListAndStatVisibility) {
@@ -250,9 +264,77 @@ TEST(LeaseManagerTest, ListAndStatVisibility) {
   auto all = h.mgr->List(9, true);
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all->size(), 2u);
-  EXPECT_EQ(h.mgr->Stat(1, b->lease.id).status().code(), Code::kPermissionDenied);
+  // Another tenant's lease and no lease at all: the same code and text.
+  const uint64_t none = b->lease.id + 1000;
+  auto text = [](const Status& st, uint64_t id) {
+    std::string t = st.ToString();
+    auto at = t.find(std::to_string(id));
+    return at == std::string::npos ? t : t.replace(at, std::to_string(id).size(), "N");
+  };
+  EXPECT_EQ(h.mgr->Stat(1, b->lease.id).status().code(), Code::kNotFound);
+  EXPECT_EQ(text(h.mgr->Stat(1, b->lease.id).status(), b->lease.id),
+            text(h.mgr->Stat(1, none).status(), none));
   EXPECT_TRUE(h.mgr->Stat(9, b->lease.id).ok());
-  EXPECT_EQ(h.mgr->Release(1, b->lease.id).code(), Code::kPermissionDenied);
+  EXPECT_EQ(h.mgr->Release(1, b->lease.id).code(), Code::kNotFound);
+  EXPECT_EQ(text(h.mgr->Release(1, b->lease.id), b->lease.id), text(h.mgr->Release(1, none), none));
+  EXPECT_TRUE(h.mgr->Stat(2, b->lease.id).ok());
+}
+
+TEST(LeaseManagerTest, NamesLiveInTheirOwnersNamespace) {
+  Harness h(TwoSocketCxl());
+  h.Connect(1, 1000, 1000);  // the victim
+  h.Connect(2, 2000, 2000);  // a squatter
+  AllocParams p;
+  p.size_bytes = kMiB;
+  p.name = "model-weights";
+  // The squatter takes the name first, with an ACL naming its victim.
+  AllocParams squat = p;
+  squat.acl_uids = {1000};
+  auto s = h.Alloc(2, squat);
+  ASSERT_TRUE(s.ok());
+  // The victim's create is not refused: its own namespace is empty.
+  auto v = h.Alloc(1, p);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_NE(v->lease.id, s->lease.id);
+  // Its attach finds its own lease, never the squatter's.
+  auto mine = h.mgr->Attach(1, "model-weights");
+  ASSERT_TRUE(mine.ok());
+  EXPECT_EQ(mine->lease.id, v->lease.id);
+  EXPECT_EQ(mine->lease.owner.uid, 1000u);
+  // Naming the other owner reaches the other lease (the ACL allows it).
+  auto theirs = h.mgr->Attach(1, "model-weights", 2000);
+  ASSERT_TRUE(theirs.ok());
+  EXPECT_EQ(theirs->lease.id, s->lease.id);
+  EXPECT_EQ(theirs->lease.owner.uid, 2000u);
+  // A second create in one's own namespace is refused, naming only that.
+  auto again = h.Alloc(1, p);
+  EXPECT_EQ(again.status().code(), Code::kAlreadyExists);
+  EXPECT_NE(again.status().message().find("uid 1000"), std::string::npos);
+  // The squatter cannot reach the victim's lease by name.
+  EXPECT_EQ(h.mgr->Attach(2, "model-weights", 1000).status().code(), Code::kNotFound);
+}
+
+TEST(LeaseManagerTest, QuotasOfOtherTenantsAreForAdmins) {
+  DaemonConfig cfg = TestConfig();
+  cfg.quotas.push_back(testing::UidQuota(1000, 64 * kMiB));
+  cfg.quotas.push_back(testing::UidQuota(2000, 64 * kMiB));
+  QuotaRule g;
+  g.scope = QuotaScope::kGid;
+  g.id = 1000;
+  g.subject = "1000";
+  g.max_bytes = 128 * kMiB;
+  cfg.quotas.push_back(g);
+  Harness h(TwoSocketCxl(), cfg);
+  h.Connect(1, 1000, 1000);
+  h.Connect(2, 2000, 2000);
+  h.Connect(9, 0, 0, true);
+  EXPECT_EQ(h.mgr->QuotasVisibleTo(9).size(), 3u);
+  auto mine = h.mgr->QuotasVisibleTo(1);
+  ASSERT_EQ(mine.size(), 2u);  // its uid rule and its group's
+  for (const auto& q : mine) EXPECT_EQ(q.rule.id, 1000u);
+  auto other = h.mgr->QuotasVisibleTo(2);
+  ASSERT_EQ(other.size(), 1u);
+  EXPECT_EQ(other[0].rule.id, 2000u);
 }
 
 TEST(LeaseManagerTest, WarmStockServesExactSizesAndCountsAgainstCapacity) {

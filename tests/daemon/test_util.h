@@ -191,11 +191,13 @@ class FakeDaxControl final : public DaxControl {
 struct Harness {
   // `prefault` false: grants are not populated (for harnesses that never
   // touch them, such as fuzz_handler).
+  // `bind` true: memfd pools claim to bind their node (nothing is built:
+  // for tests of where existing memory is found).
   explicit Harness(Topology t, DaemonConfig cfg = TestConfig(), DaxControl* dax = nullptr,
-                   bool prefault = true)
+                   bool prefault = true, bool bind = false)
       : topo(std::move(t)) {
     PoolBuildOptions o;
-    o.bind = false;
+    o.bind = bind;
     o.prefault = prefault;
     o.dax = dax;
     auto pools = BuildPools(topo, cfg, o, nullptr);

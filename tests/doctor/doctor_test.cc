@@ -37,6 +37,7 @@ struct Fixture {
     in.socket = {true, true, 0660, 0, 990, "cxlpool"};
     in.daemon_reachable = true;
     in.daemon_dumpable = false;
+    in.daemon_journal_damaged = false;
     in.client_memlock_bytes = std::nullopt;
   }
 };
@@ -44,7 +45,7 @@ struct Fixture {
 TEST(DoctorTest, HealthyNodeIsAllOk) {
   Fixture f;
   auto out = RunDoctor(f.fs, f.topo, f.in);
-  EXPECT_EQ(out.size(), 8u);
+  EXPECT_EQ(out.size(), 9u);
   for (const auto& x : out) EXPECT_EQ(x.severity, Severity::kOk) << x.check << ": " << x.summary;
   EXPECT_EQ(WorstSeverity(out), Severity::kOk);
 }
@@ -100,6 +101,18 @@ TEST(DoctorTest, DumpableDaemonIsAnError) {
   EXPECT_EQ(WorstSeverity(out), Severity::kError);
   f.in.daemon_reachable = false;
   EXPECT_EQ(Get(RunDoctor(f.fs, f.topo, f.in), "daemon_dumpable").severity, Severity::kWarning);
+}
+
+TEST(DoctorTest, DamagedJournalIsAnError) {
+  Fixture f;
+  f.in.daemon_journal_damaged = true;
+  f.in.daemon_journal_skipped_bytes = 310;
+  Finding j = Get(RunDoctor(f.fs, f.topo, f.in), "journal");
+  EXPECT_EQ(j.severity, Severity::kError);
+  EXPECT_NE(j.summary.find("310 bytes skipped"), std::string::npos) << j.summary;
+  EXPECT_NE(j.remedy.find("leases.journal.damaged"), std::string::npos);
+  f.in.daemon_journal_damaged.reset();  // an older daemon
+  EXPECT_EQ(Get(RunDoctor(f.fs, f.topo, f.in), "journal").severity, Severity::kInfo);
 }
 
 TEST(DoctorTest, SocketPermissions) {

@@ -36,6 +36,9 @@ void DecodeAs(uint16_t type, const std::string& payload) {
     case MSG_ALLOC_REPLY:
       TryDecode<AllocReply>(payload);
       break;
+    case MSG_EXTENT_FDS:
+      TryDecode<ExtentFds>(payload);
+      break;
     case MSG_LIST_LEASES_REPLY:
       TryDecode<ListLeasesReply>(payload);
       break;

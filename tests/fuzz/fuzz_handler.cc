@@ -5,15 +5,26 @@
 // uid 1000, uid 2000). Every request must get exactly one well-formed reply
 // (an error reply must carry a code), and once every connection has gone the
 // pools must be back to zero leased bytes.
+//
+// Restart support is on (an in-memory LeaseStore), so RECLAIM reaches the
+// path that accounts again a lease the journal lost: a RECLAIM request
+// carries one fd per listed lease (at most 4), each either an fd a grant or
+// attach of this run handed out or a fresh sealed memfd whose size comes from
+// the input, like a client whose daemon lost its journal would send.
+#include <fcntl.h>
 #include <google/protobuf/stubs/logging.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "cxlpool/common/fs.h"
 #include "cxlpool/proto/codec.h"
 #include "handler/daemon_handler.h"
+#include "restart_fakes.h"
 #include "test_util.h"
 
 namespace {
@@ -40,6 +51,14 @@ cxlpool::Topology SmallPools() {
   return t;
 }
 
+// A sealed memfd of `pages` pages, sealed as the daemon seals its leases.
+cxlpool::UniqueFd SealedMemfd(size_t pages) {
+  cxlpool::UniqueFd fd(::memfd_create("fuzz-lease", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (!fd.valid() || ::ftruncate(fd.get(), static_cast<off_t>(pages * 4096)) != 0) return {};
+  (void)::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SEAL);
+  return fd;
+}
+
 }  // namespace
 
 // Protobuf logs every invalid UTF-8 string it meets; silence it so the
@@ -50,8 +69,11 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  cxlpool::testing::FakeStore store;
   cxlpool::testing::Harness h(SmallPools(), cxlpool::testing::TestConfig(), nullptr,
                               /*prefault=*/false);
+  h.mgr->EnableRestart(&store, nullptr, 1);
+  std::vector<cxlpool::UniqueFd> handed_out;  // dups of fds replies carried
   cxlpool::FakeFileSystem proc;
   cxlpool::HandlerOptions o;
   o.instance_id = "fuzz";
@@ -91,9 +113,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     r.request_id = id++;
     r.payload.assign(reinterpret_cast<const char*>(data + off), len);
     off += len;
+    if (r.type == cxlpool::proto::MSG_RECLAIM_REQUEST) {
+      cxlpool::proto::ReclaimRequest rr;
+      if (cxlpool::wire::Decode(r.payload, &rr).ok() && rr.leases_size() <= 4) {
+        for (int i = 0; i < rr.leases_size(); ++i) {
+          const uint64_t pick = rr.leases(i).page_size();
+          if (!handed_out.empty() && pick % 2 == 0) {
+            r.fds.emplace_back(
+                ::fcntl(handed_out[pick / 2 % handed_out.size()].get(), F_DUPFD_CLOEXEC, 0));
+          } else {
+            r.fds.push_back(SealedMemfd(1 + rr.leases(i).size_bytes() % 128));
+          }
+        }
+      }
+    }
     int replies = 0;
     handler.OnRequest(c, std::move(r), [&](Reply rep) {
       CheckReply(rep);
+      for (int fd : rep.fds) {
+        if (handed_out.size() < 16) handed_out.emplace_back(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+      }
       ++replies;
     });
     h.Drain();

@@ -51,6 +51,16 @@ TEST(FrameHeader, ValidationNamesTheProblem) {
   EXPECT_NE(ValidateFrameHeader(bad, 100).message().find("version"), std::string::npos);
   bad.version = kMaxWireVersion + 1;
   EXPECT_EQ(ValidateFrameHeader(bad, 100).code(), Code::kProtocol);
+  for (uint16_t v = kMinWireVersion; v <= kMaxWireVersion; ++v) {
+    bad.version = v;
+    EXPECT_TRUE(ValidateFrameHeader(bad, 100).ok()) << v;
+  }
+  // HELLO and its answers are always readable in version 1.
+  for (auto t : {proto::MSG_HELLO_REQUEST, proto::MSG_HELLO_REPLY, proto::MSG_ERROR_REPLY}) {
+    bad.type = t;
+    bad.version = kHelloWireVersion;
+    EXPECT_TRUE(ValidateFrameHeader(bad, 100).ok()) << t;
+  }
 
   bad = ok;
   bad.flags = 4;
@@ -72,8 +82,14 @@ TEST(FrameHeader, TypesAndFdRules) {
   EXPECT_FALSE(IsRequestType(proto::MSG_HELLO_REPLY));
   EXPECT_FALSE(IsRequestType(proto::MSG_ERROR_REPLY));
   EXPECT_FALSE(IsRequestType(proto::MSG_LEASE_EVENT));
-  EXPECT_EQ(MaxFdsForType(proto::MSG_ALLOC_REPLY), 1u);
-  EXPECT_EQ(MaxFdsForType(proto::MSG_ATTACH_REPLY), 1u);
+  EXPECT_EQ(MaxFdsForType(proto::MSG_ALLOC_REPLY, kDefaultMaxFdsPerFrame, 1), 1u);
+  EXPECT_EQ(MaxFdsForType(proto::MSG_ATTACH_REPLY, kDefaultMaxFdsPerFrame, 1), 1u);
+  EXPECT_EQ(MaxFdsForType(proto::MSG_EXTENT_FDS, kDefaultMaxFdsPerFrame, 1), 0u);
+  // Version 2: lease replies carry one fd per extent, up to SCM_MAX_FD.
+  EXPECT_EQ(MaxFdsForType(proto::MSG_ALLOC_REPLY), kMaxExtentFdsPerFrame);
+  EXPECT_EQ(MaxFdsForType(proto::MSG_ATTACH_REPLY, 7, 2), 253u);
+  EXPECT_EQ(MaxFdsForType(proto::MSG_EXTENT_FDS, 7, 2), 253u);
+  EXPECT_FALSE(IsRequestType(proto::MSG_EXTENT_FDS));
   EXPECT_EQ(MaxFdsForType(proto::MSG_RECLAIM_REQUEST, 7), 7u);
   EXPECT_EQ(MaxFdsForType(proto::MSG_STAT_REPLY), 0u);
   EXPECT_EQ(MaxFdsForType(555), 0u);
@@ -156,13 +172,16 @@ TEST(Codec, ErrorCodesMapOneToOne) {
 
 TEST(Codec, VersionNegotiation) {
   EXPECT_EQ(*NegotiateVersion(1, 1), 1u);
-  EXPECT_EQ(*NegotiateVersion(1, 5), 1u);
+  EXPECT_EQ(*NegotiateVersion(1, 5), kMaxWireVersion);
   EXPECT_EQ(*NegotiateVersion(1, 5, 1, 3), 3u);
   EXPECT_EQ(*NegotiateVersion(2, 2, 1, 3), 2u);
-  Result<uint32_t> none = NegotiateVersion(2, 4);
+  // An old client (1..1) against a server that needs 2..2: both ranges named.
+  Result<uint32_t> none = NegotiateVersion(1, 1, 2, 2);
   ASSERT_FALSE(none.ok());
   EXPECT_EQ(none.status().code(), Code::kProtocol);
-  EXPECT_NE(none.status().message().find("2..4"), std::string::npos);
+  EXPECT_NE(none.status().message().find("client speaks 1..1, server speaks 2..2"),
+            std::string::npos)
+      << none.status().message();
   EXPECT_FALSE(NegotiateVersion(3, 1).ok());
 }
 

@@ -8,7 +8,9 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <random>
+#include <vector>
 
 namespace cxlpool {
 namespace {
@@ -103,6 +105,206 @@ TEST_F(JournalTest, CorruptRecordStopsReplay) {
   ASSERT_TRUE(j.ok());
   EXPECT_EQ(j->state().leases.size(), 2u);
   EXPECT_GT(j->state().torn_bytes_dropped, 0u);
+}
+
+// ---- damage: every kind is found, reported in state().damage, and never
+// makes an id be granted twice ----
+
+// A journal with leases 1..n, ids reserved up to `reserve`.
+void Fill(const std::string& dir, uint64_t n, uint64_t reserve) {
+  auto j = LeaseJournal::Open(dir, "boot-1");
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  ASSERT_TRUE(j->ReserveIds(reserve).ok());
+  for (uint64_t i = 1; i <= n; ++i) {
+    journal::LeaseRecord r;
+    r.set_id(i);
+    r.set_size_bytes(i * 4096);
+    r.set_label("lease-" + std::to_string(i));
+    ASSERT_TRUE(j->Put(r).ok());
+  }
+}
+
+// Byte offsets of the records (after the 8-byte header).
+std::vector<size_t> RecordOffsets(const std::string& data) {
+  std::vector<size_t> out;
+  for (size_t off = 8; off + 8 <= data.size();) {
+    out.push_back(off);
+    uint32_t len = 0;
+    for (int i = 0; i < 4; ++i)
+      len |= static_cast<uint32_t>(static_cast<uint8_t>(data[off + i])) << (8 * i);
+    off += 8 + len;
+  }
+  return out;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+void Spit(const std::string& path, const std::string& data) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << data;
+}
+
+TEST_F(JournalTest, TruncatedToZeroIsReportedAndIdsContinue) {
+  Fill(dir_, 5, 1024);
+  ASSERT_EQ(truncate(path().c_str(), 0), 0);
+  auto j = LeaseJournal::Open(dir_, "boot-1", true);
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  const auto& s = j->state();
+  EXPECT_TRUE(s.damage.journal_empty);
+  EXPECT_TRUE(s.damage.journal_damaged());
+  EXPECT_TRUE(s.may_have_lost_leases);
+  EXPECT_TRUE(s.leases.empty());
+  EXPECT_GE(s.next_id, 1024u) << "the id mark keeps the high-water mark";
+  EXPECT_NE(s.damage.Describe().find("empty"), std::string::npos) << s.damage.Describe();
+  // Rewritten clean: the next open finds nothing wrong and keeps the mark.
+  j = LeaseJournal::Open(dir_, "boot-1", true);
+  ASSERT_TRUE(j.ok());
+  EXPECT_FALSE(j->state().damage.any()) << j->state().damage.Describe();
+  EXPECT_GE(j->state().next_id, 1024u);
+}
+
+TEST_F(JournalTest, DeletedJournalIsReportedAndIdsContinue) {
+  Fill(dir_, 5, 1024);
+  ASSERT_EQ(unlink(path().c_str()), 0);
+  auto j = LeaseJournal::Open(dir_, "boot-1");  // the id mark shows the directory was used
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_TRUE(j->state().damage.journal_missing);
+  EXPECT_TRUE(j->state().may_have_lost_leases);
+  EXPECT_GE(j->state().next_id, 1024u);
+}
+
+TEST_F(JournalTest, AFirstStartIsNotDamage) {
+  auto j = LeaseJournal::Open(dir_, "boot-1", false);
+  ASSERT_TRUE(j.ok());
+  EXPECT_FALSE(j->state().damage.any()) << j->state().damage.Describe();
+  EXPECT_FALSE(j->state().may_have_lost_leases);
+  EXPECT_EQ(j->state().next_id, 1u);
+}
+
+TEST_F(JournalTest, FlippedByteInTheMiddleSkipsOnlyThatRecord) {
+  Fill(dir_, 9, 16);
+  std::string data = Slurp(path());
+  auto offs = RecordOffsets(data);
+  // boot, next-id, then leases 1..9: damage lease 4's payload.
+  ASSERT_EQ(offs.size(), 11u);
+  data[offs[5] + 12] = static_cast<char>(data[offs[5] + 12] ^ 0x40);
+  Spit(path(), data);
+  auto j = LeaseJournal::Open(dir_, "boot-1", true);
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  const auto& s = j->state();
+  EXPECT_EQ(s.leases.size(), 8u);
+  EXPECT_FALSE(s.leases.count(4));
+  for (uint64_t i : {1, 2, 3, 5, 6, 7, 8, 9}) EXPECT_TRUE(s.leases.count(i)) << i;
+  EXPECT_EQ(s.damage.skipped_regions, 1u);
+  EXPECT_EQ(s.damage.skipped_bytes, offs[6] - offs[5]);
+  EXPECT_TRUE(s.may_have_lost_leases);
+  EXPECT_EQ(s.next_id, 16u);
+  EXPECT_EQ(s.damage.saved_copy, path() + ".damaged");
+  EXPECT_EQ(Slurp(path() + ".damaged"), data);
+}
+
+TEST_F(JournalTest, FlippedLengthFieldIsPassedToo) {
+  Fill(dir_, 6, 16);
+  std::string data = Slurp(path());
+  auto offs = RecordOffsets(data);
+  data[offs[3] + 1] = static_cast<char>(0x7f);  // lease 2's length: now far too long
+  Spit(path(), data);
+  auto j = LeaseJournal::Open(dir_, "boot-1", true);
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ(j->state().leases.size(), 5u);
+  EXPECT_FALSE(j->state().leases.count(2));
+  EXPECT_EQ(j->state().damage.skipped_regions, 1u);
+}
+
+TEST_F(JournalTest, TornTailIsReportedApartFromDamage) {
+  Fill(dir_, 4, 16);
+  off_t full = FileSize();
+  ASSERT_EQ(truncate(path().c_str(), full - 5), 0);
+  auto j = LeaseJournal::Open(dir_, "boot-1", true);
+  ASSERT_TRUE(j.ok());
+  EXPECT_GT(j->state().damage.torn_tail_bytes, 0u);
+  EXPECT_FALSE(j->state().damage.journal_damaged());
+  EXPECT_TRUE(j->state().damage.any());
+  EXPECT_EQ(j->state().leases.size(), 3u);
+}
+
+TEST_F(JournalTest, AppendedGarbageIsDroppedAndReported) {
+  Fill(dir_, 4, 16);
+  std::string data = Slurp(path());
+  Spit(path(), data + std::string("\xff\xff\xff\x7f garbage appended by someone", 32));
+  auto j = LeaseJournal::Open(dir_, "boot-1", true);
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ(j->state().leases.size(), 4u);
+  EXPECT_EQ(j->state().damage.bad_tail_bytes, 32u);
+  EXPECT_TRUE(j->state().damage.journal_damaged());
+  // Appends after it are readable again.
+  journal::LeaseRecord r;
+  r.set_id(20);
+  r.set_size_bytes(4096);
+  ASSERT_TRUE(j->Put(r).ok());
+  j = LeaseJournal::Open(dir_, "boot-1", true);
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ(j->state().leases.size(), 5u);
+  EXPECT_FALSE(j->state().damage.any()) << j->state().damage.Describe();
+}
+
+TEST_F(JournalTest, DamagedMagicWithRecordsAfterItIsRecovered) {
+  Fill(dir_, 3, 16);
+  std::string data = Slurp(path());
+  data[2] = 'X';
+  Spit(path(), data);
+  auto j = LeaseJournal::Open(dir_, "boot-1", true);
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_TRUE(j->state().damage.bad_header);
+  EXPECT_EQ(j->state().leases.size(), 3u);
+}
+
+TEST_F(JournalTest, DamageOfAnEarlierBootLosesNothingOfThisOne) {
+  Fill(dir_, 3, 16);
+  ASSERT_EQ(truncate(path().c_str(), 0), 0);
+  auto j = LeaseJournal::Open(dir_, "boot-2", true);  // the mark says boot-1
+  ASSERT_TRUE(j.ok());
+  EXPECT_TRUE(j->state().damage.journal_empty);
+  EXPECT_FALSE(j->state().may_have_lost_leases);
+  EXPECT_GE(j->state().next_id, 16u);
+}
+
+TEST_F(JournalTest, IdMarkIsWrittenAtEveryReservationAndChecked) {
+  {
+    auto j = LeaseJournal::Open(dir_, "boot-1");
+    ASSERT_TRUE(j.ok());
+    ASSERT_TRUE(j->ReserveIds(2048).ok());
+  }
+  IdMark m = ReadIdMark(dir_);
+  ASSERT_EQ(m.state, IdMark::State::kOk);
+  EXPECT_EQ(m.next_id, 2048u);
+  EXPECT_EQ(m.boot_id, "boot-1");
+  // One changed digit fails its CRC.
+  std::string text = Slurp(dir_ + "/lease-ids");
+  auto at = text.find("2048");
+  ASSERT_NE(at, std::string::npos);
+  text[at] = '9';
+  Spit(dir_ + "/lease-ids", text);
+  EXPECT_EQ(ReadIdMark(dir_).state, IdMark::State::kDamaged);
+  auto j = LeaseJournal::Open(dir_, "boot-1");
+  ASSERT_TRUE(j.ok());
+  EXPECT_TRUE(j->state().damage.id_mark_damaged);
+  EXPECT_GE(j->state().next_id, 2048u) << "the journal still has it";
+  EXPECT_EQ(ReadIdMark(dir_).state, IdMark::State::kOk) << "rewritten at open";
+}
+
+// Both the journal and the id mark lost: ids continue above any earlier
+// one all the same (from the clock), never back at 1.
+TEST_F(JournalTest, JournalAndIdMarkBothLostStillNeverReuseIds) {
+  Fill(dir_, 3, 4096);
+  ASSERT_EQ(truncate(path().c_str(), 0), 0);
+  ASSERT_EQ(unlink((dir_ + "/lease-ids").c_str()), 0);
+  auto j = LeaseJournal::Open(dir_, "boot-1", true);
+  ASSERT_TRUE(j.ok());
+  EXPECT_TRUE(j->state().damage.journal_empty);
+  EXPECT_GT(j->state().next_id, 1000000000000000ull);
 }
 
 TEST_F(JournalTest, BadMagicIsAClearError) {

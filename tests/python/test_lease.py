@@ -147,7 +147,14 @@ def test_shared_lease_attach_in_one_process(daemon):
     memoryview(owner)[:4] = b"kv01"
     other = c2.attach("py-shared")
     assert other.id == owner.id and other.name == "py-shared"
+    assert other.info.owner_uid == os.getuid()  # the attach says whose lease it is
     assert bytes(memoryview(other)[:4]) == b"kv01"
+    # Names live in their owner's namespace: named by owner, or not found.
+    named = c2.attach("py-shared", owner_uid=os.getuid())
+    assert named.id == owner.id
+    named.release()
+    with pytest.raises(cxlpool.NotFoundError):
+        c2.attach("py-shared", owner_uid=os.getuid() + 1)
     [info] = daemon.leases()
     assert info["shared_name"] == "py-shared" and info["holders"] == 2
     other.release()

@@ -239,7 +239,7 @@ TEST_F(DevdaxRestartTest, ClientReclaimAfterARestartIsAccountedAndNeverGrantedTw
   EXPECT_NE(out.rejected[3].second.find("bytes"), std::string::npos) << out.rejected[3].second;
   auto foreign = b.mgr->Reclaim(2, Items(Item(c_dyn->id, 4 * kMiB, Dup(c_dyn->fd.get()))));
   ASSERT_EQ(foreign.rejected.size(), 1u);
-  EXPECT_NE(foreign.rejected[0].second.find("may not hold"), std::string::npos);
+  EXPECT_NE(foreign.rejected[0].second.find("not one this caller may hold"), std::string::npos);
   EXPECT_TRUE(b.mgr->in_grace());
   EXPECT_EQ(b.Pool("dax_region0").leased_bytes, 4 * kMiB);
   EXPECT_TRUE(dax_.destroyed.empty());

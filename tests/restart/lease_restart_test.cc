@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -177,7 +178,7 @@ TEST(LeaseRestartTest, RecoverDropsDeadOwnersAwaitsLiveOnesAndHoldsGrantsInGrace
   foreign[0] = {10, 1 << 20, Dup(live.fd)};
   auto f = h.mgr->Reclaim(2, std::move(foreign));
   ASSERT_EQ(f.rejected.size(), 1u);
-  EXPECT_NE(f.rejected[0].second.find("may not hold"), std::string::npos);
+  EXPECT_NE(f.rejected[0].second.find("not one this caller may hold"), std::string::npos);
   EXPECT_TRUE(h.mgr->in_grace());
 
   // The right one: accepted, held by the connection, grace over.
@@ -309,6 +310,293 @@ TEST(LeaseRestartTest, HandOverKeepsTheMemoryAndTheJournal) {
   struct stat st {};
   ASSERT_EQ(::fstat(mine.get(), &st), 0);
   EXPECT_EQ(static_cast<uint64_t>(st.st_size), 1u << 20);  // not truncated
+}
+
+// ---- journal damage: leases the journal lost (docs/daemon.md) ----
+
+// A sealed memfd as the daemon makes them, `touch`: its pages written.
+UniqueFd LeaseLikeMemfd(uint64_t size, bool touch = false) {
+  UniqueFd fd(::memfd_create("cxlpool-lost", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  CXLPOOL_CHECK(fd.valid() && ::ftruncate(fd.get(), static_cast<off_t>(size)) == 0);
+  CXLPOOL_CHECK(::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SEAL) == 0);
+  if (touch) {
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+    CXLPOOL_CHECK(p != MAP_FAILED);
+    std::memset(p, 0x5a, size);
+    ::munmap(p, size);
+  }
+  return fd;
+}
+
+uint64_t FileSize(const UniqueFd& fd) {
+  struct stat st {};
+  CXLPOOL_CHECK(::fstat(fd.get(), &st) == 0);
+  return static_cast<uint64_t>(st.st_size);
+}
+
+LeaseManager::ReclaimItem Item(uint64_t id, const UniqueFd& fd, uint64_t size,
+                               std::string pool = "node0",
+                               std::optional<uid_t> owner = std::nullopt, std::string name = "") {
+  LeaseManager::ReclaimItem it;
+  it.id = id;
+  it.size_bytes = size;
+  it.fd = Dup(fd);
+  it.pool = std::move(pool);
+  it.owner_uid = owner;
+  it.name = std::move(name);
+  return it;
+}
+
+JournalHealth Lost() {
+  JournalHealth j;
+  j.damaged = true;
+  j.may_have_lost_leases = true;
+  j.description = "the journal is empty";
+  return j;
+}
+
+struct DamagedHarness : Fakes, Harness {
+  explicit DamagedHarness(DaemonConfig cfg = testing::TestConfig(), bool bind = false)
+      : Harness(TwoSocketCxl(), std::move(cfg), nullptr, true, bind) {
+    mgr->EnableRestart(&store, &probe, 1000);  // the id mark: ids up to 999 were granted
+  }
+  void ConnectPid(ConnId c, pid_t pid, uid_t uid) {
+    probe.start[pid] = 77;
+    CallerInfo ci;
+    ci.pid = pid;
+    ci.uid = uid;
+    ci.gid = uid;
+    ci.start_time = 77;
+    mgr->Connect(c, ci);
+  }
+};
+
+TEST(JournalDamageTest, AReclaimedLeaseTheJournalLostIsAccountedAgain) {
+  DamagedHarness h;
+  auto r = h.mgr->Recover({}, {}, std::chrono::milliseconds(50), Lost());
+  EXPECT_EQ(r.journalled, 0u);
+  // Nothing awaits, but leases may have been lost: grants wait all the same.
+  EXPECT_TRUE(h.mgr->in_grace());
+  EXPECT_FALSE(h.mgr->GraceRefusal().ok());
+  EXPECT_EQ(h.mgr->Gauges()["journal_damaged"], 1u);
+  UniqueFd mem = LeaseLikeMemfd(1 << 20, true);
+  h.ConnectPid(1, 600, 1000);
+  std::vector<LeaseManager::ReclaimItem> items;
+  items.push_back(Item(7, mem, 1 << 20, "node0", 1000u));
+  auto out = h.mgr->Reclaim(1, std::move(items));
+  ASSERT_EQ(out.accepted, std::vector<uint64_t>{7}) << out.rejected[0].second;
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 1u << 20);
+  EXPECT_EQ(h.mgr->Counters()["unjournalled_adopted"], 1u);
+  auto s = h.mgr->Stat(1, 7);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->owner.uid, 1000u);
+  EXPECT_EQ(s->size_bytes, 1u << 20);
+  EXPECT_NE(s->placement_reason.find("journal damage"), std::string::npos);
+  // Journalled again (with its memfd for the fd store) and charged.
+  ASSERT_TRUE(h.store.leases.count(7));
+  EXPECT_TRUE(h.store.stored_fds.count(7));
+  EXPECT_EQ(h.store.leases[7].owner_uid, 1000u);
+  // Still in the grace period (it runs its full length after damage).
+  EXPECT_TRUE(h.mgr->in_grace());
+  // Ids go on above the mark, never reusing the one just reclaimed.
+  h.Drain();  // the grace timer fires
+  EXPECT_FALSE(h.mgr->in_grace());
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 1u << 20) << "held: kept after grace";
+  auto g = h.Alloc(1, 4096, 0);
+  ASSERT_TRUE(g.ok());
+  EXPECT_GE(g->lease.id, 1000u);
+  // Released: its memory is freed like any lease's.
+  ASSERT_TRUE(h.mgr->Release(1, 7).ok());
+  h.Drain();
+  EXPECT_EQ(FileSize(mem), 0u);
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 4096u);
+}
+
+// A journal that looked intact at start, and a holder reclaims a lease it
+// does not know: that is damage found late, and it is said so.
+TEST(JournalDamageTest, AnUnknownReclaimAfterACleanStartIsReportedToo) {
+  DamagedHarness h;
+  h.mgr->Recover({}, {}, std::chrono::seconds(60), {});
+  EXPECT_FALSE(h.mgr->in_grace());
+  EXPECT_EQ(h.mgr->Gauges()["journal_damaged"], 0u);
+  UniqueFd mem = LeaseLikeMemfd(1 << 20);
+  h.ConnectPid(1, 600, 1000);
+  std::vector<LeaseManager::ReclaimItem> items;
+  items.push_back(Item(40, mem, 1 << 20, "node0", 1000u));
+  ASSERT_EQ(h.mgr->Reclaim(1, std::move(items)).accepted.size(), 1u);
+  EXPECT_EQ(h.mgr->Gauges()["journal_damaged"], 1u);
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 1u << 20);
+}
+
+TEST(JournalDamageTest, SizeComesFromTheFdNotTheClient) {
+  DamagedHarness h;
+  h.mgr->Recover({}, {}, std::chrono::seconds(60), Lost());
+  UniqueFd mem = LeaseLikeMemfd(2 << 20);
+  h.ConnectPid(1, 600, 1000);
+  std::vector<LeaseManager::ReclaimItem> items;
+  items.push_back(Item(8, mem, 4096));  // the client says 4 KiB; the memfd is 2 MiB
+  auto out = h.mgr->Reclaim(1, std::move(items));
+  ASSERT_EQ(out.accepted.size(), 1u);
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 2u << 20);
+}
+
+TEST(JournalDamageTest, OneThatDoesNotFitIsRevokedNeverLeftUncounted) {
+  DaemonConfig cfg = testing::TestConfig();
+  cfg.quotas.push_back(testing::UidQuota(1000, 1 << 20));
+  DamagedHarness h(cfg);
+  h.mgr->Recover({}, {}, std::chrono::seconds(60), Lost());
+  h.ConnectPid(1, 600, 1000);
+  UniqueFd huge = LeaseLikeMemfd(128ull << 20);  // larger than any pool
+  UniqueFd over = LeaseLikeMemfd(2 << 20);       // over uid 1000's quota
+  std::vector<LeaseManager::ReclaimItem> items;
+  items.push_back(Item(9, huge, 128ull << 20));
+  items.push_back(Item(10, over, 2 << 20));
+  auto out = h.mgr->Reclaim(1, std::move(items));
+  EXPECT_TRUE(out.accepted.empty());
+  ASSERT_EQ(out.rejected.size(), 2u);
+  for (const auto& [id, why] : out.rejected) {
+    EXPECT_NE(why.find("revoked"), std::string::npos) << why;
+  }
+  EXPECT_NE(out.rejected[1].second.find("quota"), std::string::npos) << out.rejected[1].second;
+  EXPECT_EQ(FileSize(huge), 0u);
+  EXPECT_EQ(FileSize(over), 0u);
+  EXPECT_EQ(h.mgr->Counters()["unjournalled_revokes"], 2u);
+  for (const auto& p : h.mgr->Pools()) EXPECT_EQ(p.leased_bytes, 0u) << p.name;
+}
+
+TEST(JournalDamageTest, WhatCannotBeALeaseIsRejectedAndLeftAlone) {
+  DamagedHarness h;
+  h.mgr->Recover({}, {}, std::chrono::seconds(60), Lost());
+  h.ConnectPid(1, 600, 1000);
+  UniqueFd beyond = LeaseLikeMemfd(1 << 20);
+  UniqueFd unsealed(::memfd_create("plain", MFD_CLOEXEC));
+  ASSERT_EQ(::ftruncate(unsealed.get(), 1 << 20), 0);
+  std::vector<LeaseManager::ReclaimItem> items;
+  items.push_back(Item(5000, beyond, 1 << 20));  // above the id mark: never granted
+  items.push_back(Item(11, unsealed, 1 << 20));
+  items.push_back(Item(0, beyond, 1 << 20));
+  auto out = h.mgr->Reclaim(1, std::move(items));
+  EXPECT_TRUE(out.accepted.empty());
+  ASSERT_EQ(out.rejected.size(), 3u);
+  EXPECT_NE(out.rejected[0].second.find("never granted"), std::string::npos);
+  EXPECT_NE(out.rejected[1].second.find("sealed"), std::string::npos);
+  EXPECT_EQ(FileSize(beyond), 1u << 20);
+  EXPECT_EQ(FileSize(unsealed), 1u << 20);
+  // The same memfd under a second id is not counted twice.
+  UniqueFd mem = LeaseLikeMemfd(1 << 20);
+  std::vector<LeaseManager::ReclaimItem> twice;
+  twice.push_back(Item(12, mem, 1 << 20));
+  twice.push_back(Item(13, mem, 1 << 20));
+  out = h.mgr->Reclaim(1, std::move(twice));
+  EXPECT_EQ(out.accepted, std::vector<uint64_t>{12});
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 1u << 20);
+}
+
+TEST(JournalDamageTest, PlacementIsCheckedWhereThePagesAre) {
+  DamagedHarness h(testing::TestConfig(), /*bind=*/true);
+  h.mgr->Recover({}, {}, std::chrono::seconds(60), Lost());
+  h.ConnectPid(1, 600, 1000);
+  UniqueFd mem = LeaseLikeMemfd(1 << 20, true);  // its pages are on this machine's node 0
+  void* probe = ::mmap(nullptr, 1 << 20, PROT_READ, MAP_SHARED, mem.get(), 0);
+  ASSERT_NE(probe, MAP_FAILED);
+  bool kernel_tells = !ResidentNodes(probe, 1 << 20).empty();
+  ::munmap(probe, 1 << 20);
+  if (!kernel_tells) GTEST_SKIP() << "move_pages cannot tell where pages are here";
+  std::vector<LeaseManager::ReclaimItem> items;
+  items.push_back(Item(14, mem, 1 << 20, "node2"));  // the client claims the CXL node
+  auto out = h.mgr->Reclaim(1, std::move(items));
+  ASSERT_EQ(out.accepted.size(), 1u);
+  auto s = h.mgr->Stat(1, 14);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->pool, "node0");
+  EXPECT_EQ(h.Pool("node2").leased_bytes, 0u);
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 1u << 20);
+}
+
+TEST(JournalDamageTest, AnUnheldReadoptedLeaseLivesThroughGraceThenIsTakenBack) {
+  DamagedHarness h;
+  h.mgr->Recover({}, {}, std::chrono::milliseconds(30), Lost());
+  h.ConnectPid(1, 600, 1000);
+  UniqueFd mem = LeaseLikeMemfd(1 << 20);
+  std::vector<LeaseManager::ReclaimItem> items;
+  items.push_back(Item(15, mem, 1 << 20, "node0", 1000u));
+  ASSERT_EQ(h.mgr->Reclaim(1, std::move(items)).accepted.size(), 1u);
+  h.mgr->Disconnect(1);  // its other holders may still come: kept
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 1u << 20);
+  EXPECT_EQ(FileSize(mem), 1u << 20);
+  h.Drain();  // the grace timer fires
+  EXPECT_FALSE(h.mgr->in_grace());
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 0u);
+  EXPECT_EQ(FileSize(mem), 0u);
+  EXPECT_EQ(h.mgr->Counters()["unjournalled_unclaimed"], 1u);
+}
+
+TEST(JournalDamageTest, FdStoreOrphanIsAccountedAndItsHolderBecomesTheOwner) {
+  DamagedHarness h;
+  UniqueFd mem = LeaseLikeMemfd(1 << 20);
+  std::map<uint64_t, UniqueFd> stored;
+  stored[1500] = Dup(mem);  // above the mark: the store's names raise it
+  auto r = h.mgr->Recover({}, std::move(stored), std::chrono::seconds(60), {});
+  EXPECT_EQ(r.orphans, 1u);
+  EXPECT_TRUE(h.mgr->in_grace()) << "orphans mean the journal lost leases";
+  EXPECT_EQ(h.mgr->Gauges()["journal_damaged"], 1u);
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 1u << 20);
+  EXPECT_FALSE(h.store.leases.count(1500)) << "not journalled before it has an owner";
+  // The id taken from the store is never granted again.
+  ASSERT_FALSE(h.store.reserved.empty());
+  EXPECT_GT(h.store.reserved.back(), 1500u);
+  h.ConnectPid(1, 600, 2000);
+  std::vector<LeaseManager::ReclaimItem> items;
+  items.push_back(Item(1500, mem, 1 << 20, "node0", 2000u, "weights"));
+  ASSERT_EQ(h.mgr->Reclaim(1, std::move(items)).accepted.size(), 1u);
+  auto s = h.mgr->Stat(1, 1500);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->owner.uid, 2000u);
+  EXPECT_EQ(s->name, "weights");
+  EXPECT_TRUE(h.store.leases.count(1500));
+}
+
+TEST(JournalDamageTest, AnUnclaimedOrphanIsTakenBackAtTheEndOfGrace) {
+  DamagedHarness h;
+  UniqueFd mem = LeaseLikeMemfd(1 << 20);
+  std::map<uint64_t, UniqueFd> stored;
+  stored[20] = Dup(mem);
+  h.mgr->Recover({}, std::move(stored), std::chrono::milliseconds(10), {});
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 1u << 20);
+  h.Drain();
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 0u);
+  EXPECT_EQ(FileSize(mem), 0u);
+}
+
+// A shared lease the journal lost: its attacher comes back first and holds
+// it (charged to itself for now); when its owner comes back, the owner takes
+// the charge and the name over, and the attacher keeps its reference.
+TEST(JournalDamageTest, SharedLeaseGoesBackToItsOwnerWhoeverReclaimsFirst) {
+  DamagedHarness h;
+  h.mgr->Recover({}, {}, std::chrono::seconds(60), Lost());
+  h.ConnectPid(1, 600, 1000);  // the owner
+  h.ConnectPid(2, 700, 2000);  // the attacher
+  UniqueFd mem = LeaseLikeMemfd(1 << 20);
+  std::vector<LeaseManager::ReclaimItem> a;
+  a.push_back(Item(30, mem, 1 << 20, "node0", 1000u, "model"));
+  ASSERT_EQ(h.mgr->Reclaim(2, std::move(a)).accepted.size(), 1u);
+  EXPECT_EQ(h.mgr->Stat(2, 30)->owner.uid, 2000u);
+  EXPECT_EQ(h.mgr->Stat(2, 30)->name, "") << "the name is the owner's to give";
+  std::vector<LeaseManager::ReclaimItem> o;
+  o.push_back(Item(30, mem, 1 << 20, "node0", 1000u, "model"));
+  ASSERT_EQ(h.mgr->Reclaim(1, std::move(o)).accepted.size(), 1u);
+  auto s = h.mgr->Stat(1, 30);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->owner.uid, 1000u);
+  EXPECT_EQ(s->name, "model");
+  EXPECT_EQ(s->holders, 2u);
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 1u << 20);  // counted once
+  // Someone else presenting the same memfd cannot take it over again.
+  h.ConnectPid(3, 800, 3000);
+  std::vector<LeaseManager::ReclaimItem> t;
+  t.push_back(Item(30, mem, 1 << 20, "node0", 3000u, "model"));
+  ASSERT_EQ(h.mgr->Reclaim(3, std::move(t)).accepted.size(), 1u);  // it does hold the memfd
+  EXPECT_EQ(h.mgr->Stat(1, 30)->owner.uid, 1000u);
 }
 
 TEST(RecoveryHelpersTest, StatStartTime) {

@@ -181,7 +181,7 @@ class ServerTest : public ::testing::Test {
     return wire::RecvFrame(fd, {}, kWaitMs);
   }
 
-  static Status Hello(int fd, uint32_t min = 1, uint32_t max = 1) {
+  static Status Hello(int fd, uint32_t min = 1, uint32_t max = wire::kMaxWireVersion) {
     proto::HelloRequest h;
     h.set_min_version(min);
     h.set_max_version(max);
@@ -190,7 +190,11 @@ class ServerTest : public ::testing::Test {
     if (!f.ok()) return f.status();
     proto::HelloReply hr;
     CXLPOOL_RETURN_IF_ERROR(wire::DecodeReply(*f, &hr));
-    return hr.version() == 1 ? Status::Ok() : Status(Code::kInternal, "bad version");
+    if (f->header.version != wire::kHelloWireVersion) {
+      return Status(Code::kInternal,
+                    "hello reply written in version " + std::to_string(f->header.version));
+    }
+    return hr.version() == max ? Status::Ok() : Status(Code::kInternal, "bad version");
   }
 
   // A fresh, good client: hello, then a stat echo.
@@ -282,7 +286,7 @@ TEST_F(ServerTest, RequestsBeforeHelloAreRefused) {
 TEST_F(ServerTest, NoCommonVersionEndsTheConnection) {
   Start();
   UniqueFd fd = Connect();
-  Status st = Hello(fd.get(), 2, 3);
+  Status st = Hello(fd.get(), wire::kMaxWireVersion + 1, wire::kMaxWireVersion + 2);
   EXPECT_EQ(st.code(), Code::kProtocol);
   EXPECT_NE(st.message().find("no common protocol version"), std::string::npos);
   ExpectClosed(fd.get());
@@ -297,6 +301,44 @@ TEST_F(ServerTest, GarbageGetsAnErrorAndIsClosed) {
   ExpectError(wire::RecvFrame(fd.get(), {}, kWaitMs), Code::kProtocol, 0, "magic");
   ExpectClosed(fd.get());
   ExpectGoodClientServed();
+}
+
+// An old client speaks version 1 only: its version-1 frames are served and
+// everything the server writes to it is in version 1; a frame in another
+// version on that connection is refused.
+TEST_F(ServerTest, AVersionOneClientIsServedInVersionOne) {
+  Start();
+  UniqueFd fd = Connect();
+  proto::HelloRequest h;
+  h.set_min_version(1);
+  h.set_max_version(1);
+  ASSERT_TRUE(
+      wire::SendFrame(fd.get(), proto::MSG_HELLO_REQUEST, 1, *wire::Encode(h), {}, kWaitMs, 1)
+          .ok());
+  Result<wire::Frame> f = wire::RecvFrame(fd.get(), {}, kWaitMs);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->header.version, 1u);
+  proto::HelloReply hr;
+  ASSERT_TRUE(wire::DecodeReply(*f, &hr).ok());
+  EXPECT_EQ(hr.version(), 1u);
+  proto::StatRequest sr;
+  sr.set_lease_id(8);
+  ASSERT_TRUE(
+      wire::SendFrame(fd.get(), proto::MSG_STAT_REQUEST, 2, *wire::Encode(sr), {}, kWaitMs, 1)
+          .ok());
+  f = wire::RecvFrame(fd.get(), {}, kWaitMs);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ(f->header.version, 1u);
+  proto::StatReply out;
+  ASSERT_TRUE(wire::DecodeReply(*f, &out).ok());
+  EXPECT_EQ(out.lease().id(), 8u);
+  ASSERT_TRUE(wire::SendFrame(fd.get(), proto::MSG_STAT_REQUEST, 3, *wire::Encode(sr), {}, kWaitMs,
+                              wire::kMaxWireVersion)
+                  .ok());
+  f = wire::RecvFrame(fd.get(), {}, kWaitMs);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->header.version, 1u) << "even the refusal is written in version 1";
+  ExpectError(std::move(f), Code::kProtocol, 3, "negotiated 1");
 }
 
 TEST_F(ServerTest, BadVersionAndOversizeAreClosed) {
@@ -479,7 +521,8 @@ TEST_F(ServerTest, PushReachesTheClient) {
   Reply push{proto::MSG_LEASE_EVENT, *wire::Encode(ev), {}};
   EXPECT_EQ(OnLoop([&] { return server_->Push(id, push); }).code(), Code::kUnavailable);
   ASSERT_TRUE(Hello(fd.get()).ok());
-  EXPECT_EQ(OnLoop([&] { return server_->NegotiatedVersion(id); }), std::optional<uint32_t>(1));
+  EXPECT_EQ(OnLoop([&] { return server_->NegotiatedVersion(id); }),
+            std::optional<uint32_t>(wire::kMaxWireVersion));
   ASSERT_TRUE(OnLoop([&] { return server_->Push(id, push); }).ok());
   EXPECT_EQ(OnLoop([&] { return server_->Push(id + 100, push); }).code(), Code::kNotFound);
   Result<wire::Frame> f = wire::RecvFrame(fd.get(), {}, kWaitMs);

@@ -412,12 +412,26 @@ TEST_F(HostileTest, OtherTenantsLeasesAreOutOfReach) {
         auto c = RawClient::Connect(socket, "stress-thief");
         if (!c.ok()) return 1;
         if (c->hello().is_admin()) return 2;
+        // Another tenant's lease answers as a lease that does not exist:
+        // same code, same text.
+        const uint64_t none = 987654321;
+        auto same = [&](const Status& a, uint64_t id, const Status& b) {
+          std::string t = a.message();
+          auto at = t.find(std::to_string(id));
+          if (at != std::string::npos)
+            t.replace(at, std::to_string(id).size(), std::to_string(none));
+          return a.code() == b.code() && t == b.message();
+        };
         for (uint64_t id : {priv_id, sid}) {
-          if (c->Release(id).code() != Code::kPermissionDenied) return 3;
+          Status rel = c->Release(id);
+          if (rel.code() != Code::kNotFound || !same(rel, id, c->Release(none))) return 3;
           proto::StatRequest sr;
           sr.set_lease_id(id);
           proto::StatReply so;
-          if (c->Call(sr, &so).code() != Code::kPermissionDenied) return 4;
+          Status st = c->Call(sr, &so);
+          proto::StatRequest sn;
+          sn.set_lease_id(none);
+          if (st.code() != Code::kNotFound || !same(st, id, c->Call(sn, &so))) return 4;
           proto::RevokeRequest rv;
           rv.set_lease_id(id);
           proto::RevokeReply ro;
@@ -430,9 +444,19 @@ TEST_F(HostileTest, OtherTenantsLeasesAreOutOfReach) {
           if (st.code() != Code::kNotFound && st.code() != Code::kPermissionDenied) return 7;
         }
         UniqueFd fd;
-        auto att = c->Attach("tenant-a-weights", &fd);
-        if (att.ok() || att.status().code() != Code::kPermissionDenied) return 8;
+        auto att = c->Attach("tenant-a-weights", &fd, 0u);  // named by its owner, root
+        if (att.ok() || att.status().code() != Code::kNotFound) return 8;
         if (fd.get() >= 0) return 9;
+        // The same answer as for a name that does not exist.
+        auto none_att = c->Attach("tenant-a-weightz", &fd, 0u);
+        std::string msg = att.status().message();
+        msg.replace(msg.find("tenant-a-weights"), 16, "tenant-a-weightz");
+        if (none_att.status().code() != Code::kNotFound || none_att.status().message() != msg) {
+          return 9;
+        }
+        // Its own namespace has no such name either (and nobody else's lease
+        // answers for it).
+        if (c->Attach("tenant-a-weights", &fd).status().code() != Code::kNotFound) return 9;
         proto::ListLeasesRequest all;
         all.set_all(true);
         proto::ListLeasesReply lr;
@@ -451,11 +475,12 @@ TEST_F(HostileTest, OtherTenantsLeasesAreOutOfReach) {
         auto c = RawClient::Connect(socket, "stress-tenant-b");
         if (!c.ok()) return 1;
         UniqueFd fd;
-        auto att = c->Attach("tenant-a-weights", &fd);
+        auto att = c->Attach("tenant-a-weights", &fd, 0u);  // the owner (root) named
         if (!att.ok() || att->id() != sid || att->holders() != 2) return 2;
+        if (att->owner_uid() != 0) return 2;  // the reply says whose lease it is
         if (!c->Release(sid).ok()) return 3;
-        if (c->Release(sid).code() != Code::kPermissionDenied) return 4;
-        if (c->Release(priv_id).code() != Code::kPermissionDenied) return 5;
+        if (c->Release(sid).code() != Code::kNotFound) return 4;  // no longer held: not visible
+        if (c->Release(priv_id).code() != Code::kNotFound) return 5;
         return 0;
       },
       kTenantB);
@@ -513,13 +538,14 @@ TEST_F(HostileTest, SealedLeaseFdCannotGrow) {
   auto s = c->Alloc(2 * kMiB, &sfd, "grow-me", {kNobody});
   ASSERT_TRUE(s.ok());
   std::string socket = daemon_.socket();
+  const uint32_t owner_uid = ::geteuid();
   // Another process that attached the shared lease cannot grow it either.
   int rc = RunInChild(
       [&] {
         auto o = RawClient::Connect(socket, "stress-grower-2");
         if (!o.ok()) return 20;
         UniqueFd afd;
-        auto a = o->Attach("grow-me", &afd);
+        auto a = o->Attach("grow-me", &afd, owner_uid);  // named by its owner
         if (!a.ok()) return 21;
         int r = TryToGrow(afd.get(), a->size_bytes());
         if (r != 0) return r;

@@ -48,6 +48,8 @@ bool IsRoot() { return ::geteuid() == 0; }
 
 // ---- RawClient ----
 
+const proto::HelloReply RawClient::kNoHello;
+
 Result<RawClient> RawClient::Connect(const std::string& socket, const std::string& name,
                                      int timeout_ms) {
   auto fd = wire::ConnectUnix(socket);
@@ -56,17 +58,26 @@ Result<RawClient> RawClient::Connect(const std::string& socket, const std::strin
 }
 
 Result<RawClient> RawClient::Handshake(UniqueFd sock, const std::string& name, int timeout_ms) {
-  RawClient c;
-  c.sock_ = std::move(sock);
-  c.timeout_ms_ = timeout_ms;
-  proto::HelloRequest h;
-  h.set_min_version(1);
-  h.set_max_version(1);
-  h.set_client_name(name);
-  Status st = c.Call(h, &c.hello_);
-  if (!st.ok()) return st;
-  return c;
+  wire::BlockingClientOptions o;
+  o.name = name;
+  o.timeout_ms = timeout_ms;
+  auto c = wire::BlockingClient::Handshake(std::move(sock), o);
+  if (!c.ok()) return c.status();
+  RawClient r;
+  r.c_.emplace(std::move(*c));
+  return r;
 }
+
+namespace {
+Status OneFd(const char* what, std::vector<UniqueFd>& fds, UniqueFd* fd) {
+  if (fds.size() != 1) {
+    return Status(Code::kProtocol, std::string(what) + " reply with " + std::to_string(fds.size()) +
+                                       " fds, expected 1");
+  }
+  if (fd != nullptr) *fd = std::move(fds[0]);
+  return Status::Ok();
+}
+}  // namespace
 
 Result<proto::LeaseInfo> RawClient::Alloc(uint64_t size, UniqueFd* fd, const std::string& name,
                                           const std::vector<uint32_t>& acl_uids) {
@@ -77,40 +88,25 @@ Result<proto::LeaseInfo> RawClient::Alloc(uint64_t size, UniqueFd* fd, const std
   proto::AllocReply r;
   std::vector<UniqueFd> fds;
   CXLPOOL_RETURN_IF_ERROR(Call(a, &r, &fds));
-  if (fds.size() != 1) {
-    return Status(Code::kProtocol,
-                  "alloc reply with " + std::to_string(fds.size()) + " fds, expected 1");
-  }
-  if (fd != nullptr) *fd = std::move(fds[0]);
+  CXLPOOL_RETURN_IF_ERROR(OneFd("alloc", fds, fd));
   return r.lease();
 }
 
-Result<proto::LeaseInfo> RawClient::Attach(const std::string& name, UniqueFd* fd) {
+Result<proto::LeaseInfo> RawClient::Attach(const std::string& name, UniqueFd* fd,
+                                           std::optional<uint32_t> owner_uid) {
   proto::AttachRequest a;
   a.set_name(name);
+  if (owner_uid) a.set_owner_uid(*owner_uid);
   proto::AttachReply r;
   std::vector<UniqueFd> fds;
   CXLPOOL_RETURN_IF_ERROR(Call(a, &r, &fds));
-  if (fds.size() != 1) {
-    return Status(Code::kProtocol,
-                  "attach reply with " + std::to_string(fds.size()) + " fds, expected 1");
-  }
-  if (fd != nullptr) *fd = std::move(fds[0]);
+  CXLPOOL_RETURN_IF_ERROR(OneFd("attach", fds, fd));
   return r.lease();
 }
 
 Result<proto::LeaseEvent> RawClient::NextEvent() {
-  if (!events_.empty()) {
-    proto::LeaseEvent ev = std::move(events_.front());
-    events_.pop_front();
-    return ev;
-  }
-  auto f = wire::RecvFrame(sock_.get(), {}, timeout_ms_);
-  if (!f.ok()) return f.status();
-  if (f->type() == proto::MSG_LEASE_EVENT) ++pushes_;
-  proto::LeaseEvent ev;
-  CXLPOOL_RETURN_IF_ERROR(wire::DecodeReply(*f, &ev));
-  return ev;
+  if (!c_) return NotConnected();
+  return c_->NextEvent();
 }
 
 Status RawClient::Release(uint64_t id) {

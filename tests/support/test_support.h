@@ -26,6 +26,7 @@
 #include "cxlpool.pb.h"
 #include "cxlpool/common/status.h"
 #include "cxlpool/common/unique_fd.h"
+#include "cxlpool/proto/blocking_client.h"
 #include "cxlpool/proto/codec.h"
 #include "cxlpool/proto/ipc.h"
 
@@ -46,11 +47,14 @@ void SkipWithoutDaemon();
 // True when running as root (tests that switch uids need it).
 bool IsRoot();
 
-// A blocking protocol client. Server pushes (LeaseEvent) that arrive while
+// A blocking protocol client: wire::BlockingClient (proto/blocking_client.h)
+// under the API the tests use. Server pushes (LeaseEvent) that arrive while
 // a call waits for its reply are counted and kept aside for NextEvent().
-// Every wait is bounded by `timeout_ms`.
+// Every wait is bounded by `timeout_ms`. A default-constructed (or
+// reassigned) RawClient holds no connection: assigning RawClient() closes.
 class RawClient {
  public:
+  RawClient() = default;
   static Result<RawClient> Connect(const std::string& socket, const std::string& name = "stress",
                                    int timeout_ms = 10000);
   // HELLO over a socket that is already connected (e.g. to a listener that
@@ -58,32 +62,33 @@ class RawClient {
   static Result<RawClient> Handshake(UniqueFd sock, const std::string& name = "stress",
                                      int timeout_ms = 10000);
 
+  // A lease reply's `fds_out` holds one fd per extent, in order.
   template <typename Req, typename Rep>
   Status Call(const Req& req, Rep* out, std::vector<UniqueFd>* fds_out = nullptr,
               const std::vector<int>& send_fds = {});
 
-  // A private lease (name empty) or a shared one; `fd` gets the lease's fd.
+  // A private lease (name empty) or a shared one; `fd` gets the lease's fd
+  // (PROTOCOL for a lease of several extents).
   Result<proto::LeaseInfo> Alloc(uint64_t size, UniqueFd* fd, const std::string& name = "",
                                  const std::vector<uint32_t>& acl_uids = {});
-  Result<proto::LeaseInfo> Attach(const std::string& name, UniqueFd* fd);
+  // The shared lease `name` of `owner_uid` (nullopt: the caller's own uid).
+  Result<proto::LeaseInfo> Attach(const std::string& name, UniqueFd* fd,
+                                  std::optional<uint32_t> owner_uid = std::nullopt);
   Status Release(uint64_t id);
 
   // The next server push: one kept aside by an earlier call, else the next
   // frame read from the socket (bounded by the client's timeout).
   Result<proto::LeaseEvent> NextEvent();
 
-  int fd() const { return sock_.get(); }
-  const proto::HelloReply& hello() const { return hello_; }
-  bool is_admin() const { return hello_.is_admin(); }
-  uint64_t pushes() const { return pushes_; }
+  int fd() const { return c_ ? c_->fd() : -1; }
+  const proto::HelloReply& hello() const { return c_ ? c_->hello() : kNoHello; }
+  bool is_admin() const { return hello().is_admin(); }
+  uint64_t pushes() const { return c_ ? c_->pushes() : 0; }
 
  private:
-  UniqueFd sock_;
-  uint64_t next_id_ = 1;
-  int timeout_ms_ = 10000;
-  uint64_t pushes_ = 0;
-  std::deque<proto::LeaseEvent> events_;
-  proto::HelloReply hello_;
+  static const proto::HelloReply kNoHello;
+  static Status NotConnected() { return Status(Code::kUnavailable, "RawClient: not connected"); }
+  std::optional<wire::BlockingClient> c_;
 };
 
 // The daemon's accounting, from one admin connection: every lease
@@ -200,25 +205,8 @@ uint64_t NowMicros();
 template <typename Req, typename Rep>
 Status RawClient::Call(const Req& req, Rep* out, std::vector<UniqueFd>* fds_out,
                        const std::vector<int>& send_fds) {
-  uint64_t id = next_id_++;
-  CXLPOOL_RETURN_IF_ERROR(wire::SendMessage(sock_.get(), req, id, send_fds, timeout_ms_));
-  for (;;) {
-    auto f = wire::RecvFrame(sock_.get(), {}, timeout_ms_);
-    if (!f.ok()) return f.status();
-    if (f->type() == proto::MSG_LEASE_EVENT) {
-      ++pushes_;
-      proto::LeaseEvent ev;
-      if (wire::Decode(f->payload, &ev).ok()) events_.push_back(std::move(ev));
-      continue;
-    }
-    if (f->request_id() != id) {
-      return Status(Code::kProtocol, "reply for request " + std::to_string(f->request_id()) +
-                                         ", expected " + std::to_string(id));
-    }
-    Status st = wire::DecodeReply(*f, out);
-    if (st.ok() && fds_out != nullptr) *fds_out = std::move(f->fds);
-    return st;
-  }
+  if (!c_) return NotConnected();
+  return c_->Call(req, out, fds_out, send_fds);
 }
 
 }  // namespace cxlpool::testsupport

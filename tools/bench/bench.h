@@ -6,8 +6,8 @@
 //   * Stats: percentiles over latency samples.
 //   * DaemonProc: a cxlpoold the bench spawns on a temp socket with a temp
 //     config (pid tracked, SIGTERM then SIGKILL at exit, PR_SET_PDEATHSIG).
-//   * WireClient: a blocking protocol client over cxlpool_ipc (the grant path
-//     without the client library's mapping).
+//   * WireClient: the grant path without the client library's mapping, over
+//     the shared blocking client (wire::BlockingClient).
 //   * BareServer / BareClient: the baseline, a trivial AF_UNIX stream server
 //     in its own process that answers each request with one memfd fd.
 //
@@ -28,6 +28,7 @@
 #include "cxlpool.pb.h"
 #include "cxlpool/common/status.h"
 #include "cxlpool/common/unique_fd.h"
+#include "cxlpool/proto/blocking_client.h"
 #include "pool/backing.h"
 
 namespace cxlpool::bench {
@@ -140,7 +141,8 @@ class WireClient {
   static Result<WireClient> Connect(const std::string& socket_path);
 
   // ALLOC; the lease fd is closed unless `fd` is given (the daemon keeps the
-  // lease alive for this connection either way).
+  // lease alive for this connection either way). A lease of several extents
+  // is refused with PROTOCOL when `fd` is given.
   Result<proto::LeaseInfo> Alloc(uint64_t size, int node, bool hugetlb = false,
                                  UniqueFd* fd = nullptr);
   Status Release(uint64_t id);
@@ -149,7 +151,7 @@ class WireClient {
   // Waits (polling STATS) until no backing is being built (warm stock ready)
   // and no released lease is still being reclaimed.
   Status WaitIdle(int timeout_ms = 120000);
-  int fd() const { return sock_.get(); }
+  int fd() const { return client_.fd(); }
   // Whether the daemon's event loop (its main thread) last ran on the CPU
   // this thread is on now: /proc/<daemon>/stat's processor against
   // sched_getcpu(). Read after a sample, outside its timing; nullopt when
@@ -157,11 +159,8 @@ class WireClient {
   std::optional<bool> LoopOnMyCpu() const;
 
  private:
-  template <typename Req, typename Rep>
-  Status Call(const Req& req, Rep* out, std::vector<UniqueFd>* fds);
-  UniqueFd sock_;
-  uint64_t next_id_ = 1;
-  pid_t peer_pid_ = 0;  // SO_PEERCRED at connect
+  explicit WireClient(wire::BlockingClient c) : client_(std::move(c)) {}
+  wire::BlockingClient client_;  // proto/blocking_client.h
 };
 
 // ---- the baseline: a bare fd-passing AF_UNIX server ----
@@ -225,6 +224,10 @@ Result<std::map<std::string, uint64_t>> ProcStatus(pid_t pid);
 // addr+len) of this process.
 Result<uint64_t> SmapsField(const void* addr, uint64_t len, const std::string& field);
 std::string ReadFirstLine(const std::string& path);  // "" if unreadable
+// mbind(MPOL_BIND) of [p, p+len) to `node`.
+Status BindToNode(void* p, uint64_t len, int node);
+// MADV_POPULATE_WRITE, else a write to every `page`.
+void PopulateWrite(void* p, uint64_t len, uint64_t page);
 // Per-node meminfo counters are per-CPU deltas folded every
 // vm.stat_interval seconds: sleeps two intervals so they have caught up.
 void SettleVmstat();
@@ -239,6 +242,10 @@ void RunP4(const Options& o, Report* r);
 void RunP5(const Options& o, Report* r);
 void RunP6(const Options& o, Report* r);
 void RunP7(const Options& o, Report* r);  // pinned committed bytes (p7_pinned.cc)
+// Issue 18's extent measurements (extents.cc): per-granule build, map and
+// fd-passing costs, and scrubbing against memset.
+void RunLadder(const Options& o, Report* r);
+void RunRecycle(const Options& o, Report* r);
 
 // The socket to talk to for a phase: the running daemon's, or a daemon the
 // phase spawns with `cfg` (kept in *owned). Errors are reported by the caller.

@@ -1,6 +1,7 @@
 // The shared pieces of cxlpool-bench: report, stats, daemon process, wire
 // client, bare baseline server, node facts. See bench.h.
 #include <fcntl.h>
+#include <numaif.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/epoll.h>
@@ -32,6 +33,10 @@
 #include "cxlpool/proto/ipc.h"
 #include "cxlpool/proto/socket.h"
 #include "lease/placement.h"
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 
 namespace cxlpool::bench {
 
@@ -352,41 +357,12 @@ Result<std::string> PhaseSocket(const Options& o, const DaemonConfig& cfg, Daemo
 // ---------------------------------------------------------------- wire client
 
 Result<WireClient> WireClient::Connect(const std::string& socket_path) {
-  auto fd = wire::ConnectUnix(socket_path);
-  if (!fd.ok()) return fd.status();
-  WireClient c;
-  c.sock_ = std::move(*fd);
-  ucred cred{};
-  socklen_t len = sizeof cred;
-  if (::getsockopt(c.sock_.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-    c.peer_pid_ = cred.pid;
-  }
-  proto::HelloRequest h;
-  h.set_min_version(wire::kMinWireVersion);
-  h.set_max_version(wire::kMaxWireVersion);
-  h.set_client_name("cxlpool-bench");
-  proto::HelloReply r;
-  Status st = c.Call(h, &r, nullptr);
-  if (!st.ok()) return st;
-  return c;
-}
-
-template <typename Req, typename Rep>
-Status WireClient::Call(const Req& req, Rep* out, std::vector<UniqueFd>* fds) {
-  uint64_t id = next_id_++;
-  CXLPOOL_RETURN_IF_ERROR(wire::SendMessage(sock_.get(), req, id, {}, 60000));
-  for (;;) {
-    auto f = wire::RecvFrame(sock_.get(), {}, 300000);
-    if (!f.ok()) return f.status();
-    if (f->type() == proto::MSG_LEASE_EVENT) continue;  // pushes are not ours to handle
-    if (f->request_id() != id) {
-      return Status(Code::kProtocol, "reply for request " + std::to_string(f->request_id()) +
-                                         ", expected " + std::to_string(id));
-    }
-    Status st = wire::DecodeReply(*f, out);
-    if (st.ok() && fds != nullptr) *fds = std::move(f->fds);
-    return st;
-  }
+  wire::BlockingClientOptions opts;
+  opts.name = "cxlpool-bench";
+  opts.timeout_ms = 300000;
+  auto c = wire::BlockingClient::Connect(socket_path, opts);
+  if (!c.ok()) return c.status();
+  return WireClient(std::move(*c));
 }
 
 Result<proto::LeaseInfo> WireClient::Alloc(uint64_t size, int node, bool hugetlb, UniqueFd* fd) {
@@ -398,17 +374,22 @@ Result<proto::LeaseInfo> WireClient::Alloc(uint64_t size, int node, bool hugetlb
   a.set_label("cxlpool-bench");
   proto::AllocReply r;
   std::vector<UniqueFd> fds;
-  Status st = Call(a, &r, &fds);
+  Status st = client_.Call(a, &r, &fds);
   if (!st.ok()) return st;
-  if (fds.size() != 1) return Status(Code::kProtocol, "alloc reply without exactly one fd");
-  if (fd != nullptr) *fd = std::move(fds[0]);
+  if (fd != nullptr) {
+    if (fds.size() != 1) {
+      return Status(Code::kProtocol,
+                    "alloc reply with " + std::to_string(fds.size()) + " extent fds, expected 1");
+    }
+    *fd = std::move(fds[0]);
+  }
   return r.lease();
 }
 
 std::optional<bool> WireClient::LoopOnMyCpu() const {
-  if (peer_pid_ <= 0) return std::nullopt;
+  if (client_.peer_pid() <= 0) return std::nullopt;
   static const std::unique_ptr<FileSystem> proc = MakeRootedFileSystem("/");
-  std::optional<int> loop = LastCpuOf(*proc, peer_pid_);
+  std::optional<int> loop = LastCpuOf(*proc, client_.peer_pid());
   int mine = ::sched_getcpu();
   if (!loop || mine < 0) return std::nullopt;
   return *loop == mine;
@@ -418,13 +399,13 @@ Status WireClient::Release(uint64_t id) {
   proto::ReleaseRequest q;
   q.set_lease_id(id);
   proto::ReleaseReply r;
-  return Call(q, &r, nullptr);
+  return client_.Call(q, &r);
 }
 
 Result<proto::StatsReply> WireClient::GetStats() {
   proto::StatsRequest q;
   proto::StatsReply r;
-  Status st = Call(q, &r, nullptr);
+  Status st = client_.Call(q, &r);
   if (!st.ok()) return st;
   return r;
 }
@@ -432,7 +413,7 @@ Result<proto::StatsReply> WireClient::GetStats() {
 Result<proto::PoolsReply> WireClient::GetPools() {
   proto::PoolsRequest q;
   proto::PoolsReply r;
-  Status st = Call(q, &r, nullptr);
+  Status st = client_.Call(q, &r);
   if (!st.ok()) return st;
   return r;
 }
@@ -670,6 +651,24 @@ std::optional<bool> BareClient::last_same_cpu() const {
 }
 
 // ---------------------------------------------------------------- node facts
+
+Status BindToNode(void* p, uint64_t len, int node) {
+  unsigned long mask[16] = {};
+  if (node < 0 || node >= static_cast<int>(sizeof(mask) * 8)) {
+    return Status(Code::kInvalidArgument, "node out of range");
+  }
+  mask[node / (8 * sizeof(unsigned long))] |= 1ul << (node % (8 * sizeof(unsigned long)));
+  if (::mbind(p, len, MPOL_BIND, mask, sizeof(mask) * 8, 0) != 0) {
+    return Status::FromErrno(errno, "mbind");
+  }
+  return Status();
+}
+
+void PopulateWrite(void* p, uint64_t len, uint64_t page) {
+  if (::madvise(p, len, MADV_POPULATE_WRITE) == 0) return;
+  auto* c = static_cast<volatile char*>(p);
+  for (uint64_t off = 0; off < len; off += page) c[off] = 0;
+}
 
 namespace {
 

@@ -73,7 +73,8 @@ int main(int argc, char** argv) {
   CLI::App app{"cxlpool-bench: cxlpool against its baselines, as ratios with goals"};
   app.set_version_flag("--version", cxlpool::VersionLine("cxlpool-bench"),
                        "Print the version and exit");
-  app.add_option("--only", only, "comma-separated figures to run (P1..P7); default all");
+  app.add_option("--only", only,
+                 "comma-separated figures to run (P1..P7, ladder, recycle); default all");
   app.add_flag("--quick", o.quick, "small sizes and few samples (smoke test)");
   app.add_flag("--json", o.json, "print one JSON document instead of the table");
   app.add_option("--node", o.node, "NUMA node to lease from and bind baselines to")
@@ -92,8 +93,13 @@ int main(int argc, char** argv) {
       std::string p =
           only.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
       for (char& c : p) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-      if (p != "P1" && p != "P2" && p != "P3" && p != "P4" && p != "P5" && p != "P6" && p != "P7") {
-        std::fprintf(stderr, "cxlpool-bench: --only: unknown figure '%s' (P1..P7)\n", p.c_str());
+      if (p == "LADDER" || p == "RECYCLE") {
+        for (char& c : p) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      } else if (p != "P1" && p != "P2" && p != "P3" && p != "P4" && p != "P5" && p != "P6" &&
+                 p != "P7") {
+        std::fprintf(stderr,
+                     "cxlpool-bench: --only: unknown figure '%s' (P1..P7, ladder, recycle)\n",
+                     p.c_str());
         return 2;
       }
       o.only.push_back(p);
@@ -128,10 +134,12 @@ int main(int argc, char** argv) {
     const char* id;
     void (*run)(const Options&, Report*);
   };
-  const Fig figs[] = {{"P1", cxlpool::bench::RunP1}, {"P2", cxlpool::bench::RunP2},
-                      {"P3", cxlpool::bench::RunP3}, {"P4", cxlpool::bench::RunP4},
-                      {"P5", cxlpool::bench::RunP5}, {"P6", cxlpool::bench::RunP6},
-                      {"P7", cxlpool::bench::RunP7}};
+  const Fig figs[] = {
+      {"P1", cxlpool::bench::RunP1},         {"P2", cxlpool::bench::RunP2},
+      {"P3", cxlpool::bench::RunP3},         {"P4", cxlpool::bench::RunP4},
+      {"P5", cxlpool::bench::RunP5},         {"P6", cxlpool::bench::RunP6},
+      {"P7", cxlpool::bench::RunP7},         {"ladder", cxlpool::bench::RunLadder},
+      {"recycle", cxlpool::bench::RunRecycle}};
   for (const Fig& f : figs) {
     if (!o.Wants(f.id)) continue;
     std::fprintf(stderr, "cxlpool-bench: running %s ...\n", f.id);

@@ -36,24 +36,6 @@ const char* Name(Backing b) {
   return "?";
 }
 
-Status BindToNode(void* p, uint64_t len, int node) {
-  unsigned long mask[16] = {};
-  if (node < 0 || node >= static_cast<int>(sizeof(mask) * 8)) {
-    return Status(Code::kInvalidArgument, "node out of range");
-  }
-  mask[node / (8 * sizeof(unsigned long))] |= 1ul << (node % (8 * sizeof(unsigned long)));
-  if (::mbind(p, len, MPOL_BIND, mask, sizeof(mask) * 8, 0) != 0) {
-    return Status::FromErrno(errno, "mbind");
-  }
-  return Status();
-}
-
-void Populate(void* p, uint64_t len, uint64_t page) {
-  if (::madvise(p, len, MADV_POPULATE_WRITE) == 0) return;
-  auto* c = static_cast<volatile char*>(p);
-  for (uint64_t off = 0; off < len; off += page) c[off] = 0;
-}
-
 // The baseline: what the client would do on its own. Returns ns, or an error.
 Result<uint64_t> SelfPopulate(uint64_t size, int node, Backing b) {
   uint64_t t0 = NowNs();
@@ -64,7 +46,7 @@ Result<uint64_t> SelfPopulate(uint64_t size, int node, Backing b) {
   if (st.ok() && b != Backing::kHugetlb) {
     ::madvise(p, size, b == Backing::kThp ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
   }
-  if (st.ok()) Populate(p, size, b == Backing::kHugetlb ? 2 * kMiB : 4 * kKiB);
+  if (st.ok()) PopulateWrite(p, size, b == Backing::kHugetlb ? 2 * kMiB : 4 * kKiB);
   uint64_t t1 = NowNs();
   ::munmap(p, size);
   if (!st.ok()) return st;

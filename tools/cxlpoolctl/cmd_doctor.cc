@@ -49,6 +49,15 @@ int RunDoctor(const DoctorOptions& o) {
       if (auto it = stats.gauges().find("memlock_limit_bytes"); it != stats.gauges().end()) {
         if (it->second != UINT64_MAX) in.daemon_memlock_bytes = it->second;
       }
+      if (auto it = stats.gauges().find("journal_damaged"); it != stats.gauges().end()) {
+        in.daemon_journal_damaged = it->second != 0;
+        auto get = [&](const char* k) {
+          auto g = stats.gauges().find(k);
+          return g == stats.gauges().end() ? uint64_t{0} : g->second;
+        };
+        in.daemon_journal_skipped_bytes = get("journal_skipped_bytes");
+        in.daemon_journal_dropped_tail_bytes = get("journal_dropped_tail_bytes");
+      }
     }
     proto::PoolsReply pools;
     if (conn->Call(proto::PoolsRequest(), &pools).ok()) {

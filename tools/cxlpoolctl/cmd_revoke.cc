@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "cxlpool/common/strings.h"
 #include "daemon_client.h"
 #include "table.h"
 
@@ -37,7 +38,17 @@ Command MakeRevokeCommand() {
   return {"revoke", "Revoke a lease (admin): its memory is taken back at once",
           [](CLI::App* app) -> std::function<int()> {
             auto o = std::make_shared<RevokeOptions>();
-            app->add_option("ID", o->id, "Lease id (see `cxlpoolctl leases`)")->required();
+            // Checked as text first: CLI11 alone would read "-1" as 2^64-1.
+            app->add_option("ID", o->id, "Lease id (see `cxlpoolctl leases`)")
+                ->required()
+                ->check(CLI::Validator(
+                    [](std::string& text) -> std::string {
+                      auto v = ParseU64(text);
+                      if (v && *v > 0) return "";
+                      return "lease id '" + text +
+                             "' is not a whole number from 1 to 18446744073709551615";
+                    },
+                    "LEASE_ID"));
             AddConnOptions(app, &o->conn);
             return [o] { return RunRevoke(*o); };
           }};

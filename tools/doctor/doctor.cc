@@ -170,6 +170,32 @@ Finding CheckDumpable(const DoctorInputs& in) {
   return f;
 }
 
+Finding CheckJournal(const DoctorInputs& in) {
+  Finding f{"journal", Severity::kOk, "", ""};
+  if (!in.daemon_reachable) {
+    f.severity = Severity::kInfo;
+    f.summary = "daemon not reachable: its lease journal was not checked";
+    f.remedy = "start cxlpoold";
+  } else if (!in.daemon_journal_damaged) {
+    f.severity = Severity::kInfo;
+    f.summary = "daemon did not report the state of its lease journal";
+    f.remedy = "upgrade cxlpoold";
+  } else if (*in.daemon_journal_damaged) {
+    f.severity = Severity::kError;
+    f.summary = "the daemon found its lease journal damaged or lost at start (" +
+                std::to_string(in.daemon_journal_skipped_bytes) + " bytes skipped, " +
+                std::to_string(in.daemon_journal_dropped_tail_bytes) +
+                " bytes of tail dropped); leases it lost are accounted again as their holders "
+                "reclaim them";
+    f.remedy =
+        "read the daemon's log (journalctl -u cxlpoold) for what was lost and re-adopted; "
+        "the damaged copy is leases.journal.damaged in the state directory; check the disk";
+  } else {
+    f.summary = "lease journal intact at the daemon's last start";
+  }
+  return f;
+}
+
 Finding CheckSocket(const DoctorInputs& in) {
   Finding f{"socket_permissions", Severity::kOk, "", ""};
   const SocketFacts& s = in.socket;
@@ -229,8 +255,9 @@ const char* SeverityName(Severity s) {
 }
 
 std::vector<Finding> RunDoctor(const FileSystem& fs, const Topology& topo, const DoctorInputs& in) {
-  return {CheckThp(fs),         CheckHugepages(topo), CheckCxlMovable(topo), CheckMemlock(in),
-          CheckMemfdNoexec(fs), CheckDumpable(in),    CheckSocket(in),       CheckNvidiaDriver(fs)};
+  return {CheckThp(fs),     CheckHugepages(topo), CheckCxlMovable(topo),
+          CheckMemlock(in), CheckMemfdNoexec(fs), CheckDumpable(in),
+          CheckJournal(in), CheckSocket(in),      CheckNvidiaDriver(fs)};
 }
 
 Severity WorstSeverity(const std::vector<Finding>& findings) {

@@ -50,6 +50,11 @@ struct DoctorInputs {
   std::optional<bool> daemon_dumpable;
   std::optional<uint64_t> daemon_memlock_bytes;  // nullopt = unlimited or unknown
   uint64_t pool_capacity_bytes = 0;              // sum over pools
+  // The daemon's STATS gauge journal_damaged (and what was skipped): its
+  // lease journal was damaged or lost at its last start. nullopt: not said.
+  std::optional<bool> daemon_journal_damaged;
+  uint64_t daemon_journal_skipped_bytes = 0;
+  uint64_t daemon_journal_dropped_tail_bytes = 0;
 };
 
 // Runs every check. `topo` supplies node kinds and zones (DiscoverMemory).

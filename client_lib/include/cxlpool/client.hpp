@@ -128,7 +128,8 @@ struct AllocOptions {
   bool cuda_register = false;
   std::string label;
   // Shared named lease: non-empty makes it attachable by processes whose
-  // uid or gid is listed (the owner always may).
+  // uid or gid is listed (the owner always may). Names live in one
+  // namespace per owner uid: others attach with AttachFrom(your uid, name).
   std::string name;
   std::vector<uint32_t> acl_uids;
   std::vector<uint32_t> acl_gids;
@@ -148,7 +149,11 @@ struct LeaseInfo {
   std::string placement_reason;  // why this node
   std::string pool;              // "node1", "dax0.0"
   std::string label;
-  std::string name;  // shared name, "" if private
+  std::string name;  // shared name, "" if private (in its owner's namespace)
+  // Who owns the lease (whose quota it is charged to, whose namespace its
+  // name is in). After Attach/AttachFrom: check it is who you meant.
+  uint32_t owner_uid = 0;
+  uint32_t owner_gid = 0;
 };
 
 // One CUDA-registered chunk of a lease (registration goes in chunks of at
@@ -232,8 +237,13 @@ class CXLPOOL_EXPORT Client {
   // A private lease, or a shared named one when options.name is set.
   // Errors: see cxlpool_alloc / cxlpool_alloc_shared in cxlpool.h.
   ClientResult<Lease> Allocate(const AllocOptions& options);
-  // Maps a shared named lease. Errors: see cxlpool_attach.
+  // Maps the shared lease `name` of this process's own uid. Errors: see
+  // cxlpool_attach.
   ClientResult<Lease> Attach(const std::string& name);
+  // Maps the shared lease `name` that uid `owner_uid` created (names live in
+  // one namespace per owner). info().owner_uid of the result is owner_uid.
+  // Errors: see cxlpool_attach_from.
+  ClientResult<Lease> AttachFrom(uint32_t owner_uid, const std::string& name);
   // Handles pushed lease events without blocking; the number handled.
   ClientResult<int> ProcessEvents();
 

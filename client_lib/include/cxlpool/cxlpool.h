@@ -144,19 +144,30 @@ CXLPOOL_EXPORT void cxlpool_alloc_opts_init(cxlpool_alloc_opts* o);
 CXLPOOL_EXPORT int cxlpool_alloc(cxlpool_client* c, const cxlpool_alloc_opts* o,
                                  cxlpool_lease** out);
 
-/* Like cxlpool_alloc, and the lease gets a node-wide name that processes in
- * the ACL (uids and gids; the owner always) can cxlpool_attach() to.
+/* Like cxlpool_alloc, and the lease gets a name that processes in the ACL
+ * (uids and gids; the owner always) can attach to. Names live in one
+ * namespace per owner uid: others find it with cxlpool_attach_from(c,
+ * <this process's uid>, name, ...), so no other tenant can take the name.
  * Either ACL array may be NULL when its count is 0.
- * Errors: those of cxlpool_alloc, and EALREADY_EXISTS (name taken). */
+ * Errors: those of cxlpool_alloc, and EALREADY_EXISTS (this uid already has
+ * a shared lease of that name). */
 CXLPOOL_EXPORT int cxlpool_alloc_shared(cxlpool_client* c, const cxlpool_alloc_opts* o,
                                         const char* name, const uint32_t* acl_uids, size_t n_uids,
                                         const uint32_t* acl_gids, size_t n_gids,
                                         cxlpool_lease** out);
 
-/* Attaches to a shared named lease and maps the same memory.
- * Errors: EINVALID_ARGUMENT, ENOT_FOUND (no such name), EPERMISSION_DENIED
- * (not in the ACL), EUNAVAILABLE, EPROTOCOL, EIO. */
+/* Attaches to the shared lease `name` of the calling process's own uid and
+ * maps the same memory. Errors: EINVALID_ARGUMENT, ENOT_FOUND (no such name,
+ * or not in its ACL: the daemon does not say which), EUNAVAILABLE,
+ * EPROTOCOL, EIO. */
 CXLPOOL_EXPORT int cxlpool_attach(cxlpool_client* c, const char* name, cxlpool_lease** out);
+
+/* Attaches to the shared lease `name` that uid `owner_uid` created, and maps
+ * it. cxlpool_lease_get_info() then reports owner_uid (and owner_gid): the
+ * lease is always the owner's, never another tenant's of the same name.
+ * Errors: those of cxlpool_attach. (CXLPOOL_0.2) */
+CXLPOOL_EXPORT int cxlpool_attach_from(cxlpool_client* c, uint32_t owner_uid, const char* name,
+                                       cxlpool_lease** out);
 
 /* Unregisters from CUDA, unmaps, tells the daemon, closes the fd and frees
  * the handle, always, even when an error is returned. NULL: EINVALID_ARGUMENT.
@@ -194,9 +205,13 @@ typedef struct cxlpool_lease_info {
   const char* pool;             /* "node1", "dax0.0" */
   const char* label;
   const char* name; /* shared name, "" if private */
+  /* ---- end of version 1 (CXLPOOL_LEASE_INFO_SIZE_V1) ---- */
+  uint32_t owner_uid; /* who owns the lease: whose quota, whose name space */
+  uint32_t owner_gid;
 } cxlpool_lease_info;
 
 #define CXLPOOL_LEASE_INFO_SIZE_V1 (offsetof(cxlpool_lease_info, name) + sizeof(const char*))
+#define CXLPOOL_LEASE_INFO_SIZE_V2 (offsetof(cxlpool_lease_info, owner_gid) + sizeof(uint32_t))
 
 /* Copies what the daemon said about the lease into *out, up to
  * out->struct_size bytes. Errors: EINVALID_ARGUMENT (NULL, struct_size). */

@@ -50,6 +50,7 @@ namespace cxlpool::wire {
   X(QuotaSetReply, MSG_QUOTA_SET_REPLY)         \
   X(MetricsRequest, MSG_METRICS_REQUEST)        \
   X(MetricsReply, MSG_METRICS_REPLY)            \
+  X(ExtentFds, MSG_EXTENT_FDS)                  \
   X(ErrorReply, MSG_ERROR_REPLY)                \
   X(LeaseEvent, MSG_LEASE_EVENT)
 

@@ -4,9 +4,10 @@
 // Layout (little-endian, no padding; docs/protocol.md has the full story):
 //   off  size  field
 //     0     4  magic       0x504C5843 ("CXLP" on the wire)
-//     4     2  version     wire version this frame is written in (1)
+//     4     2  version     wire version this frame is written in: the
+//                          negotiated one; 1 for HELLO and its reply
 //     6     2  type        proto::MsgType
-//     8     4  flags       0 in version 1; anything else is refused
+//     8     4  flags       0 (versions 1 and 2); anything else is refused
 //    12     4  length      payload bytes that follow (<= max frame bytes)
 //    16     8  request_id  chosen by the requester, echoed by the reply;
 //                          0 for server pushes
@@ -29,8 +30,15 @@ namespace cxlpool::wire {
 inline constexpr uint32_t kFrameMagic = 0x504C5843;  // bytes 43 58 4C 50: "CXLP"
 inline constexpr size_t kFrameHeaderSize = 24;
 // Wire versions this build speaks. Hello negotiates one inside this range.
+// Version 2 adds multi-extent lease replies (LeaseInfo.extents,
+// MSG_EXTENT_FDS, HelloRequest.max_fds_per_frame; proto/extents.h).
 inline constexpr uint16_t kMinWireVersion = 1;
-inline constexpr uint16_t kMaxWireVersion = 1;
+inline constexpr uint16_t kMaxWireVersion = 2;
+inline constexpr uint16_t kExtentWireVersion = 2;
+// HELLO_REQUEST and its answer (HELLO_REPLY or ERROR_REPLY) are always
+// written in version 1, whatever either side speaks, so that any two builds
+// can negotiate or say why they cannot.
+inline constexpr uint16_t kHelloWireVersion = 1;
 // Default maximum payload of one frame (the header is not counted).
 inline constexpr uint32_t kDefaultMaxFrameBytes = 1u << 20;
 // No configuration may raise the maximum payload beyond this.
@@ -38,6 +46,8 @@ inline constexpr uint32_t kHardMaxFrameBytes = 64u << 20;
 // Default and hard cap on fds one frame may carry (the kernel's SCM_MAX_FD is 253).
 inline constexpr size_t kDefaultMaxFdsPerFrame = 64;
 inline constexpr size_t kHardMaxFdsPerFrame = 253;
+// Version 2: the most extent fds one lease reply frame may carry.
+inline constexpr size_t kMaxExtentFdsPerFrame = kHardMaxFdsPerFrame;
 
 struct FrameHeader {
   uint32_t magic = kFrameMagic;
@@ -69,9 +79,11 @@ FrameHeader DecodeFrameHeader(std::span<const uint8_t, kFrameHeaderSize> in);
 std::string EncodeFrame(proto::MsgType type, uint64_t request_id, std::string_view payload,
                         uint16_t version = kMaxWireVersion);
 
-// Checks magic, version (kMinWireVersion..kMaxWireVersion), flags == 0 and
-// length <= max_payload_bytes. The type is not checked here (an unknown type
-// is answered, not fatal). Errors: PROTOCOL, with a message naming the field.
+// Checks magic, version (kMinWireVersion..kMaxWireVersion, or
+// kHelloWireVersion for HELLO_REQUEST, HELLO_REPLY and ERROR_REPLY), flags ==
+// 0 and length <= max_payload_bytes. The type is not checked otherwise (an
+// unknown type is answered, not fatal). Errors: PROTOCOL, with a message
+// naming the field.
 Status ValidateFrameHeader(const FrameHeader& h, uint32_t max_payload_bytes);
 
 // True for a MsgType value this build knows.
@@ -81,8 +93,11 @@ bool IsRequestType(uint16_t type);
 // "MSG_ALLOC_REPLY", or "MSG_<n>" for an unknown value.
 std::string MsgTypeName(uint16_t type);
 
-// How many fds a frame of `type` may carry: 1 for ALLOC_REPLY and
-// ATTACH_REPLY, up to `max_fds_per_frame` for RECLAIM_REQUEST, 0 otherwise.
-size_t MaxFdsForType(uint16_t type, size_t max_fds_per_frame = kDefaultMaxFdsPerFrame);
+// How many fds a frame of `type`, written in `version`, may carry: for
+// ALLOC_REPLY and ATTACH_REPLY 1 in version 1 and up to
+// kMaxExtentFdsPerFrame from version 2 (EXTENT_FDS too); up to
+// `max_fds_per_frame` for RECLAIM_REQUEST; 0 otherwise.
+size_t MaxFdsForType(uint16_t type, size_t max_fds_per_frame = kDefaultMaxFdsPerFrame,
+                     uint16_t version = kMaxWireVersion);
 
 }  // namespace cxlpool::wire

@@ -96,10 +96,11 @@ struct OutFrame {
   bool done() const { return sent == bytes.size(); }
 };
 
-// Builds an OutFrame, duplicating `fds` (F_DUPFD_CLOEXEC). IO if a dup fails
-// (EMFILE); INVALID_ARGUMENT if there are more than kHardMaxFdsPerFrame.
+// Builds an OutFrame written in `version`, duplicating `fds`
+// (F_DUPFD_CLOEXEC). IO if a dup fails (EMFILE); INVALID_ARGUMENT if there
+// are more than kHardMaxFdsPerFrame.
 Result<OutFrame> MakeOutFrame(proto::MsgType type, uint64_t request_id, std::string_view payload,
-                              std::span<const int> fds);
+                              std::span<const int> fds, uint16_t version = kMaxWireVersion);
 
 // Adds duplicates (F_DUPFD_CLOEXEC) of `fds` to f->fds, all or none. IO if
 // a dup fails (EMFILE).
@@ -114,20 +115,22 @@ Status KeepFds(OutFrame* f, std::span<const int> fds);
 // still 0) and the frame must wait, KeepFds them first.
 Result<bool> SendSome(int sock, OutFrame* f, std::span<const int> borrowed_fds = {});
 
-// Blocking: sends one frame and its fds (borrowed; not closed), waiting up to
-// timeout_ms (< 0: forever) for buffer space. The fds ride on the first
-// sendmsg. INVALID_ARGUMENT if the payload exceeds kHardMaxFrameBytes or
-// there are too many fds; UNAVAILABLE (peer gone or timeout); IO.
+// Blocking: sends one frame written in `version` and its fds (borrowed; not
+// closed), waiting up to timeout_ms (< 0: forever) for buffer space. The fds
+// ride on the first sendmsg. INVALID_ARGUMENT if the payload exceeds
+// kHardMaxFrameBytes or there are too many fds; UNAVAILABLE (peer gone or
+// timeout); IO.
 Status SendFrame(int sock, proto::MsgType type, uint64_t request_id, std::string_view payload,
-                 std::span<const int> fds = {}, int timeout_ms = -1);
+                 std::span<const int> fds = {}, int timeout_ms = -1,
+                 uint16_t version = kMaxWireVersion);
 
 // Blocking: sends `msg` typed by TypeOf(msg).
 template <typename M>
 Status SendMessage(int sock, const M& msg, uint64_t request_id, std::span<const int> fds = {},
-                   int timeout_ms = -1) {
+                   int timeout_ms = -1, uint16_t version = kMaxWireVersion) {
   Result<std::string> payload = Encode(msg);
   if (!payload.ok()) return payload.status();
-  return SendFrame(sock, TypeOf<M>(), request_id, *payload, fds, timeout_ms);
+  return SendFrame(sock, TypeOf<M>(), request_id, *payload, fds, timeout_ms, version);
 }
 
 // Blocking: receives one whole frame, waiting up to timeout_ms (< 0: forever)

@@ -1,0 +1,347 @@
+#include "pool/extent_reserve.h"
+
+#include <algorithm>
+#include <boost/asio/post.hpp>
+
+#include "cxlpool/common/log.h"
+#include "cxlpool/common/strings.h"
+
+namespace cxlpool {
+namespace {
+constexpr uint32_t kMaxBuildFailures = 3;
+}  // namespace
+
+Result<ReserveSettings> ResolveReserve(const CapacitySpec& low, const CapacitySpec& high,
+                                       uint64_t capacity, ExtentLadder ladder) {
+  ReserveSettings s;
+  s.ladder = std::move(ladder);
+  const uint64_t g = s.ladder.smallest();
+  s.low_bytes = low.Resolve(capacity) / g * g;
+  s.high_bytes = high.Resolve(capacity) / g * g;
+  if (s.low_bytes > s.high_bytes) {
+    return Status(Code::kInvalidArgument, "reserve low watermark " + HumanBytes(s.low_bytes) +
+                                              " is above the high watermark " +
+                                              HumanBytes(s.high_bytes));
+  }
+  return s;
+}
+
+// ---- ExtentReserve -------------------------------------------------------------
+
+ExtentReserve::ExtentReserve(std::string pool_name, ReserveSettings settings, MemfdSpec base)
+    : name_(std::move(pool_name)), settings_(std::move(settings)), base_(std::move(base)) {
+  for (uint64_t g : settings_.ladder.granules()) levels_.push_back(Level{g, {}, 0, 0});
+  ComputeTargets();
+}
+
+ExtentReserve::~ExtentReserve() = default;  // extents left retire as they go
+
+void ExtentReserve::ComputeTargets() {
+  const auto& g = settings_.ladder.granules();
+  const size_t top = g.size() - 1;
+  targets_.assign(g.size(), 0);
+  uint64_t left = settings_.high_bytes;
+  // Below the largest granule: up to one level's worth of each (enough to
+  // finish any cut at that level), within a share of the reserve.
+  for (size_t i = 0; i < top; ++i) {
+    uint64_t level_full = (g[i + 1] / g[i] - 1) * g[i];
+    uint64_t share = settings_.high_bytes / (i == 0 ? 8 : 4);
+    uint64_t n = std::min(level_full, share) / g[i];
+    n = std::min<uint64_t>(n, left / g[i]);
+    targets_[i] = static_cast<uint32_t>(n);
+    left -= n * g[i];
+  }
+  uint64_t n = left / g[top];
+  targets_[top] = static_cast<uint32_t>(n);
+  left -= n * g[top];
+  // What does not make a whole largest granule goes to the smaller ones.
+  for (size_t i = top; i-- > 0;) {
+    uint64_t more = left / g[i];
+    targets_[i] += static_cast<uint32_t>(more);
+    left -= more * g[i];
+  }
+}
+
+uint32_t ExtentReserve::ready_count(size_t level) const {
+  return level < levels_.size() ? static_cast<uint32_t>(levels_[level].ready.size()) : 0;
+}
+
+std::vector<uint32_t> ExtentReserve::ready_counts() const {
+  std::vector<uint32_t> out;
+  for (const Level& l : levels_) out.push_back(static_cast<uint32_t>(l.ready.size()));
+  return out;
+}
+
+MemfdSpec ExtentReserve::BuildSpec(uint64_t bytes, bool background) const {
+  MemfdSpec s = base_;
+  s.size_bytes = bytes;
+  s.yield_between_steps = background;
+  return s;
+}
+
+Result<ExtentReserve::Taken> ExtentReserve::Take(uint64_t requested) {
+  std::vector<uint32_t> ready = ready_counts();
+  auto plan = PlanCut(requested, page_size(), settings_.ladder, ready, settings_.cut);
+  if (!plan.ok()) return plan.status();
+  Taken t;
+  for (const CutPiece& p : plan->pieces) {
+    if (p.source != CutPiece::Source::kReserve) continue;
+    Level& l = levels_[*settings_.ladder.IndexOf(p.granule)];
+    CXLPOOL_CHECK(!l.ready.empty());
+    std::unique_ptr<Extent> e = std::move(l.ready.front());
+    l.ready.pop_front();
+    ready_bytes_ -= e->size_bytes();
+    if (p.bytes != e->size_bytes()) {
+      Status st = e->ShrinkTo(p.bytes);
+      if (!st.ok()) {
+        Retire(std::move(e));
+        Return(std::move(t.extents));
+        return st;
+      }
+    }
+    t.extents.push_back(std::move(e));
+  }
+  t.plan = std::move(*plan);
+  return t;
+}
+
+void ExtentReserve::Retire(std::unique_ptr<Extent> e) {
+  if (e == nullptr) return;
+  retiring_bytes_ += e->size_bytes();
+  to_retire_.push_back(std::move(e));
+}
+
+void ExtentReserve::Return(std::vector<std::unique_ptr<Extent>> extents) {
+  for (auto& e : extents) {
+    if (e == nullptr) continue;
+    auto level = settings_.ladder.IndexOf(e->built_bytes());
+    const bool reusable = !e->exposed() && !e->retired() && !stopped_ && level &&
+                          e->size_bytes() == e->built_bytes() &&
+                          ready_bytes_ + building_bytes_ + e->size_bytes() <= settings_.high_bytes;
+    if (!reusable) {
+      Retire(std::move(e));
+      continue;
+    }
+    ready_bytes_ += e->size_bytes();
+    levels_[*level].ready.push_front(std::move(e));
+  }
+}
+
+std::vector<uint64_t> ExtentReserve::PlanRefill(uint64_t room) {
+  std::vector<uint64_t> out;
+  if (stopped_) return out;
+  uint64_t have = ready_bytes_ + building_bytes_;
+  if (!refilling_ && have <= settings_.low_bytes) refilling_ = true;
+  if (!refilling_) return out;
+  for (;;) {
+    // The granule furthest below its target, by share; smaller first on ties.
+    size_t best = levels_.size();
+    double best_gap = 0;
+    for (size_t i = 0; i < levels_.size(); ++i) {
+      const Level& l = levels_[i];
+      uint32_t count = static_cast<uint32_t>(l.ready.size()) + l.building;
+      if (targets_[i] == 0 || count >= targets_[i] || l.failures >= kMaxBuildFailures) continue;
+      if (l.granule > room || have + l.granule > settings_.high_bytes) continue;
+      double gap = 1.0 - static_cast<double>(count) / targets_[i];
+      if (gap > best_gap) {
+        best_gap = gap;
+        best = i;
+      }
+    }
+    if (best == levels_.size()) break;
+    Level& l = levels_[best];
+    ++l.building;
+    building_bytes_ += l.granule;
+    have += l.granule;
+    room -= l.granule;
+    out.push_back(l.granule);
+  }
+  // Full (or as full as targets, room and failures allow): wait for the low
+  // watermark again.
+  if (out.empty() && building_bytes_ == 0) refilling_ = false;
+  return out;
+}
+
+void ExtentReserve::Built(std::unique_ptr<Extent> extent) {
+  auto level = settings_.ladder.IndexOf(extent->built_bytes());
+  uint64_t bytes = extent->built_bytes();
+  // A build of a granule the ladder no longer has (Reconfigure meanwhile)
+  // is still counted under its size.
+  for (Level& l : levels_) {
+    if (l.granule == bytes && l.building > 0) {
+      --l.building;
+      break;
+    }
+  }
+  CXLPOOL_CHECK(building_bytes_ >= bytes);
+  building_bytes_ -= bytes;
+  if (stopped_ || !level || ready_bytes_ + bytes > settings_.high_bytes) {
+    Retire(std::move(extent));
+    return;
+  }
+  Level& l = levels_[*level];
+  l.failures = 0;
+  ready_bytes_ += bytes;
+  l.ready.push_back(std::move(extent));
+}
+
+void ExtentReserve::BuildFailed(uint64_t granule) {
+  CXLPOOL_CHECK(building_bytes_ >= granule);
+  building_bytes_ -= granule;
+  for (Level& l : levels_) {
+    if (l.granule != granule) continue;
+    if (l.building > 0) --l.building;
+    if (++l.failures == kMaxBuildFailures) {
+      CXLPOOL_LOG(kWarning) << name_ << ": reserve extents of " << HumanBytes(granule)
+                            << " disabled after " << kMaxBuildFailures << " failed builds";
+    }
+    break;
+  }
+}
+
+std::vector<std::unique_ptr<Extent>> ExtentReserve::TakeRetiring() {
+  std::vector<std::unique_ptr<Extent>> out;
+  out.swap(to_retire_);
+  return out;
+}
+
+void ExtentReserve::Retired(uint64_t bytes) {
+  CXLPOOL_CHECK(retiring_bytes_ >= bytes);
+  retiring_bytes_ -= bytes;
+}
+
+uint64_t ExtentReserve::Evict(uint64_t bytes) {
+  uint64_t queued = 0;
+  for (size_t i = levels_.size(); i-- > 0 && queued < bytes;) {
+    auto& ready = levels_[i].ready;
+    while (!ready.empty() && queued < bytes) {
+      std::unique_ptr<Extent> e = std::move(ready.back());
+      ready.pop_back();
+      ready_bytes_ -= e->size_bytes();
+      queued += e->size_bytes();
+      Retire(std::move(e));
+    }
+  }
+  return queued;
+}
+
+void ExtentReserve::TrimAboveHigh() {
+  while (ready_bytes_ + building_bytes_ > settings_.high_bytes && ready_bytes_ > 0) {
+    // The granule most above its target goes first.
+    size_t worst = levels_.size();
+    double worst_excess = -1;
+    for (size_t i = 0; i < levels_.size(); ++i) {
+      if (levels_[i].ready.empty()) continue;
+      double excess = static_cast<double>(levels_[i].ready.size() + levels_[i].building) -
+                      static_cast<double>(targets_[i]);
+      if (excess > worst_excess) {
+        worst_excess = excess;
+        worst = i;
+      }
+    }
+    if (worst == levels_.size()) break;
+    auto& ready = levels_[worst].ready;
+    std::unique_ptr<Extent> e = std::move(ready.back());
+    ready.pop_back();
+    ready_bytes_ -= e->size_bytes();
+    Retire(std::move(e));
+  }
+}
+
+void ExtentReserve::Reconfigure(ReserveSettings settings) {
+  std::deque<Level> old;
+  old.swap(levels_);
+  settings_ = std::move(settings);
+  for (uint64_t g : settings_.ladder.granules()) levels_.push_back(Level{g, {}, 0, 0});
+  for (Level& l : old) {
+    auto level = settings_.ladder.IndexOf(l.granule);
+    if (level) {
+      levels_[*level].ready = std::move(l.ready);
+      levels_[*level].building = l.building;
+    } else {
+      for (auto& e : l.ready) {
+        ready_bytes_ -= e->size_bytes();
+        Retire(std::move(e));
+      }
+      // Builds of it still land (Built retires them) and keep their bytes
+      // in building_bytes_ until then.
+    }
+  }
+  ComputeTargets();
+  refilling_ = false;
+  TrimAboveHigh();
+}
+
+void ExtentReserve::DropAll() {
+  stopped_ = true;
+  refilling_ = false;
+  for (Level& l : levels_) {
+    for (auto& e : l.ready) {
+      ready_bytes_ -= e->size_bytes();
+      Retire(std::move(e));
+    }
+    l.ready.clear();
+  }
+}
+
+// ---- ReserveRefiller -----------------------------------------------------------
+
+ReserveRefiller::ReserveRefiller(ExtentReserve* reserve, Options options)
+    : reserve_(reserve), options_(std::move(options)) {
+  if (!options_.factory) options_.factory = Extent::Create;
+  if (!options_.room) options_.room = [] { return UINT64_MAX; };
+}
+
+ReserveRefiller::~ReserveRefiller() { *alive_ = false; }
+
+void ReserveRefiller::Stop() {
+  stopped_ = true;
+  reserve_->DropAll();
+  Kick();  // posts the retirements
+}
+
+void ReserveRefiller::Kick() {
+  std::weak_ptr<bool> alive = alive_;
+  // Retirements first: they give back what refills and grants may need.
+  for (auto& e : reserve_->TakeRetiring()) {
+    ++pending_retires_;
+    const uint64_t bytes = e->size_bytes();
+    boost::asio::post(options_.retire,
+                      [this, alive, bytes, loop = options_.loop, e = std::move(e)]() mutable {
+                        e->Retire();
+                        e.reset();
+                        boost::asio::post(loop, [this, alive, bytes] {
+                          auto a = alive.lock();
+                          if (!a || !*a) return;
+                          --pending_retires_;
+                          reserve_->Retired(bytes);
+                          if (options_.on_freed) options_.on_freed();
+                          Kick();
+                        });
+                      });
+  }
+  if (stopped_) return;
+  for (uint64_t granule : reserve_->PlanRefill(options_.room())) {
+    ++pending_builds_;
+    MemfdSpec spec = reserve_->BuildSpec(granule, true);
+    boost::asio::post(options_.stock, [this, alive, granule, spec, loop = options_.loop,
+                                       factory = options_.factory] {
+      auto built = factory(spec);
+      boost::asio::post(loop, [this, alive, granule, built = std::move(built)]() mutable {
+        auto a = alive.lock();
+        if (!a || !*a) return;  // the extent, if any, retires with the lambda
+        --pending_builds_;
+        if (!built.ok()) {
+          CXLPOOL_LOG(kWarning) << reserve_->pool_name() << ": reserve build of "
+                                << HumanBytes(granule) << " failed: " << built.status().ToString();
+          reserve_->BuildFailed(granule);
+          return;
+        }
+        reserve_->Built(std::move(*built));
+        Kick();
+      });
+    });
+  }
+}
+
+}  // namespace cxlpool

@@ -1,0 +1,196 @@
+// The warm reserve of one pool: extents of the pool's ladder, built ahead
+// of time, measured in bytes with a low and a high watermark; and the
+// refiller that builds and retires them off the event loop.
+//
+// ExtentReserve (the state; event-loop thread only):
+//   * Take(requested) cuts a lease (extent_cut.h) and hands over the reserve
+//     extents of the cut, the tail one shrunk to fit; the pieces to build on
+//     the request path are the caller's (BuildSpec).
+//   * Return(extents) takes extents back from an ended lease or a refused
+//     grant. An extent that was never exposed and keeps its built size goes
+//     back to stock (below the high watermark); every other one is retired:
+//     truncated (holders SIGBUS), unmapped, closed, never reused. The
+//     memory comes back as fresh memfds built by the refill, whose pages the
+//     kernel zeroes on the way in. That is the scrub: no byte a holder wrote
+//     can reach the next one, since no file that left the daemon is ever
+//     handed out again, and every page of a fresh file is zeroed before
+//     anyone can map it (docs/architecture.md, "Why a released extent is never handed out again").
+//   * Refill starts when ready + building is at or below the low watermark and
+//     goes on up to the high one, spread over the granules by per-granule
+//     targets: enough small extents for tails and small leases, up to one
+//     level's worth of each middle granule, the rest in the largest. Ready
+//     stock above the high watermark (after a Reconfigure) is retired.
+//     Three failed builds in a row disable a granule until a build of it
+//     succeeds or Reconfigure.
+//
+// ReserveRefiller (the work): builds run on the `stock` executor (the
+// daemon's low-priority stock threads: reniced and SCHED_IDLE, see
+// lease/thread_priority.h), prefaulting in steps with a yield between them
+// (MemfdSpec::yield_between_steps), so a waiting client's work preempts
+// them; retirements run on `retire` (the daemon's ordinary workers: a
+// truncation frees capacity a grant may be waiting for). Results are posted
+// back to `loop`, where all reserve state lives.
+//
+// Accounting: the reserve's own bytes are ready + building + retiring, all
+// of them used memory of the pool (pinned; nobody else can use it).
+//
+// Thread safety: ExtentReserve and ReserveRefiller belong to the event-loop
+// thread. The refiller's owner must join the stock and retire executors
+// before destroying it (completions still queued for the loop are then
+// dropped, and their extents retired where they are).
+#pragma once
+
+#include <boost/asio/any_io_executor.hpp>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "cxlpool/common/status.h"
+#include "pool/backing.h"
+#include "pool/extent.h"
+#include "pool/extent_cut.h"
+
+namespace cxlpool {
+
+struct ReserveSettings {
+  ExtentLadder ladder = ExtentLadder::Default();
+  uint64_t low_bytes = 0;   // refill starts at or below this (ready + building)
+  uint64_t high_bytes = 0;  // ... and runs up to this; stock above it is retired
+  CutPolicy cut;
+};
+
+// Watermarks as bytes or a percentage of the pool's `capacity`, resolved
+// and rounded down to the smallest granule. INVALID_ARGUMENT when low > high.
+Result<ReserveSettings> ResolveReserve(const CapacitySpec& low, const CapacitySpec& high,
+                                       uint64_t capacity,
+                                       ExtentLadder ladder = ExtentLadder::Default());
+
+class ExtentReserve {
+ public:
+  // `base`: how this pool's extents are built (node, pin, thp, hugetlb,
+  // prefault, name); its size is set per build.
+  ExtentReserve(std::string pool_name, ReserveSettings settings, MemfdSpec base);
+  ~ExtentReserve();
+  ExtentReserve(const ExtentReserve&) = delete;
+  ExtentReserve& operator=(const ExtentReserve&) = delete;
+
+  const std::string& pool_name() const { return name_; }
+  const ReserveSettings& settings() const { return settings_; }
+  uint64_t page_size() const { return base_.hugetlb ? (2ull << 20) : 4096; }
+
+  // ---- what is there ----
+  uint64_t ready_bytes() const { return ready_bytes_; }
+  uint64_t building_bytes() const { return building_bytes_; }
+  uint64_t retiring_bytes() const { return retiring_bytes_; }
+  uint64_t used_bytes() const { return ready_bytes_ + building_bytes_ + retiring_bytes_; }
+  uint32_t ready_count(size_t level) const;
+  std::vector<uint32_t> ready_counts() const;
+  // How many extents of each granule the refill aims for.
+  const std::vector<uint32_t>& targets() const { return targets_; }
+  bool refilling() const { return refilling_; }
+
+  // ---- grants ----
+  struct Taken {
+    CutPlan plan;
+    // One per kReserve piece of plan.pieces, in order, each already of its
+    // piece's size (the tail piece shrunk).
+    std::vector<std::unique_ptr<Extent>> extents;
+  };
+  // INVALID_ARGUMENT from PlanCut; IO if shrinking the tail piece failed
+  // (that extent is retired; nothing else is taken).
+  Result<Taken> Take(uint64_t requested);
+  // The spec of an extent of `bytes` for this pool; `background` for refills.
+  MemfdSpec BuildSpec(uint64_t bytes, bool background) const;
+  // Extents back from a lease or a refused grant (see above).
+  void Return(std::vector<std::unique_ptr<Extent>> extents);
+
+  // ---- refill and retire (the refiller calls these) ----
+  // Granules to build now, already counted as building; never more than
+  // `room` bytes (what the pool may still commit).
+  std::vector<uint64_t> PlanRefill(uint64_t room);
+  void Built(std::unique_ptr<Extent> extent);  // a refill build finished
+  void BuildFailed(uint64_t granule);
+  // Extents waiting to be retired, moved out (their bytes count as retiring
+  // until Retired).
+  std::vector<std::unique_ptr<Extent>> TakeRetiring();
+  void Retired(uint64_t bytes);
+  // Retires ready stock, largest first, until `bytes` are on their way out
+  // or nothing is left (a lease needs the room). Returns the bytes queued.
+  uint64_t Evict(uint64_t bytes);
+  // New watermarks or ladder (reload): new targets, failures forgotten;
+  // ready stock above the new high watermark, or of a granule the new
+  // ladder lacks, is retired.
+  void Reconfigure(ReserveSettings settings);
+  // Shutdown: every ready extent is retired; no more refills.
+  void DropAll();
+
+ private:
+  struct Level {
+    uint64_t granule = 0;
+    std::deque<std::unique_ptr<Extent>> ready;
+    uint32_t building = 0;
+    uint32_t failures = 0;
+  };
+  void ComputeTargets();
+  void Retire(std::unique_ptr<Extent> e);
+  void TrimAboveHigh();
+
+  std::string name_;
+  ReserveSettings settings_;
+  MemfdSpec base_;
+  std::deque<Level> levels_;  // a deque: Level is move-only
+  std::vector<uint32_t> targets_;
+  std::vector<std::unique_ptr<Extent>> to_retire_;
+  uint64_t ready_bytes_ = 0;
+  uint64_t building_bytes_ = 0;
+  uint64_t retiring_bytes_ = 0;
+  bool refilling_ = false;
+  bool stopped_ = false;
+};
+
+// Builds one extent (a seam: tests wrap Extent::Create to watch which
+// thread builds, or to fail).
+using ExtentFactory = std::function<Result<std::unique_ptr<Extent>>(const MemfdSpec&)>;
+
+class ReserveRefiller {
+ public:
+  using Executor = boost::asio::any_io_executor;
+  struct Options {
+    Executor loop;    // where `reserve` lives
+    Executor stock;   // refill builds (low priority)
+    Executor retire;  // truncations
+    // The bytes the pool may still commit (capacity - used); called on the
+    // loop before each refill plan.
+    std::function<uint64_t()> room;
+    ExtentFactory factory;           // default Extent::Create
+    std::function<void()> on_freed;  // after retired bytes were given back
+  };
+  ReserveRefiller(ExtentReserve* reserve, Options options);
+  ~ReserveRefiller();
+  ReserveRefiller(const ReserveRefiller&) = delete;
+  ReserveRefiller& operator=(const ReserveRefiller&) = delete;
+
+  // Starts what the reserve wants now: refill builds and retirements.
+  // Called after every change (take, return, reload); cheap when idle.
+  void Kick();
+  // No new work from now on (shutdown); builds in flight are retired as
+  // they land.
+  void Stop();
+
+  uint32_t pending_builds() const { return pending_builds_; }
+  uint32_t pending_retires() const { return pending_retires_; }
+
+ private:
+  ExtentReserve* reserve_;
+  Options options_;
+  bool stopped_ = false;
+  uint32_t pending_builds_ = 0;
+  uint32_t pending_retires_ = 0;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace cxlpool

@@ -1,0 +1,118 @@
+#include "cxlpool/proto/blocking_client.h"
+
+#include <sys/socket.h>
+
+#include <algorithm>
+
+#include "cxlpool/proto/extents.h"
+#include "cxlpool/proto/ipc.h"
+#include "cxlpool/proto/socket.h"
+
+namespace cxlpool::wire {
+
+Result<BlockingClient> BlockingClient::Connect(const std::string& socket_path,
+                                               BlockingClientOptions options) {
+  auto fd = ConnectUnix(socket_path);
+  if (!fd.ok()) return fd.status();
+  return Handshake(std::move(*fd), std::move(options));
+}
+
+Result<BlockingClient> BlockingClient::Handshake(UniqueFd sock, BlockingClientOptions options) {
+  BlockingClient c;
+  c.sock_ = std::move(sock);
+  c.options_ = std::move(options);
+  if (auto cred = GetPeerCred(c.sock_.get()); cred.ok()) c.peer_pid_ = cred->pid;
+  proto::HelloRequest h;
+  h.set_min_version(c.options_.min_version);
+  h.set_max_version(c.options_.max_version);
+  h.set_client_name(c.options_.name);
+  h.set_max_fds_per_frame(static_cast<uint32_t>(kHardMaxFdsPerFrame));
+  proto::HelloReply r;
+  CXLPOOL_RETURN_IF_ERROR(c.Call(h, &r));
+  if (r.version() < c.options_.min_version || r.version() > c.options_.max_version ||
+      r.version() < kMinWireVersion || r.version() > kMaxWireVersion) {
+    return Status(Code::kProtocol, "the daemon chose protocol version " +
+                                       std::to_string(r.version()) + "; this client speaks " +
+                                       std::to_string(c.options_.min_version) + ".." +
+                                       std::to_string(c.options_.max_version));
+  }
+  c.version_ = static_cast<uint16_t>(r.version());
+  c.hello_ = std::move(r);
+  return c;
+}
+
+Status BlockingClient::Broken(Status why) {
+  if (broken_.ok()) broken_ = why;
+  return why;
+}
+
+Result<Frame> BlockingClient::NextReplyFrame() {
+  RecvLimits limits;
+  limits.max_fds = kHardMaxFdsPerFrame;
+  if (hello_.max_frame_bytes() != 0) {
+    limits.max_payload_bytes =
+        static_cast<uint32_t>(std::min<uint64_t>(hello_.max_frame_bytes(), kHardMaxFrameBytes));
+  }
+  for (;;) {
+    Result<Frame> f = RecvFrame(sock_.get(), limits, options_.timeout_ms);
+    if (!f.ok()) return f.status();
+    if (f->type() != proto::MSG_LEASE_EVENT) return f;
+    ++pushes_;
+    proto::LeaseEvent ev;
+    if (Decode(f->payload, &ev).ok()) events_.push_back(std::move(ev));
+  }
+}
+
+Result<Frame> BlockingClient::Exchange(proto::MsgType type, const Result<std::string>& payload,
+                                       proto::MsgType reply_type, std::span<const int> send_fds) {
+  if (!broken_.ok()) {
+    return Status(broken_.code(), "connection unusable after: " + broken_.message());
+  }
+  if (!payload.ok()) return payload.status();
+  const uint64_t id = next_id_++;
+  const uint16_t version = type == proto::MSG_HELLO_REQUEST ? kHelloWireVersion : version_;
+  CXLPOOL_RETURN_IF_ERROR(
+      SendFrame(sock_.get(), type, id, *payload, send_fds, options_.timeout_ms, version));
+  Result<Frame> f = NextReplyFrame();
+  if (!f.ok()) return f.status();
+  if (f->request_id() != id) {
+    return Broken(Status(Code::kProtocol, "reply for request " + std::to_string(f->request_id()) +
+                                              ", expected " + std::to_string(id)));
+  }
+  const bool lease_reply =
+      reply_type == proto::MSG_ALLOC_REPLY || reply_type == proto::MSG_ATTACH_REPLY;
+  if (!lease_reply || f->type() != reply_type || f->fds_dropped > 0) return f;
+  // A lease reply: every extent's fd, from this frame and the EXTENT_FDS
+  // frames that follow it.
+  Frame head;
+  head.header = f->header;
+  head.payload = f->payload;
+  LeaseReplyAssembler assembler;
+  Status st = assembler.Start(std::move(*f));
+  while (st.ok() && !assembler.complete()) {
+    Result<Frame> next = NextReplyFrame();
+    if (!next.ok()) return next.status();
+    st = assembler.Add(std::move(*next));
+  }
+  if (!st.ok()) return Broken(st);
+  for (ReceivedExtent& e : assembler.TakeExtents()) head.fds.push_back(std::move(e.fd));
+  return head;
+}
+
+Result<proto::LeaseEvent> BlockingClient::NextEvent() {
+  if (!events_.empty()) {
+    proto::LeaseEvent ev = std::move(events_.front());
+    events_.pop_front();
+    return ev;
+  }
+  RecvLimits limits;
+  limits.max_fds = kHardMaxFdsPerFrame;
+  Result<Frame> f = RecvFrame(sock_.get(), limits, options_.timeout_ms);
+  if (!f.ok()) return f.status();
+  if (f->type() == proto::MSG_LEASE_EVENT) ++pushes_;
+  proto::LeaseEvent ev;
+  CXLPOOL_RETURN_IF_ERROR(DecodeReply(*f, &ev));
+  return ev;
+}
+
+}  // namespace cxlpool::wire
