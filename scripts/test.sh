@@ -64,7 +64,12 @@ if has fuzz; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $werror \
     -DCXLPOOL_FUZZ=ON -DCXLPOOL_SANITIZE=address,undefined -DCXLPOOL_BUILD_BENCH=OFF \
     -DCXLPOOL_BUILD_TESTS=ON -DCXLPOOL_FUZZ_SECONDS="${CXLPOOL_FUZZ_SECONDS:-60}"
-  cmake --build build-fuzz -j "$JOBS" --target fuzz_config fuzz_topology fuzz_frame fuzz_handler
+  # Build exactly the targets behind the fuzz-labelled tests (each test is
+  # named after its fuzzer), so a new fuzzer cannot be left unbuilt.
+  mapfile -t fuzz_targets < <(ctest --test-dir build-fuzz -N -L fuzz |
+    sed -n 's/^ *Test *#[0-9]*: \(fuzz_[a-z_]*\)$/\1/p')
+  ((${#fuzz_targets[@]})) || { echo "no fuzz tests defined" >&2; exit 1; }
+  cmake --build build-fuzz -j "$JOBS" --target "${fuzz_targets[@]}"
   stage "fuzz: run"
   ctest --test-dir build-fuzz --output-on-failure -L fuzz
 fi

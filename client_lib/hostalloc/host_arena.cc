@@ -35,6 +35,8 @@ ClientResult<Lease> HostArena::NewLease(uint64_t size, int device, const char* w
   o.near_gpu = device;
   o.tier_preference = options_.tier_preference;
   o.label = options_.label + ":" + what;
+  // Registered below: a long-term pin, never placed where it moves the pages.
+  o.long_term_pin = options_.cuda_register;
   if (device >= 0 && device < kMaxDevices && unknown_gpu_[device].load()) o.near_gpu = -1;
   ClientResult<Lease> lease = client_.Allocate(o);
   if (!lease.ok() && lease.status().code() == ErrorCode::kNotFound && o.near_gpu >= 0) {

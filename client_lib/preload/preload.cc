@@ -284,6 +284,7 @@ class Server {
     o.size_bytes = size;
     o.near_gpu = device;
     o.label = std::string("preload:") + call;
+    o.long_term_pin = true;  // registered with CUDA below
     // A daemon that does not see this GPU (no NVML in its namespace) still
     // serves, placed without the hint; registration is on `device` anyway.
     if (device < kMaxDevices && unknown_gpu_[device]) o.near_gpu = -1;

@@ -116,6 +116,7 @@ int ToOptions(const cxlpool_alloc_opts* o, cxlpool::AllocOptions* out) {
   out->strict = (opts.flags & CXLPOOL_ALLOC_STRICT) != 0;
   out->cuda_register = (opts.flags & CXLPOOL_ALLOC_CUDA_REGISTER) != 0;
   out->hugetlb = (opts.flags & CXLPOOL_ALLOC_HUGETLB) != 0;
+  out->long_term_pin = (opts.flags & CXLPOOL_ALLOC_LONG_TERM_PIN) != 0;
   if (opts.label != nullptr) out->label = opts.label;
   if (opts.gpu != nullptr) out->gpu = opts.gpu;
   if (opts.tier_preference != nullptr) {
@@ -345,11 +346,48 @@ CXLPOOL_EXPORT int cxlpool_lease_get_info(const cxlpool_lease* l, cxlpool_lease_
     info.name = i.name.c_str();
     info.owner_uid = i.owner_uid;
     info.owner_gid = i.owner_gid;
+    info.long_term_pin = i.long_term_pin ? 1 : 0;
+    info.placed_numa_node = i.placed_numa_node;
+    info.moved_reason = i.moved_reason.c_str();
     const size_t n = std::min<size_t>(given, sizeof(info));
     std::memcpy(static_cast<void*>(out), &info, n);
     if (given > sizeof(info)) {
       std::memset(reinterpret_cast<unsigned char*>(out) + sizeof(info), 0, given - sizeof(info));
     }
+    t_last_error.clear();
+    return CXLPOOL_OK;
+  });
+}
+
+CXLPOOL_EXPORT int cxlpool_lease_verify(cxlpool_lease* l, cxlpool_lease_placement* out) {
+  return Guard([&]() -> int {
+    if (l == nullptr) return Invalid("lease is NULL");
+    if (out != nullptr && out->struct_size < CXLPOOL_LEASE_PLACEMENT_SIZE_V1) {
+      t_last_error = "cxlpool_lease_placement.struct_size is " + std::to_string(out->struct_size) +
+                     ", the smallest known version is " +
+                     std::to_string(CXLPOOL_LEASE_PLACEMENT_SIZE_V1) + " bytes";
+      return CXLPOOL_EINVALID_ARGUMENT;
+    }
+    if (!l->lease.valid()) return Invalid("empty lease");
+    cxlpool::Placement p;
+    cxlpool::Status s = cxlpool::ClientAccess::State(l->lease)->VerifyPlacement("verify", &p);
+    if (out != nullptr) {
+      const uint32_t given = out->struct_size;
+      cxlpool_lease_placement c;
+      std::memset(static_cast<void*>(&c), 0, sizeof(c));
+      c.struct_size = given;
+      c.numa_node = p.numa_node;
+      c.placed_numa_node = p.placed_numa_node;
+      c.moved = p.moved ? 1 : 0;
+      c.pages_sampled = p.pages_sampled;
+      c.pages_on_node = p.pages_on_node;
+      c.pages_absent = p.pages_absent;
+      std::memcpy(static_cast<void*>(out), &c, std::min<size_t>(given, sizeof(c)));
+      if (given > sizeof(c)) {
+        std::memset(reinterpret_cast<unsigned char*>(out) + sizeof(c), 0, given - sizeof(c));
+      }
+    }
+    if (!s.ok()) return Report(cxlpool::detail::ToClientStatus(s));
     t_last_error.clear();
     return CXLPOOL_OK;
   });

@@ -58,6 +58,14 @@ ClientStatus Lease::CudaRegister(int device) {
   return detail::ToClientStatus(state_->CudaRegister(device));
 }
 
+ClientResult<Placement> Lease::Verify() {
+  if (!state_) return ClientStatus(ErrorCode::kInvalidArgument, "empty lease");
+  Placement p;
+  Status s = state_->VerifyPlacement("verify", &p);
+  if (!s.ok()) return detail::ToClientStatus(s);
+  return p;
+}
+
 ClientStatus Lease::CudaUnregister() {
   if (!state_) return ClientStatus(ErrorCode::kInvalidArgument, "empty lease");
   return detail::ToClientStatus(state_->CudaUnregister());
@@ -110,6 +118,7 @@ ClientResult<Lease> Client::Allocate(const AllocOptions& o) {
   for (const std::string& t : o.tier_preference) req.add_tier_preference(t);
   req.set_strict(o.strict);
   req.set_hugetlb(o.hugetlb);
+  req.set_long_term_pin(o.long_term_pin || o.cuda_register);
   req.set_label(o.label);
   req.set_name(o.name);
   for (uint32_t u : o.acl_uids) req.add_acl_uids(u);

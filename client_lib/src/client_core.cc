@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cxlpool/common/log.h"
+#include "cxlpool/common/page_census.h"
 #include "cxlpool/proto/codec.h"
 #include "cxlpool/proto/extents.h"
 
@@ -129,6 +130,9 @@ LeaseInfo FromProto(const proto::LeaseInfo& p) {
   i.name = p.name();
   i.owner_uid = p.owner_uid();
   i.owner_gid = p.owner_gid();
+  i.long_term_pin = p.long_term_pin();
+  i.placed_numa_node = p.has_placed_numa_node() ? p.placed_numa_node() : -1;
+  i.moved_reason = p.moved_reason();
   return i;
 }
 
@@ -385,6 +389,15 @@ Result<std::unique_ptr<LeaseState>> ClientCore::Attach(const std::string& name,
   }
   Track(lease.get());
   return lease;
+}
+
+Result<proto::LeaseMovedReply> ClientCore::ReportMoved(const proto::LeaseMovedRequest& req) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Result<wire::Frame> frame = CallMessageRecovering(req);
+  if (!frame.ok()) return frame.status();
+  proto::LeaseMovedReply reply;
+  CXLPOOL_RETURN_IF_ERROR(wire::DecodeReply(*frame, &reply));
+  return reply;
 }
 
 Status ClientCore::Release(uint64_t lease_id, int fd, uint64_t size) {
@@ -713,6 +726,48 @@ Status LeaseState::CudaRegister(int device) {
   }
   cuda_ = std::move(*reg);
   cuda_status_ = Status::Ok();
+  // The registration pinned the pages long-term, which may have migrated
+  // them (out of ZONE_MOVABLE): ask the kernel where they are now.
+  Placement placement;
+  if (Status s = VerifyPlacement("cuda_register", &placement); !s.ok()) {
+    CXLPOOL_LOG(kWarning) << "lease " << info_.id
+                          << ": placement check after CUDA registration: " << s.ToString();
+  } else if (placement.moved) {
+    CXLPOOL_LOG(kWarning) << "lease " << info_.id
+                          << ": after CUDA registration its pages are on node "
+                          << placement.numa_node << ", not node " << placement.placed_numa_node
+                          << " where it was placed; the daemon was told";
+  }
+  return Status::Ok();
+}
+
+Status LeaseState::VerifyPlacement(const std::string& cause, Placement* out) {
+  *out = Placement();
+  out->placed_numa_node = info_.numa_node;
+  if (released_) return Status(Code::kInvalidArgument, "lease already released");
+  if (info_.backing == "devdax") {
+    return Status(Code::kUnsupported,
+                  "a devdax lease is device memory: move_pages cannot place it (its node is the "
+                  "DAX device's target node)");
+  }
+  Result<PageCensus> census = CensusPages(mapping_.data(), mapping_.size(), 4096, 4096);
+  if (!census.ok()) return census.status();
+  std::optional<int> node = census->MajorityNode();
+  out->numa_node = node.value_or(-1);
+  out->pages_sampled = census->sampled;
+  out->pages_on_node = node ? census->on_node.at(*node) : 0;
+  out->pages_absent = census->absent;
+  out->moved = node.has_value() && *node != info_.numa_node;
+  if (!out->moved) return Status::Ok();
+  proto::LeaseMovedRequest req;
+  req.set_lease_id(info_.id);
+  req.set_numa_node(*node);
+  req.set_pages_sampled(census->sampled);
+  req.set_pages_on_node(out->pages_on_node);
+  req.set_cause(cause);
+  Result<proto::LeaseMovedReply> reply = core_->ReportMoved(req);
+  if (!reply.ok()) return reply.status();
+  info_ = FromProto(reply->lease());
   return Status::Ok();
 }
 

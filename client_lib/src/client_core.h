@@ -74,6 +74,9 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   Status Reconnect();
   // Non-blocking drain of pushed events; the number handled.
   Result<int> ProcessEvents();
+  // MSG_LEASE_MOVED: the holder's census of a lease whose pages it found off
+  // their node; the reply carries the daemon's own view.
+  Result<proto::LeaseMovedReply> ReportMoved(const proto::LeaseMovedRequest& req);
 
   uint32_t protocol_version() const { return version_; }
   const std::string& server_version() const { return server_version_; }
@@ -156,9 +159,16 @@ class LeaseState {
   bool revoked() const { return revoked_.load(std::memory_order_acquire); }
   void MarkRevoked() { revoked_.store(true, std::memory_order_release); }
 
+  // Registers, then checks the placement (VerifyPlacement; its failure is
+  // logged, not returned: the registration stands).
   Status CudaRegister(int device);
   Status CudaUnregister();
   Result<uint64_t> DevicePtr() const;
+  // move_pages census of the mapping; when the pages left the node the
+  // lease is accounted to, tells the daemon and takes its updated info.
+  // `*out` is filled even when telling the daemon fails. `cause` names the
+  // pin in the report ("cuda_register", "verify").
+  Status VerifyPlacement(const std::string& cause, Placement* out);
   const cuda::CudaRegistration& cuda() const { return cuda_; }
 
   // Unregister, unmap, tell the daemon; idempotent (a second call is OK).
@@ -188,6 +198,7 @@ std::string DefaultSocketPathFor(uid_t euid, const char* xdg_runtime_dir);
 struct ClientAccess {
   static Client Wrap(std::shared_ptr<detail::ClientCore> core) { return Client(std::move(core)); }
   static const std::shared_ptr<detail::ClientCore>& Core(const Client& c) { return c.core_; }
+  static detail::LeaseState* State(const Lease& l) { return l.state_.get(); }
 };
 
 }  // namespace cxlpool

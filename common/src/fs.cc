@@ -154,7 +154,7 @@ Result<std::string> FileSystem::Canonical(std::string_view path) const {
 Result<std::string> FileSystem::ReadTrimmed(std::string_view path) const {
   auto r = ReadFile(path);
   if (!r.ok()) return r.status();
-  return std::string(Trim(r.value()));
+  return std::string(TrimSysfsValue(r.value()));
 }
 
 std::unique_ptr<FileSystem> MakeRootedFileSystem(std::string root) {

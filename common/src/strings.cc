@@ -39,6 +39,14 @@ std::string_view Trim(std::string_view s) {
   return s;
 }
 
+std::string_view TrimSysfsValue(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == '\0' || std::isspace(static_cast<unsigned char>(s.back())))) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
 bool StartsWith(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
 bool EndsWith(std::string_view s, std::string_view p) {
   return s.size() >= p.size() && s.substr(s.size() - p.size()) == p;

@@ -328,6 +328,9 @@ int RunDaemon(const DaemonFlags& command_line) {
   leases.SetDaemonLimits(DaemonLimitsNow(*proc));
   leases.SetStockExecutor(stock.get_executor());
   leases.SetInlineMax(cfg->inline_max_bytes);
+  // Long-term pinned leases on a mixed node are moved into its kernel zones
+  // before the grant; only where the topology is this machine's.
+  if (fs->IsThisSystem()) leases.SetPinSettle(proc.get());
   // Leases survive every exit of this function (an error return as well as
   // SIGTERM): destroyed before `leases`, this hands them over, never frees.
   struct HandOverAtExit {

@@ -125,6 +125,18 @@ Result<LoopbackEndpoint> ParseLoopbackEndpoint(std::string_view text) {
   return ep;
 }
 
+const char* LongTermPinPolicyName(LongTermPinPolicy p) {
+  switch (p) {
+    case LongTermPinPolicy::kAuto:
+      return "auto";
+    case LongTermPinPolicy::kAllow:
+      return "allow";
+    case LongTermPinPolicy::kRefuse:
+      return "refuse";
+  }
+  return "auto";
+}
+
 const PoolConfig& DaemonConfig::ForNode(int id) const {
   auto it = node_pools.find(id);
   return it == node_pools.end() ? pool_defaults : it->second;
@@ -313,7 +325,21 @@ Status ReadWarmStock(TableReader& r, std::vector<WarmClass>* out) {
 }
 
 Status ReadPoolKeys(TableReader& r, PoolConfig* p, bool allow_enabled) {
-  if (allow_enabled) CXLPOOL_RETURN_IF_ERROR(r.ReadBool("enabled", &p->enabled));
+  if (allow_enabled) {
+    p->enabled_explicitly = r.Get("enabled") != nullptr;
+    CXLPOOL_RETURN_IF_ERROR(r.ReadBool("enabled", &p->enabled));
+    std::string pins;
+    CXLPOOL_RETURN_IF_ERROR(r.ReadString("long_term_pins", &pins));
+    if (pins == "allow") {
+      p->long_term_pins = LongTermPinPolicy::kAllow;
+    } else if (pins == "refuse") {
+      p->long_term_pins = LongTermPinPolicy::kRefuse;
+    } else if (pins.empty() || pins == "auto") {
+      p->long_term_pins = LongTermPinPolicy::kAuto;
+    } else {
+      return Bad(r.Key("long_term_pins"), "expected \"auto\", \"allow\" or \"refuse\"");
+    }
+  }
   CXLPOOL_RETURN_IF_ERROR(r.ReadCapacity("capacity", &p->capacity));
   CXLPOOL_RETURN_IF_ERROR(r.ReadBool("pin", &p->pin));
   CXLPOOL_RETURN_IF_ERROR(r.ReadBool("thp", &p->thp));

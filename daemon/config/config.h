@@ -42,9 +42,21 @@ struct WarmClass {
   uint32_t count = 0;
 };
 
+// Leases that will be long-term pinned (CUDA registration, RDMA, io_uring
+// fixed buffers) on a node: kAuto decides from the node's zones (never
+// where a pin would move the pages off the node); kAllow places them even
+// on ZONE_MOVABLE memory (an admin override: the pin then migrates them,
+// and the client's check reports where to); kRefuse never places them.
+enum class LongTermPinPolicy { kAuto, kAllow, kRefuse };
+const char* LongTermPinPolicyName(LongTermPinPolicy p);  // "auto", "allow", "refuse"
+
 // Settings of a NUMA-node pool. Per-node overrides start from the defaults.
 struct PoolConfig {
   bool enabled = true;
+  // `enabled` was written in this node's own table. A node of unknown kind
+  // is pooled only then (NotPooledReason in topology.h).
+  bool enabled_explicitly = false;
+  LongTermPinPolicy long_term_pins = LongTermPinPolicy::kAuto;
   CapacitySpec capacity;
   bool pin = true;
   bool thp = true;

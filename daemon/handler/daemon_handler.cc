@@ -241,6 +241,22 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
       out.set_text(MetricsText(leases_->IsAdmin(conn)));
       return Encoded(out);
     }
+    case proto::MSG_LEASE_MOVED_REQUEST: {
+      proto::LeaseMovedRequest in;
+      if (Status st = DecodeAs(req, &in); !st.ok()) return MakeErrorReply(st);
+      auto check = leases_->CheckMoved(conn, in.lease_id());
+      if (!check.ok()) return MakeErrorReply(check.status());
+      if (!check->moved) {
+        CXLPOOL_LOG(kInfo) << "lease " << in.lease_id() << ": holder saw node " << in.numa_node()
+                           << " (" << in.pages_on_node() << " of " << in.pages_sampled()
+                           << " pages, after " << SanitizeUtf8(in.cause().substr(0, 32))
+                           << "); the daemon's move_pages sees node " << check->lease.numa_node;
+      }
+      proto::LeaseMovedReply out;
+      ToProto(check->lease, out.mutable_lease());
+      out.set_moved(check->moved);
+      return Encoded(out);
+    }
     case proto::MSG_RECLAIM_REQUEST:
       return Reclaim(conn, req);
     default:

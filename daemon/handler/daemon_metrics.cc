@@ -55,6 +55,9 @@ constexpr CounterMap kCounterMap[] = {
      "Grants handed a ready warm-stock memfd (no build on the request path)."},
     {"warm_misses", "cxlpool_warm_misses_total", "",
      "Grants built on demand because no warm-stock memfd of the size was ready."},
+    {"leases_moved", "cxlpool_leases_moved_total", "",
+     "Leases whose pages a holder's long-term pin moved to another node, confirmed by the "
+     "daemon's move_pages."},
 };
 
 // Every refusal reason a refusal can carry (cxlpool_refusals_total).
@@ -66,8 +69,9 @@ constexpr const char* kRefusalReasons[] = {"capacity",     "quota",  "priority",
 // {event}. Listed so that each is at 0 from the start; a counter missing here
 // still appears (from its first count on).
 constexpr const char* kLeaseEvents[] = {
-    "abandoned_builds", "abandoned_waits", "build_failures",   "reclaim_rejects",   "reclaims",
-    "reclaims_done",    "restart_adopted", "restart_awaiting", "waits_for_reclaim",
+    "abandoned_builds",     "abandoned_waits",  "build_failures",    "moved_reports",
+    "pin_settle_fallbacks", "reclaim_rejects",  "reclaims",          "reclaims_done",
+    "restart_adopted",      "restart_awaiting", "waits_for_reclaim",
 };
 
 // A limit where 0 means none, as Prometheus spells it: +Inf.

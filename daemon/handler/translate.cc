@@ -28,6 +28,9 @@ void ToProto(const LeaseSnapshot& s, proto::LeaseInfo* out) {
   out->set_placement_reason(s.placement_reason);
   out->set_pool(s.pool);
   out->set_cgroup(s.owner.cgroup);
+  out->set_long_term_pin(s.long_term_pin);
+  if (s.placed_numa_node) out->set_placed_numa_node(*s.placed_numa_node);
+  out->set_moved_reason(s.moved_reason);
 }
 
 void ToProto(const PoolSnapshot& s, proto::PoolInfo* out) {
@@ -44,6 +47,10 @@ void ToProto(const PoolSnapshot& s, proto::PoolInfo* out) {
   out->set_dynamic_region(s.dynamic_region);
   out->set_lease_count(s.lease_count);
   out->set_reclaiming_bytes(s.reclaiming_bytes);
+  if (s.kernel_zone_bytes) out->set_kernel_zone_bytes(*s.kernel_zone_bytes);
+  if (s.movable_bytes) out->set_movable_bytes(*s.movable_bytes);
+  out->set_long_term_pins(s.long_term_pins);
+  out->set_long_term_pin_policy(s.long_term_pin_policy);
 }
 
 void ToProto(const QuotaUsage& q, proto::Quota* out) {
@@ -71,6 +78,7 @@ Result<AllocParams> FromProto(const proto::AllocRequest& req) {
   p.tiers.assign(req.tier_preference().begin(), req.tier_preference().end());
   p.strict = req.strict();
   p.hugetlb = req.hugetlb();
+  p.long_term_pin = req.long_term_pin();
   p.label = req.label();
   p.name = req.name();
   p.acl_uids.assign(req.acl_uids().begin(), req.acl_uids().end());

@@ -5,7 +5,9 @@
 #include <mutex>
 
 #include "cxlpool/common/log.h"
+#include "cxlpool/common/page_census.h"
 #include "cxlpool/common/strings.h"
+#include "lease/longterm_pin.h"
 
 namespace cxlpool {
 
@@ -275,6 +277,7 @@ uint64_t LeaseManager::Insert(ConnId conn, const AllocParams& p, Pool* pool, uin
   l.backing = std::move(backing);
   l.from_warm = from_warm;
   l.placement_reason = std::move(reason);
+  l.long_term_pin = p.long_term_pin;
   l.holders[conn] = 1;
   l.refs = 1;
   conns_.at(conn).held.insert(id);
@@ -322,6 +325,8 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
   pr.tiers = p.tiers;
   pr.strict = p.strict;
   pr.home_node = p.home_node;
+  pr.long_term_pin = p.long_term_pin;
+  pr.exclude = p.exclude_pools;
   auto plan = PlanPlacement(*topo_, pool_ptrs_, pr);
   if (!plan.ok()) return refuse(plan.status());
 
@@ -337,7 +342,11 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
     Candidate& cand = (*plan)[i];
     Pool* pool = cand.pool;
     std::string reason = cand.reason;
+    if (!p.fell_back_from.empty()) reason += "; fell back from " + p.fell_back_from;
     if (!why_not.empty()) reason += "; fell back from " + why_not;
+    // A long-term pin on a mixed node: built fresh, then moved into the
+    // node's kernel zones (warm stock sits in ZONE_MOVABLE).
+    const FileSystem* settle = cand.settle ? settle_fs_ : nullptr;
     auto size = pool->RoundSize(p.size_bytes, p.hugetlb);
     if (!size.ok()) {
       why_not += (why_not.empty() ? "" : "; ") + size.status().message();
@@ -359,7 +368,7 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
       note("priority");
       continue;
     }
-    if (auto b = pool->TakeWarm(*size, p.hugetlb)) {
+    if (auto b = settle == nullptr ? pool->TakeWarm(*size, p.hugetlb) : nullptr) {
       quotas_.Charge(tenant, tier, *size);
       Count("warm_hits");
       uint64_t id = Insert(conn, p, pool, *size, std::move(b), true, reason);
@@ -395,12 +404,28 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
     std::weak_ptr<bool> alive = alive_;
     // Runs on the loop once the backing is built.
     auto complete = [this, alive, pool, sz, conn, p = std::move(p), reason = std::move(reason),
-                     done = std::move(done), tier, owner,
-                     name_key](Result<std::unique_ptr<Backing>> built) mutable {
+                     done = std::move(done), tier, owner, name_key,
+                     settle](Result<std::unique_ptr<Backing>> built) mutable {
       auto a = alive.lock();
       if (!a || !*a) return;  // manager gone; `built` reclaims itself
       --pending_builds_;
       auto conn_it = conns_.find(conn);
+      if (!built.ok() && settle != nullptr && !p.strict && conn_it != conns_.end() && !stopping_) {
+        // The mixed node's kernel zones could not keep it: try the next
+        // candidates, never this pool again for this request.
+        pool->CancelReserve(sz);
+        quotas_.Uncharge(owner, tier, sz);
+        if (!p.name.empty()) names_.erase(name_key);
+        Count("pin_settle_fallbacks");
+        CXLPOOL_LOG(kInfo) << pool->name() << ": " << built.status().message()
+                           << "; placing the lease elsewhere";
+        p.exclude_pools.push_back(pool);
+        p.fell_back_from +=
+            (p.fell_back_from.empty() ? "" : "; ") + pool->name() + ": " + built.status().message();
+        Refill(pool);
+        Allocate(conn, std::move(p), std::move(done));
+        return;
+      }
       if (!built.ok() || conn_it == conns_.end() || stopping_) {
         pool->CancelReserve(sz);
         // The charge was made against the caller at request time.
@@ -423,7 +448,7 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
       const Lease& l = leases_.at(id);
       done(Granted{Snapshot(l), l.backing->fd()});
     };
-    if (sz <= inline_max_ && pending_builds_ == 1) {
+    if (sz <= inline_max_ && pending_builds_ == 1 && settle == nullptr) {
       // Small, and no other build in flight (a sign the loop is not busy):
       // a few syscalls here cost less than a hand-off to a worker and back.
       // Under load the workers build in parallel while the loop serves. The
@@ -435,14 +460,25 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
       });
       return;
     }
-    boost::asio::post(workers_,
-                      [this, pool, sz, hugetlb, complete = std::move(complete)]() mutable {
-                        auto built = std::make_shared<Result<std::unique_ptr<Backing>>>(
-                            pool->Build(sz, hugetlb, Pool::BuildFor::kRequest));
-                        boost::asio::post(loop_, [complete = std::move(complete), built]() mutable {
-                          complete(std::move(*built));
-                        });
-                      });
+    boost::asio::post(
+        workers_, [this, pool, sz, hugetlb, settle, complete = std::move(complete)]() mutable {
+          // A long-term pin on a mixed node: only where its
+          // kernel zones have room, then moved there.
+          Status zone_room = settle != nullptr ? CheckKernelZoneRoom(sz, pool->numa_node(), *settle)
+                                               : Status::Ok();
+          auto built = std::make_shared<Result<std::unique_ptr<Backing>>>(
+              zone_room.ok() ? pool->Build(sz, hugetlb, Pool::BuildFor::kRequest)
+                             : Result<std::unique_ptr<Backing>>(zone_room));
+          if (built->ok() && settle != nullptr) {
+            const Backing& b = ***built;
+            Status st = SettleInKernelZones(b.daemon_addr(), b.size_bytes(), b.page_size(),
+                                            pool->numa_node());
+            if (!st.ok()) *built = st;  // the backing reclaims itself
+          }
+          boost::asio::post(loop_, [complete = std::move(complete), built]() mutable {
+            complete(std::move(*built));
+          });
+        });
     return;
   }
   refuse(Status(why_code, "cannot place " + HumanBytes(p.size_bytes) + ": " + why_not),
@@ -664,7 +700,76 @@ LeaseSnapshot LeaseManager::Snapshot(const Lease& l) const {
   s.from_warm_stock = l.from_warm;
   s.placement_reason = l.placement_reason;
   s.pool = l.pool->name();
+  s.long_term_pin = l.long_term_pin;
+  s.placed_numa_node = l.placed_node;
+  s.moved_reason = l.moved_reason;
+  if (l.pages_node) s.numa_node = *l.pages_node;
   return s;
+}
+
+Result<LeaseManager::MoveCheck> LeaseManager::CheckMoved(ConnId conn, uint64_t id) {
+  auto it = leases_.find(id);
+  if (it == leases_.end()) {
+    auto r = revoked_.find(id);
+    const CallerInfo* c = Caller(conn);
+    if (r != revoked_.end() && c != nullptr &&
+        (c->is_admin || std::find(r->second.begin(), r->second.end(), c->uid) != r->second.end()))
+      return Status(Code::kRevoked, "lease " + std::to_string(id) + " was revoked by an admin");
+    return NoLease(id);
+  }
+  Lease& l = it->second;
+  if (!Visible(l, conn)) return NoLease(id);  // not yours: as if it did not exist
+  if (!l.holders.count(conn)) {
+    return Status(Code::kPermissionDenied,
+                  "lease " + std::to_string(id) + " is not held by this connection");
+  }
+  Count("moved_reports");
+  void* addr = l.backing ? l.backing->daemon_addr() : nullptr;
+  if (addr == nullptr) {
+    return Status(Code::kUnsupported, "lease " + std::to_string(id) + " (" +
+                                          (l.backing ? l.backing->kind() : std::string("?")) +
+                                          ") has no daemon mapping for move_pages to ask about");
+  }
+  // The daemon's own view of the same pages: the holder's word moves nothing.
+  auto census = CensusPages(addr, l.size, 4096, 4096);
+  if (!census.ok()) return census.status();
+  MoveCheck out;
+  const std::optional<int> now = census->MajorityNode();
+  const int accounted = l.pages_node.value_or(l.pool->numa_node());
+  if (!now || *now == accounted) {
+    out.lease = Snapshot(l);
+    return out;
+  }
+  Pool* to = nullptr;
+  for (Pool* p : pool_ptrs_) {
+    if (p->numa_node() == *now && std::string(p->backing()) == "memfd") to = p;
+  }
+  if (!l.placed_node) l.placed_node = l.pool->numa_node();
+  l.moved_reason = "pages moved from node " + std::to_string(accounted) + " to node " +
+                   std::to_string(*now) + " (daemon's move_pages: " + census->ToString() + ")";
+  if (to != nullptr && to != l.pool) {
+    l.pool->MoveLeaseOut(l.size);
+    to->MoveLeaseIn(l.size);
+    const Tenant tenant = TenantOf(l.owner);
+    quotas_.Uncharge(tenant, l.tier, l.size);
+    l.tier = TierOfPool(to);
+    quotas_.Charge(tenant, l.tier, l.size);
+    l.moved_reason += "; accounted to " + to->name() + " now";
+    l.pool = to;
+    l.pages_node.reset();
+  } else if (to == nullptr) {
+    l.pages_node = *now;
+    l.moved_reason += "; node " + std::to_string(*now) + " has no pool, so " + l.pool->name() +
+                      " still accounts it";
+  } else {
+    l.pages_node.reset();  // back on its pool's node
+  }
+  Count("leases_moved");
+  CXLPOOL_LOG(kWarning) << "lease " << id << ": " << l.moved_reason;
+  (void)Persist(l, -1);
+  out.moved = true;
+  out.lease = Snapshot(l);
+  return out;
 }
 
 std::vector<PoolSnapshot> LeaseManager::Pools() const {
@@ -684,6 +789,14 @@ std::vector<PoolSnapshot> LeaseManager::Pools() const {
     s.dynamic_region = p->dynamic_region();
     s.lease_count = p->lease_count();
     s.reclaiming_bytes = p->reclaiming_bytes();
+    s.long_term_pin_policy = LongTermPinPolicyName(p->long_term_pin_policy());
+    if (const NumaNode* n = topo_->FindNode(p->numa_node());
+        n != nullptr && std::string(p->backing()) == "memfd") {
+      s.kernel_zone_bytes = n->kernel_zone_bytes;
+      s.movable_bytes = n->movable_bytes;
+      const char* pins = LongTermPinsName(LongTermPinsOf(*n));
+      s.long_term_pins = pins != nullptr ? pins : "";
+    }
     out.push_back(std::move(s));
   }
   return out;

@@ -96,6 +96,11 @@ struct AllocParams {
   std::vector<uint32_t> acl_uids;
   std::vector<uint32_t> acl_gids;
   std::optional<int> home_node;  // the caller's node (placement without GPU/node)
+  bool long_term_pin = false;    // the holder will pin it long-term (lease/placement.h rule 4)
+  // Set by Allocate itself when a build on a mixed node could not keep the
+  // lease in its kernel zones: those pools are skipped, and why is named.
+  std::vector<const Pool*> exclude_pools;
+  std::string fell_back_from;
 };
 
 struct LeaseSnapshot {
@@ -115,6 +120,12 @@ struct LeaseSnapshot {
   bool from_warm_stock = false;
   std::string placement_reason;
   std::string pool;
+  bool long_term_pin = false;
+  // Set once the lease's pages were found off the node it was placed on
+  // (CheckMoved): where it was placed, and what the daemon saw. numa_node,
+  // kind and pool are then where the pages are now.
+  std::optional<int> placed_numa_node;
+  std::string moved_reason;
 };
 
 // A granted (or attached) lease and its fd, borrowed: valid until the lease
@@ -138,6 +149,12 @@ struct PoolSnapshot {
   bool dynamic_region = false;
   uint32_t lease_count = 0;
   uint64_t reclaiming_bytes = 0;  // ended leases still being reclaimed (not free yet)
+  // The node's zones (memfd pools, when the topology knows them) and what a
+  // long-term pin does there ("yes", "partly", "no"; "" unknown).
+  std::optional<uint64_t> kernel_zone_bytes;
+  std::optional<uint64_t> movable_bytes;
+  std::string long_term_pins;
+  std::string long_term_pin_policy;  // "auto", "allow", "refuse"
 };
 
 class LeaseManager {
@@ -184,6 +201,21 @@ class LeaseManager {
   void Revoke(ConnId conn, uint64_t id, RevokeDone done);
   // Admin only: add/replace a quota rule.
   Status SetQuota(ConnId conn, const QuotaRule& rule);
+  // A holder of lease `id` saw its pages off the node it is accounted to
+  // (MSG_LEASE_MOVED, after a long-term pin). The daemon asks move_pages
+  // about its own mapping of the lease (at most 4096 sampled pages, on the
+  // loop: a few hundred microseconds) and trusts only that: when most pages
+  // are on another node with a memfd pool, the lease's bytes move to that
+  // pool and its tenant's quota to that tier, the change is journalled and
+  // counted (leases_moved). `moved` says whether that happened now.
+  // NOT_FOUND (also for another tenant's lease), REVOKED, PERMISSION_DENIED
+  // (visible but not held by this connection), UNSUPPORTED (devdax: no
+  // daemon mapping to ask about), IO.
+  struct MoveCheck {
+    LeaseSnapshot lease;
+    bool moved = false;
+  };
+  Result<MoveCheck> CheckMoved(ConnId conn, uint64_t id);
 
   std::vector<PoolSnapshot> Pools() const;
   std::vector<QuotaUsage> Quotas() const { return quotas_.Rules(); }
@@ -211,6 +243,12 @@ class LeaseManager {
     uint64_t max_maps = UINT64_MAX;  // vm.max_map_count
   };
   void SetDaemonLimits(DaemonLimits limits) { limits_ = limits; }
+  // Where to read /proc/zoneinfo for long-term pinned leases on a node with
+  // both kernel and movable zones (Candidate::settle): their build moves the
+  // pages into the kernel zones and checks they stayed (lease/longterm_pin.h).
+  // Null (the default; a topology that is not this machine's): built as any
+  // other lease.
+  void SetPinSettle(const FileSystem* proc) { settle_fs_ = proc; }
   // Where warm-stock refills run from now on (default: the workers).
   void SetStockExecutor(Executor stock) { stock_ = std::move(stock); }
   // Leases up to `bytes` are built and reclaimed on the loop thread itself
@@ -324,6 +362,13 @@ class LeaseManager {
     // was not the owner): the first reclaimer whose uid is the owner it was
     // told takes the lease (and its quota charge and name) over.
     bool owner_provisional = false;
+    bool long_term_pin = false;
+    // CheckMoved found the pages elsewhere: where the lease was placed, what
+    // was seen, and (when that node has no pool to move it to) where the
+    // pages are while the accounting stays.
+    std::optional<int> placed_node;
+    std::string moved_reason;
+    std::optional<int> pages_node;
   };
   struct Conn {
     CallerInfo caller;
@@ -398,6 +443,7 @@ class LeaseManager {
   Executor workers_;
   std::optional<Executor> stock_;
   uint64_t inline_max_ = 0;
+  const FileSystem* settle_fs_ = nullptr;
   const Clock* clock_;
   bool stopping_ = false;
   uint64_t next_id_ = 1;

@@ -68,6 +68,31 @@ void AppendByDistance(const Topology& topo, const std::vector<Pool*>& pools,
   }
 }
 
+enum class PinFit { kStays, kSettle, kMoves, kRefused };
+
+PinFit FitForPin(const Topology& topo, const Pool* p) {
+  if (IsDevdax(p)) return PinFit::kStays;  // device memory is never migrated
+  switch (p->long_term_pin_policy()) {
+    case LongTermPinPolicy::kRefuse:
+      return PinFit::kRefused;
+    case LongTermPinPolicy::kAllow:
+      return PinFit::kStays;
+    case LongTermPinPolicy::kAuto:
+      break;
+  }
+  const NumaNode* n = topo.FindNode(p->numa_node());
+  switch (n != nullptr ? LongTermPinsOf(*n) : LongTermPins::kUnknown) {
+    case LongTermPins::kNo:
+      return PinFit::kMoves;
+    case LongTermPins::kPartly:
+      return PinFit::kSettle;
+    case LongTermPins::kYes:
+    case LongTermPins::kUnknown:  // no zone facts: the kernel's default (kernel zones)
+      return PinFit::kStays;
+  }
+  return PinFit::kStays;
+}
+
 std::string PoolNames(const std::vector<Pool*>& pools) {
   std::string s;
   for (Pool* p : pools) s += (s.empty() ? "" : ", ") + p->name();
@@ -76,8 +101,35 @@ std::string PoolNames(const std::vector<Pool*>& pools) {
 
 }  // namespace
 
-Result<std::vector<Candidate>> PlanPlacement(const Topology& topo, const std::vector<Pool*>& pools,
+std::optional<std::string> LongTermPinRefusal(const Topology& topo, const Pool* pool) {
+  const std::string node = "node " + std::to_string(pool->numa_node());
+  switch (FitForPin(topo, pool)) {
+    case PinFit::kStays:
+    case PinFit::kSettle:
+      return std::nullopt;
+    case PinFit::kRefused:
+      return node + " takes no long-term pinned leases ([pools.node." +
+             std::to_string(pool->numa_node()) + "] long_term_pins = \"refuse\")";
+    case PinFit::kMoves:
+      break;
+  }
+  const NumaNode* n = topo.FindNode(pool->numa_node());
+  std::string size = n != nullptr && n->movable_bytes ? HumanBytes(*n->movable_bytes) + " " : "";
+  return node + " cannot hold a long-term pin: its " + size +
+         "memory is all in ZONE_MOVABLE, so pinning the lease (CUDA registration, RDMA, io_uring "
+         "fixed buffers) would migrate every page to another node; to fix, " +
+         topo.KernelZoneRemedy(pool->numa_node());
+}
+
+Result<std::vector<Candidate>> PlanPlacement(const Topology& topo,
+                                             const std::vector<Pool*>& all_pools,
                                              const PlacementRequest& req) {
+  std::vector<Pool*> pools;
+  for (Pool* p : all_pools) {
+    if (std::find(req.exclude.begin(), req.exclude.end(), p) == req.exclude.end()) {
+      pools.push_back(p);
+    }
+  }
   static const std::set<std::string> kTiers = {"dram", "cxl", "hbm", "nvm", "unknown", "devdax"};
   for (const auto& t : req.tiers) {
     if (!kTiers.count(t)) {
@@ -101,7 +153,9 @@ Result<std::vector<Candidate>> PlanPlacement(const Topology& topo, const std::ve
         out.push_back({p, "requested NUMA node " + std::to_string(node) + " (devdax)"});
       }
     }
-    if (out.empty()) {
+    const bool excluded_here = std::any_of(req.exclude.begin(), req.exclude.end(),
+                                           [&](const Pool* p) { return p->numa_node() == node; });
+    if (out.empty() && !excluded_here) {
       return Status(Code::kNotFound, "no pool on NUMA node " + std::to_string(node) +
                                          " (pools: " + PoolNames(pools) + ")");
     }
@@ -169,6 +223,39 @@ Result<std::vector<Candidate>> PlanPlacement(const Topology& topo, const std::ve
   }
   if (out.empty()) {
     return Status(Code::kNotFound, "no pool matches the request (pools: " + PoolNames(pools) + ")");
+  }
+  if (req.long_term_pin) {
+    // Rule 4: never where the pin would move the pages off the node.
+    if (req.strict) {
+      if (auto why = LongTermPinRefusal(topo, out[0].pool)) {
+        return Status(Code::kUnsupported, "strict long-term pinned lease refused: " + *why);
+      }
+    }
+    std::vector<Candidate> kept;
+    std::string skipped;
+    std::optional<std::string> first_refusal;
+    for (auto& c : out) {
+      if (auto why = LongTermPinRefusal(topo, c.pool)) {
+        if (!first_refusal) first_refusal = *why;
+        skipped += (skipped.empty() ? "" : ", ") + c.pool->name();
+        continue;
+      }
+      if (FitForPin(topo, c.pool) == PinFit::kSettle) {
+        c.settle = true;
+        c.reason += "; long-term pin: pages moved into node " +
+                    std::to_string(c.pool->numa_node()) + "'s kernel zones before the grant";
+      } else if (c.pool->long_term_pin_policy() == LongTermPinPolicy::kAllow) {
+        c.reason += "; long-term pin allowed by long_term_pins = \"allow\"";
+      }
+      if (!skipped.empty()) {
+        c.reason += "; skipped " + skipped + " (a long-term pin would move the pages off)";
+      }
+      kept.push_back(std::move(c));
+    }
+    if (kept.empty()) {
+      return Status(Code::kUnsupported, "long-term pinned lease refused: " + *first_refusal);
+    }
+    out = std::move(kept);
   }
   if (req.strict) {
     out.resize(1);

@@ -14,6 +14,16 @@
 //     their node.
 //  3. Strict: only the single best candidate (of the listed tiers) is
 //     acceptable; the allocation fails rather than falls back.
+//  4. A lease that will be pinned long-term (CUDA registration, RDMA,
+//     io_uring fixed buffers) is never placed where the pin would move its
+//     pages off the node: a pool whose node has only ZONE_MOVABLE memory
+//     (LongTermPins kNo) is skipped, or refused (UNSUPPORTED, naming the
+//     node, the zone and the remedy) when it is the strict choice. A node
+//     with both kinds (kPartly) is a candidate whose build must first move
+//     the pages into its kernel zones (Candidate::settle). The node's
+//     [pools.node.N] long_term_pins overrides: "allow" places such leases
+//     anyway (the pin will move them; the client's check reports it),
+//     "refuse" never. devdax memory does not migrate.
 // Admission then walks the candidates in order; the first with room wins.
 //
 // Thread safety: pure functions over their arguments.
@@ -35,15 +45,23 @@ struct PlacementRequest {
   std::vector<std::string> tiers;  // preference order
   bool strict = false;
   std::optional<int> home_node;  // the caller's node, if known
+  bool long_term_pin = false;    // the holder will pin it long-term (rule 4)
+  // Pools not to consider (a build there already failed for this request).
+  std::vector<const Pool*> exclude;
 };
 
 struct Candidate {
   Pool* pool = nullptr;
   std::string reason;  // why this pool is where it is in the order
+  // Long-term pin on a node with both kernel and movable zones: the build
+  // moves the pages into the kernel zones and checks they stayed on the
+  // node before the grant (lease/longterm_pin.h).
+  bool settle = false;
 };
 
 // Errors: NOT_FOUND (no such GPU / node / no pool there), INVALID_ARGUMENT
-// (unknown tier name, GPU and node both named).
+// (unknown tier name, GPU and node both named), UNSUPPORTED (a long-term
+// pin where the only acceptable pool cannot hold one).
 Result<std::vector<Candidate>> PlanPlacement(const Topology& topo, const std::vector<Pool*>& pools,
                                              const PlacementRequest& req);
 
@@ -51,6 +69,10 @@ Result<std::vector<Candidate>> PlanPlacement(const Topology& topo, const std::ve
 std::optional<int> NodeOfCpu(const Topology& topo, int cpu);
 // The only NUMA node with CPUs, or nullopt when there are none or several.
 std::optional<int> OnlyCpuNode(const Topology& topo);
+
+// Why `pool` cannot hold a long-term pinned lease (rule 4), or nullopt
+// when it can. One sentence naming the node, its zones and the remedy.
+std::optional<std::string> LongTermPinRefusal(const Topology& topo, const Pool* pool);
 
 // Reads the CPU a process last ran on (/proc/<pid>/stat field 39) through
 // `proc` (a FileSystem rooted at "/").

@@ -55,6 +55,17 @@ void Pool::BeginReclaim(uint64_t bytes) {
   --lease_count_;
 }
 
+void Pool::MoveLeaseOut(uint64_t bytes) {
+  CXLPOOL_CHECK(leased_ >= bytes && lease_count_ > 0);
+  leased_ -= bytes;
+  --lease_count_;
+}
+
+void Pool::MoveLeaseIn(uint64_t bytes) {
+  leased_ += bytes;
+  ++lease_count_;
+}
+
 void Pool::ReleaseLeased(uint64_t bytes) {
   CXLPOOL_CHECK(reclaiming_ >= bytes);
   reclaiming_ -= bytes;
@@ -364,10 +375,23 @@ Result<std::vector<std::unique_ptr<Pool>>> BuildPools(const Topology& topo,
   mopts.fs = options.fs;
   mopts.shmem_thp = options.fs ? ReadShmemThp(*options.fs) : ShmemThp::kUnknown;
   for (const auto& node : topo.numa_nodes) {
-    if (node.kind == NodeKind::kGpu) continue;
     if (!node.memory_bytes || *node.memory_bytes == 0) continue;
     const PoolConfig& cfg = config.ForNode(node.id);
     if (!cfg.enabled) continue;
+    if (auto why = NotPooledReason(node)) {
+      // GPU memory never; memory of unknown kind only when the node's own
+      // table says enabled = true.
+      if (node.kind == NodeKind::kGpu || !cfg.enabled_explicitly) {
+        if (warnings)
+          warnings->push_back("node " + std::to_string(node.id) + " not pooled: " + *why);
+        continue;
+      }
+      if (warnings) {
+        warnings->push_back("node " + std::to_string(node.id) +
+                            " (kind unknown) pooled: [pools.node." + std::to_string(node.id) +
+                            "] enabled = true");
+      }
+    }
     uint64_t cap = cfg.capacity.Resolve(*node.memory_bytes);
     pools.push_back(std::make_unique<MemfdPool>(node, cap, cfg, mopts));
   }

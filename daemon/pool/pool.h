@@ -1,4 +1,5 @@
-// Pools: one per NUMA node with memory (GPU-memory nodes excluded) and one per
+// Pools: one per NUMA node with memory (GPU memory, and memory of unknown kind
+// unless enabled, excluded: BuildPools) and one per
 // configured devdax region. A pool knows its capacity, does the accounting
 // for admission control, builds backings, and keeps a warm stock of
 // prefaulted memfds in a few size classes.
@@ -44,6 +45,8 @@ class Pool {
   virtual const char* backing() const = 0;  // "memfd" / "devdax"
   virtual uint64_t page_size() const = 0;
   virtual bool dynamic_region() const { return false; }
+  // [pools.node.N] long_term_pins (placement rule 4); devdax: kAuto.
+  virtual LongTermPinPolicy long_term_pin_policy() const { return LongTermPinPolicy::kAuto; }
 
   // The size a lease of `requested` bytes really gets (page or alignment
   // rounding). INVALID_ARGUMENT on 0 or overflow, RESOURCE_EXHAUSTED when it
@@ -63,7 +66,8 @@ class Pool {
   uint64_t reserved_bytes() const { return reserved_; }
   uint64_t reclaiming_bytes() const { return reclaiming_; }
   uint64_t used_bytes() const { return leased_ + warm_ + reserved_ + reclaiming_; }
-  uint64_t free_bytes() const { return capacity_ - used_bytes(); }
+  // 0 when a moved-in lease (MoveLeaseIn) took the pool past its capacity.
+  uint64_t free_bytes() const { return used_bytes() >= capacity_ ? 0 : capacity_ - used_bytes(); }
   uint32_t lease_count() const { return lease_count_; }
 
   // Reserves room for a lease being built. False (nothing changed) if it
@@ -75,6 +79,12 @@ class Pool {
   // until its reclaim finishes on a worker; then ReleaseLeased frees them.
   void BeginReclaim(uint64_t bytes);
   void ReleaseLeased(uint64_t bytes);  // reclaiming -> free
+  // A lease's pages left this pool's node (its holder's long-term pin
+  // migrated them): its bytes move to the pool of the node holding them
+  // now. MoveLeaseIn counts them even beyond the capacity: they are there
+  // already; admission then sees the pool as full.
+  void MoveLeaseOut(uint64_t bytes);
+  void MoveLeaseIn(uint64_t bytes);
   // Does a build of `bytes` that TryReserve just refused fit once every
   // reclaim in flight has finished (and ready warm stock is dropped)? False
   // when nothing is being reclaimed: waiting would not help.
@@ -144,6 +154,7 @@ class MemfdPool final : public Pool {
   Result<uint64_t> RoundSize(uint64_t requested, bool hugetlb) const override;
   Result<std::unique_ptr<Backing>> Build(uint64_t size, bool hugetlb, BuildFor why) const override;
   bool stock_is_hugetlb() const override { return cfg_.hugetlb; }
+  LongTermPinPolicy long_term_pin_policy() const override { return cfg_.long_term_pins; }
   const PoolConfig& config() const { return cfg_; }
   // Its memory is bound to its node (false for a foreign topology).
   bool binds() const { return opts_.bind; }
@@ -203,10 +214,12 @@ struct PoolBuildOptions {
   DaxControl* dax = nullptr;       // required when config.devdax is not empty
 };
 
-// One MemfdPool per node with memory (not kind gpu, not disabled), then one
-// DevdaxPool per config.devdax entry. INVALID_ARGUMENT / NOT_FOUND when a
-// configured devdax region does not exist. `warnings` gets overrides for
-// nodes that do not exist.
+// One MemfdPool per node with memory (not kind gpu, not disabled, and not
+// of unknown kind unless its [pools.node.N] table says enabled = true), then
+// one DevdaxPool per config.devdax entry. INVALID_ARGUMENT / NOT_FOUND when
+// a configured devdax region does not exist. `warnings` gets overrides for
+// nodes that do not exist, and each node left out with why and how to
+// include it.
 Result<std::vector<std::unique_ptr<Pool>>> BuildPools(const Topology& topo,
                                                       const DaemonConfig& config,
                                                       const PoolBuildOptions& options,

@@ -127,6 +127,26 @@ int cxlpool_c_alloc_scenario(const char* socket_path, int expect_fake, char* why
   CHECK(info.pool != NULL && info.name != NULL && info.label != NULL);
   CHECK(strcmp(info.label, "c-abi-test") == 0);
   CHECK(info.cuda_registered == 0);
+  CHECK(info.long_term_pin == 0 && info.placed_numa_node == -1);
+  CHECK(info.moved_reason != NULL && info.moved_reason[0] == '\0');
+  {
+    /* Where the kernel says the pages are. */
+    cxlpool_lease_placement pl;
+    memset(&pl, 0, sizeof(pl));
+    pl.struct_size = sizeof(pl);
+    rc = cxlpool_lease_verify(l, &pl);
+    /* Moved only on a machine with several nodes (then the daemon is told). */
+    CHECK(rc == CXLPOOL_OK || pl.moved == 1);
+    CHECK(pl.placed_numa_node == cxlpool_lease_numa_node(l) || pl.moved == 1);
+    CHECK(pl.pages_sampled == cxlpool_lease_size(l) / 4096);
+    CHECK(pl.pages_on_node == pl.pages_sampled && pl.pages_absent == 0);
+    CHECK(pl.moved == 1 || pl.numa_node == pl.placed_numa_node);
+    CHECK(cxlpool_lease_verify(NULL, &pl) == CXLPOOL_EINVALID_ARGUMENT);
+    pl.struct_size = 4; /* below the first version */
+    CHECK(cxlpool_lease_verify(l, &pl) == CXLPOOL_EINVALID_ARGUMENT);
+    CHECK(strstr(cxlpool_last_error_message(), "struct_size") != NULL);
+    CHECK(cxlpool_lease_verify(l, NULL) == CXLPOOL_OK || pl.moved == 1);
+  }
   info.struct_size = 8; /* below the first version */
   CHECK(cxlpool_lease_get_info(l, &info) == CXLPOOL_EINVALID_ARGUMENT);
 

@@ -74,5 +74,21 @@ TEST(StringsTest, Meminfo) {
   EXPECT_EQ(m.size(), 2u);
 }
 
+TEST(StringsTest, TrimSysfsValueDropsTrailingNulPadding) {
+  using namespace std::string_literals;
+  EXPECT_EQ(TrimSysfsValue("0-31\n\0"s), "0-31");
+  EXPECT_EQ(TrimSysfsValue("  0-31\0\n\0\0 "s), "0-31");
+  EXPECT_EQ(TrimSysfsValue("\0"s), "");
+  EXPECT_EQ(TrimSysfsValue(""), "");
+  // A NUL with something after it is not padding: it stays, for the parser
+  // to report.
+  EXPECT_EQ(TrimSysfsValue("0-3\0junk\n"s), "0-3\0junk"s);
+  // Leading NULs are not trimmed either.
+  EXPECT_EQ(TrimSysfsValue("\0"
+                           "5\n"s),
+            "\0"
+            "5"s);
+}
+
 }  // namespace
 }  // namespace cxlpool

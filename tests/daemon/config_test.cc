@@ -69,6 +69,30 @@ enabled = false
   EXPECT_FALSE(cfg->ForNode(1).pin);  // inherited
   EXPECT_FALSE(cfg->ForNode(2).enabled);
   EXPECT_TRUE(cfg->ForNode(0).enabled);
+  // Only a node's own `enabled` counts as explicit (memory of unknown kind
+  // is pooled only then).
+  EXPECT_TRUE(cfg->ForNode(2).enabled_explicitly);
+  EXPECT_FALSE(cfg->ForNode(1).enabled_explicitly);
+  EXPECT_FALSE(cfg->ForNode(0).enabled_explicitly);
+}
+
+TEST(ConfigTest, LongTermPinPolicyPerNode) {
+  auto cfg = ParseConfig(R"(
+[pools.node.1]
+long_term_pins = "allow"
+enabled = true
+[pools.node.2]
+long_term_pins = "refuse"
+[pools.node.3]
+long_term_pins = "auto"
+)");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_EQ(cfg->ForNode(0).long_term_pins, LongTermPinPolicy::kAuto);
+  EXPECT_EQ(cfg->ForNode(1).long_term_pins, LongTermPinPolicy::kAllow);
+  EXPECT_TRUE(cfg->ForNode(1).enabled_explicitly);
+  EXPECT_EQ(cfg->ForNode(2).long_term_pins, LongTermPinPolicy::kRefuse);
+  EXPECT_EQ(cfg->ForNode(3).long_term_pins, LongTermPinPolicy::kAuto);
+  EXPECT_STREQ(LongTermPinPolicyName(LongTermPinPolicy::kAllow), "allow");
 }
 
 TEST(ConfigTest, QuotasAndDevdax) {
@@ -123,6 +147,9 @@ TEST(ConfigTest, BadKeysAndValuesNameTheKey) {
   ExpectError("[pools]\nwarm_stock = [{ size = \"2M\", cnt = 1 }]\n", "pools.warm_stock[0].cnt");
   ExpectError("[pools.node.x]\ncapacity = \"1G\"\n", "pools.node.x");
   ExpectError("[pools.node.1]\nbogus = 1\n", "pools.node.1.bogus");
+  ExpectError("[pools.node.1]\nlong_term_pins = \"maybe\"\n", "pools.node.1.long_term_pins");
+  ExpectError("[pools.node.1]\nlong_term_pins = true\n", "pools.node.1.long_term_pins");
+  ExpectError("[pools]\nlong_term_pins = \"allow\"\n", "pools.long_term_pins: unknown key");
   ExpectError("[[quota]]\nuid = 1\ngid = 2\n", "quota[0]");
   ExpectError("[[quota]]\nuser = \"no-such-user-xyz\"\n", "quota[0].user");
   ExpectError("[[quota]]\nuid = 1\ntier = \"fast\"\n", "quota[0].tier");

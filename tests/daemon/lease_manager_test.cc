@@ -2,10 +2,12 @@
 // refuse with the limit and usage, shared leases are reference counted,
 // disconnect releases everything, revoke, warm stock accounting, devdax.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include <boost/asio/thread_pool.hpp>
 
+#include "cxlpool/common/page_census.h"
 #include "test_util.h"
 
 namespace cxlpool {
@@ -867,6 +869,161 @@ TEST(LeaseManagerInlineTest, ReclaimStartsOnTheLoopsNextTurnOrAtShutdown) {
   EXPECT_EQ(FdSize(b_copy.get()), 64 * 1024);
   mgr.Shutdown();  // the loop never turns again
   EXPECT_EQ(FdSize(b_copy.get()), 0) << "shutdown starts deferred reclaims";
+}
+
+// ---- long-term pins: the accounting follows the pages ----------------------
+
+// The harness's pools do not bind (bind = false), so on this machine every
+// lease's pages are wherever the kernel put them: a lease accounted to CXL
+// node 2 really sits on one of this machine's nodes. CheckMoved asks
+// move_pages about the daemon's own mapping, exactly as after a real move.
+TEST(LeaseManagerMovedTest, AccountingFollowsThePagesTheDaemonSees) {
+  Harness h(TwoSocketCxl(64 * kMiB), [] {
+    DaemonConfig c = TestConfig();
+    c.quotas.push_back(testing::UidQuota(1000, 64 * kMiB, "cxl"));
+    c.quotas.push_back(testing::UidQuota(1000, 64 * kMiB, "dram"));
+    return c;
+  }());
+  h.Connect(1);
+  h.Connect(2, 2000);
+  AllocParams p;
+  p.size_bytes = 4 * kMiB;
+  p.numa_node = 2;
+  p.strict = true;
+  p.long_term_pin = true;
+  auto g = h.Alloc(1, p);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_TRUE(g->lease.long_term_pin);
+  const uint64_t id = g->lease.id;
+  // Where the kernel really has them (this machine's node), asked directly.
+  void* map = ::mmap(nullptr, 4 * kMiB, PROT_READ, MAP_SHARED | MAP_POPULATE, g->fd, 0);
+  ASSERT_NE(map, MAP_FAILED);
+  auto census = CensusPages(map, 4 * kMiB, 4096);
+  ::munmap(map, 4 * kMiB);
+  if (!census.ok() && census.status().code() == Code::kUnsupported) {
+    GTEST_SKIP() << census.status().ToString();
+  }
+  ASSERT_TRUE(census.ok()) << census.status().ToString();
+  ASSERT_TRUE(census->MajorityNode().has_value());
+  const int real = *census->MajorityNode();
+  ASSERT_NE(real, 2) << "this machine has a node 2: the test needs pages off node 2";
+
+  // Only a holder may report; another tenant's lease does not exist for it.
+  EXPECT_EQ(h.mgr->CheckMoved(2, id).status().code(), Code::kNotFound);
+  EXPECT_EQ(h.mgr->CheckMoved(1, id + 100).status().code(), Code::kNotFound);
+  auto moved = h.mgr->CheckMoved(1, id);
+  ASSERT_TRUE(moved.ok()) << moved.status().ToString();
+  EXPECT_TRUE(moved->moved);
+  EXPECT_EQ(moved->lease.numa_node, real);
+  EXPECT_EQ(moved->lease.placed_numa_node, 2);
+  EXPECT_EQ(moved->lease.pool, "node" + std::to_string(real));
+  EXPECT_NE(
+      moved->lease.moved_reason.find("pages moved from node 2 to node " + std::to_string(real)),
+      std::string::npos)
+      << moved->lease.moved_reason;
+  EXPECT_EQ(h.Pool("node2").leased_bytes, 0u);
+  EXPECT_EQ(h.Pool("node2").lease_count, 0u);
+  EXPECT_EQ(h.Pool("node" + std::to_string(real)).leased_bytes, 4 * kMiB);
+  EXPECT_EQ(h.mgr->Counters()["leases_moved"], 1u);
+  // The tenant's quota moved from the cxl tier to the dram tier.
+  for (const auto& q : h.mgr->Quotas()) {
+    EXPECT_EQ(q.used_bytes, q.rule.tier == "dram" ? 4 * kMiB : 0u) << q.rule.tier;
+  }
+  // Asked again: nothing more to move.
+  auto again = h.mgr->CheckMoved(1, id);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->moved);
+  EXPECT_EQ(h.mgr->Counters()["leases_moved"], 1u);
+  // Released from the pool that accounts it now.
+  ASSERT_TRUE(h.mgr->Release(1, id).ok());
+  h.Drain();
+  ExpectNoOvercommit(h);
+  EXPECT_EQ(h.Pool("node" + std::to_string(real)).leased_bytes, 0u);
+}
+
+TEST(LeaseManagerMovedTest, AMovedLeaseMayTakeItsNewPoolPastCapacity) {
+  Harness h(TwoSocketCxl(8 * kMiB));
+  h.Connect(1);
+  // Fill the real node's pool, then move a CXL lease onto it.
+  auto fill = h.Alloc(1, 8 * kMiB, 0);
+  ASSERT_TRUE(fill.ok()) << fill.status().ToString();
+  auto g = h.Alloc(1, 4 * kMiB, 2);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  auto moved = h.mgr->CheckMoved(1, g->lease.id);
+  if (!moved.ok() && moved.status().code() == Code::kUnsupported) GTEST_SKIP();
+  ASSERT_TRUE(moved.ok()) << moved.status().ToString();
+  if (moved->lease.numa_node != 0) GTEST_SKIP() << "pages not on node 0 here";
+  EXPECT_TRUE(moved->moved);
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 12 * kMiB);
+  EXPECT_EQ(h.Pool("node0").free_bytes, 0u);  // never negative
+  AllocParams strict;
+  strict.size_bytes = 4 * kMiB;
+  strict.numa_node = 0;
+  strict.strict = true;
+  auto more = h.Alloc(1, strict);
+  EXPECT_FALSE(more.ok());  // full: admission counts what moved in
+  EXPECT_EQ(more.status().code(), Code::kResourceExhausted);
+}
+
+TEST(LeaseManagerMovedTest, DevdaxLeasesCannotBeChecked) {
+  FakeDaxControl dax;
+  dax.AddRegion("dax_region0", 0, 64 * kMiB, 2 * kMiB, true, 2);
+  DaemonConfig cfg = TestConfig();
+  cfg.devdax.push_back({"dax_region0", std::nullopt});
+  Harness h(TwoSocketCxl(), cfg, &dax);
+  h.Connect(1);
+  AllocParams p;
+  p.size_bytes = 2 * kMiB;
+  p.tiers = {"devdax"};
+  p.strict = true;
+  auto g = h.Alloc(1, p);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(h.mgr->CheckMoved(1, g->lease.id).status().code(), Code::kUnsupported);
+}
+
+// A mixed node (kernel and movable zones) whose kernel zones have too little
+// free memory: the build's pre-check fails (no io_uring needed), a
+// non-strict request falls back, a strict one is refused naming the node.
+TEST(LeaseManagerMovedTest, MixedNodeWithoutKernelZoneRoomFallsBackOrRefuses) {
+  Topology t = TwoSocketCxl(64 * kMiB);
+  for (auto& n : t.numa_nodes) {
+    n.kernel_zone_bytes = 64 * kMiB;
+    n.movable_bytes = 0;
+  }
+  t.numa_nodes[2].kernel_zone_bytes = 16 * kMiB;
+  t.numa_nodes[2].movable_bytes = 48 * kMiB;
+  Harness h(t);
+  FakeFileSystem proc;
+  proc.AddFile("/proc/zoneinfo",
+               "Node 2, zone   Normal\n  pages free     256\n        min      16\n"
+               "        low      32\n        high     48\nNode 2, zone  Movable\n"
+               "  pages free     12288\n        low      0\n");
+  h.mgr->SetPinSettle(&proc);
+  h.Connect(1);
+  AllocParams p;
+  p.size_bytes = 4 * kMiB;
+  p.numa_node = 2;
+  p.long_term_pin = true;
+  auto g = h.Alloc(1, p);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(g->lease.numa_node, 0);
+  EXPECT_NE(g->lease.placement_reason.find("fell back from node2: node 2's kernel zones have"),
+            std::string::npos)
+      << g->lease.placement_reason;
+  EXPECT_EQ(h.mgr->Counters()["pin_settle_fallbacks"], 1u);
+  EXPECT_EQ(h.Pool("node2").leased_bytes, 0u);
+  p.strict = true;
+  auto s = h.Alloc(1, p);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), Code::kResourceExhausted);
+  EXPECT_NE(s.status().message().find("the lease needs 4.0 MiB there"), std::string::npos)
+      << s.status().ToString();
+  ExpectNoOvercommit(h);
+  // Without the pin the same node serves it (from ZONE_MOVABLE).
+  p.long_term_pin = false;
+  auto plain = h.Alloc(1, p);
+  ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+  EXPECT_EQ(plain->lease.numa_node, 2);
 }
 
 }  // namespace

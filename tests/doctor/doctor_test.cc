@@ -45,7 +45,7 @@ struct Fixture {
 TEST(DoctorTest, HealthyNodeIsAllOk) {
   Fixture f;
   auto out = RunDoctor(f.fs, f.topo, f.in);
-  EXPECT_EQ(out.size(), 9u);
+  EXPECT_EQ(out.size(), 10u);
   for (const auto& x : out) EXPECT_EQ(x.severity, Severity::kOk) << x.check << ": " << x.summary;
   EXPECT_EQ(WorstSeverity(out), Severity::kOk);
 }
@@ -126,6 +126,54 @@ TEST(DoctorTest, SocketPermissions) {
   EXPECT_EQ(Get(RunDoctor(f.fs, f.topo, f.in), "socket_permissions").severity, Severity::kWarning);
   f.in.socket = {true, false, 0644, 0, 0, "root"};
   EXPECT_EQ(Get(RunDoctor(f.fs, f.topo, f.in), "socket_permissions").severity, Severity::kError);
+}
+
+TEST(DoctorTest, MovableAndMixedCxlByZoneBytes) {
+  Fixture f;
+  f.topo.numa_nodes[1].zone = "Movable";
+  f.topo.numa_nodes[1].kernel_zone_bytes = 0;
+  f.topo.numa_nodes[1].movable_bytes = 16ull << 30;
+  DaxDevice d;
+  d.name = "dax0.0";
+  d.mode = "system-ram";
+  d.target_node = 1;
+  f.topo.dax_devices.push_back(d);
+  Finding m = Get(RunDoctor(f.fs, f.topo, f.in), "cxl_movable");
+  EXPECT_EQ(m.severity, Severity::kWarning);
+  EXPECT_NE(m.summary.find("placed elsewhere"), std::string::npos) << m.summary;
+  EXPECT_NE(m.remedy.find("daxctl offline-memory dax0.0 && daxctl online-memory --no-movable"),
+            std::string::npos)
+      << m.remedy;
+  f.topo.numa_nodes[1].kernel_zone_bytes = 4ull << 30;  // mixed
+  m = Get(RunDoctor(f.fs, f.topo, f.in), "cxl_movable");
+  EXPECT_EQ(m.severity, Severity::kWarning);
+  EXPECT_NE(m.summary.find("partly in ZONE_MOVABLE"), std::string::npos) << m.summary;
+  f.topo.numa_nodes[1].movable_bytes = 0;  // all in kernel zones now
+  EXPECT_EQ(Get(RunDoctor(f.fs, f.topo, f.in), "cxl_movable").severity, Severity::kOk);
+}
+
+TEST(DoctorTest, UnpooledNodesSayHowToIncludeThem) {
+  Fixture f;
+  NumaNode odd;
+  odd.id = 3;
+  odd.kind = NodeKind::kUnknown;
+  odd.backing_unidentified = true;
+  odd.memory_bytes = 8ull << 30;
+  NumaNode gpu = odd;
+  gpu.id = 4;
+  gpu.kind = NodeKind::kGpu;
+  f.topo.numa_nodes.push_back(odd);
+  f.topo.numa_nodes.push_back(gpu);
+  Finding u = Get(RunDoctor(f.fs, f.topo, f.in), "unpooled_nodes");
+  EXPECT_EQ(u.severity, Severity::kWarning);
+  EXPECT_NE(u.summary.find("node(s) 3 (8.0 GiB)"), std::string::npos) << u.summary;
+  EXPECT_NE(u.summary.find("node(s) 4 are GPU memory"), std::string::npos) << u.summary;
+  EXPECT_NE(u.remedy.find("[pools.node.3] enabled = true"), std::string::npos) << u.remedy;
+  // The daemon pools node 3 (its config enabled it): only the GPU note stays.
+  f.in.pooled_nodes = std::vector<int>{0, 1, 3};
+  u = Get(RunDoctor(f.fs, f.topo, f.in), "unpooled_nodes");
+  EXPECT_EQ(u.severity, Severity::kInfo);
+  EXPECT_EQ(u.summary.find("node(s) 3"), std::string::npos) << u.summary;
 }
 
 }  // namespace

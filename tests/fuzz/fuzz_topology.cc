@@ -1,8 +1,11 @@
 // Fuzz target: topology discovery over a fuzzed fake sysfs tree. The input is
 // a list of records "<path-index> <content>\0"; each picks one of the sysfs
-// paths discovery reads and gives it arbitrary content, so every parser sees
-// garbage, truncation and binary junk. Discovery must never crash, and the
-// JSON must always serialise.
+// and procfs paths discovery reads (the NVIDIA driver's numa_status among
+// them) and gives it arbitrary content, so every parser sees garbage,
+// truncation and binary junk. In a content, the two bytes "\\0" stand for a
+// NUL byte (records are NUL-separated), so seeds can hold NUL-padded values
+// such as "0-31\n\0". Discovery must never crash, and the JSON must always
+// serialise.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -53,6 +56,13 @@ const std::vector<std::string>& Paths() {
       "/sys/bus/pci/devices/0000:01:00.0/class",
       "/sys/bus/pci/devices/0000:01:00.0/numa_node",
       "/sys/kernel/mm/transparent_hugepage/shmem_enabled",
+      // Appended: earlier seeds keep their indices.
+      "/proc/driver/nvidia/gpus/0000:01:00.0/numa_status",
+      "/proc/driver/nvidia/gpus/0000:02:00.0/numa_status",
+      "/sys/devices/system/node/node2/cpulist",
+      "/sys/devices/system/node/node2/meminfo",
+      "/sys/devices/system/memory/memory40/valid_zones",
+      "/sys/devices/system/memory/memory40/state",
   };
   return kPaths;
 }
@@ -68,6 +78,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   fs.AddSymlink("/sys/bus/dax/devices/dax0.0",
                 "../../../devices/platform/cxl/region0/dax_region0/dax0.0");
   fs.AddSymlink("/sys/bus/dax/devices/dax0.0/driver", "../../../../../../bus/dax/drivers/kmem");
+  fs.AddSymlink("/sys/devices/system/node/node2/memory40", "../../memory/memory40");
+  fs.AddDir("/proc/driver/nvidia/gpus/0000:01:00.0");
+  fs.AddDir("/proc/driver/nvidia/gpus/0000:02:00.0");
   std::string in(reinterpret_cast<const char*>(data), size);
   size_t pos = 0;
   while (pos < in.size()) {
@@ -79,7 +92,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (sp == std::string::npos || sp == 0 || sp > 3) continue;
     unsigned idx = 0;
     for (size_t i = 0; i < sp; ++i) idx = idx * 10 + static_cast<unsigned>(rec[i] - '0') % 10;
-    fs.AddFile(Paths()[idx % Paths().size()], rec.substr(sp + 1));
+    std::string content = rec.substr(sp + 1);
+    for (size_t at = content.find("\\0"); at != std::string::npos;
+         at = content.find("\\0", at + 1)) {
+      content.replace(at, 2, 1, '\0');
+    }
+    fs.AddFile(Paths()[idx % Paths().size()], content);
   }
   cxlpool::DiscoverOptions opts;
   opts.use_nvml = false;

@@ -45,11 +45,15 @@ TEST(TopologyJson, AbsentFactsAreNullNotOmitted) {
   auto j = TopologyToJson(t);
 
   const auto& node = j["numa_nodes"][0];
-  EXPECT_EQ(Keys(node), (std::vector<std::string>{"id", "cpus", "memory_bytes", "free_bytes",
-                                                  "kind", "kind_reason", "distances", "memory_tier",
-                                                  "zone", "access", "hugepages", "local_gpus"}));
-  for (const char* k : {"memory_bytes", "free_bytes", "kind_reason", "memory_tier", "zone"})
+  EXPECT_EQ(Keys(node),
+            (std::vector<std::string>{"id", "cpus", "memory_bytes", "free_bytes", "kind",
+                                      "kind_reason", "distances", "memory_tier", "zone",
+                                      "kernel_zone_bytes", "movable_bytes", "long_term_pins",
+                                      "not_pooled_reason", "access", "hugepages", "local_gpus"}));
+  for (const char* k : {"memory_bytes", "free_bytes", "kind_reason", "memory_tier", "zone",
+                        "kernel_zone_bytes", "movable_bytes", "long_term_pins"})
     EXPECT_TRUE(node[k].is_null()) << k;
+  EXPECT_EQ(node["not_pooled_reason"], "memory size unknown");
   EXPECT_EQ(node["kind"], "unknown");
   EXPECT_EQ(node["cpus"], Json::array());
   EXPECT_EQ(node["distances"], Json::object());
@@ -77,10 +81,11 @@ TEST(TopologyJson, AbsentFactsAreNullNotOmitted) {
   EXPECT_TRUE(j["cxl"]["regions"][0]["type"].is_null());
 
   const auto& gpu = j["gpus"][0];
-  EXPECT_EQ(Keys(gpu),
-            (std::vector<std::string>{"index", "uuid", "name", "pci_bus_id", "memory_bytes",
-                                      "numa_node", "memory_node", "source", "nvlinks"}));
-  for (const char* k : {"uuid", "name", "memory_bytes", "numa_node", "memory_node", "nvlinks"})
+  EXPECT_EQ(Keys(gpu), (std::vector<std::string>{"index", "uuid", "name", "pci_bus_id",
+                                                 "memory_bytes", "numa_node", "memory_node",
+                                                 "memory_node_source", "source", "nvlinks"}));
+  for (const char* k : {"uuid", "name", "memory_bytes", "numa_node", "memory_node",
+                        "memory_node_source", "nvlinks"})
     EXPECT_TRUE(gpu[k].is_null()) << k;
   EXPECT_EQ(gpu["pci_bus_id"], "0000:17:00.0");
 }

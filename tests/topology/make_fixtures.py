@@ -351,6 +351,21 @@ def add_region(t, root_decoder, name, size, start, mode, targets):
     return r
 
 
+def add_cxl_ram_node(t, window, serial, node):
+    """A 16 GiB CXL RAM expander onlined as system RAM into `node`: root
+    decoder window (`window` bytes at 256 GiB), mem0 on PCI 0000:36:00.0,
+    region0 <- mem0, dax_region0/dax0.0 bound to kmem."""
+    add_cxl_root(t, [("decoder0.0", 0x4000000000, window, "ram")])
+    add_memdev(t, "/sys/devices/pci0000:35/0000:35:01.0", "0000:36:00.0", "mem0",
+               serial, 16 * GiB, 0, 0, port=1, endpoint=2, decoder="decoder2.0",
+               dpa_mode="ram", dpa_size=16 * GiB)
+    r = add_region(t, "decoder0.0", "region0", 16 * GiB, 0x4000000000, "ram", ["decoder2.0"])
+    t.file(r + "/dax_region0/devtype", "cxl_dax_region")
+    cxl_link(t, "dax_region0", r + "/dax_region0")
+    add_dax(t, r + "/dax_region0/dax0.0", "dax0.0", 16 * GiB, node, "kmem",
+            region=dict(id=0, size=16 * GiB, dynamic=True))
+
+
 # ---- the trees -----------------------------------------------------------------
 
 def two_socket_cxl(t):
@@ -378,15 +393,7 @@ def two_socket_cxl(t):
     add_nodes(t, nodes)
     add_tiers(t, [(4, [0, 1]), (22, [2])])
     # CXL: root decoder window at 256 GiB, region0 (RAM, 16 GiB) <- mem0.
-    add_cxl_root(t, [("decoder0.0", 0x4000000000, 0x1000000000, "ram")])
-    add_memdev(t, "/sys/devices/pci0000:35/0000:35:01.0", "0000:36:00.0", "mem0",
-               0x4D2, 16 * GiB, 0, 0, port=1, endpoint=2, decoder="decoder2.0",
-               dpa_mode="ram", dpa_size=16 * GiB)
-    r = add_region(t, "decoder0.0", "region0", 16 * GiB, 0x4000000000, "ram", ["decoder2.0"])
-    t.file(r + "/dax_region0/devtype", "cxl_dax_region")
-    cxl_link(t, "dax_region0", r + "/dax_region0")
-    add_dax(t, r + "/dax_region0/dax0.0", "dax0.0", 16 * GiB, 2, "kmem",
-            region=dict(id=0, size=16 * GiB, dynamic=True))
+    add_cxl_ram_node(t, 0x1000000000, 0x4D2, 2)
     # GPUs, one per socket, and a NIC the GPU scan must skip.
     add_pci(t, "/sys/devices/pci0000:15/0000:15:01.0", "0000:17:00.0", 0x10de, 0x2330,
             0x030200, 0, {"local_cpulist": fmt_list(nodes[0].cpus)})
@@ -536,12 +543,82 @@ def partial(t):
     add_nodes(t, nodes, memory_blocks=False)
 
 
+def arm_nul_padded(t):
+    """A two-socket ARM server whose kernel pads its node attributes with a
+    NUL: every node's cpulist reads "0-31\\n\\0" (as captured), and the
+    node lists and SLIT rows do the same."""
+    add_common(t, "6.1.0-arm64-fixture")
+    cpus = [(c, c // 32, c % 32, c // 32) for c in range(64)]
+    add_cpus(t, cpus, arch="arm64")
+    nodes = [
+        Node(0, list(range(32)), 266338304, 250609664, [10, 20],
+             {2048: (0, 0), 1048576: (0, 0)}, [("DMA", 4), ("Normal", 123)]),
+        Node(1, list(range(32, 64)), 267386880, 262144000, [20, 10],
+             {2048: (0, 0), 1048576: (0, 0)}, [("Normal", 127)]),
+    ]
+    add_nodes(t, nodes)
+    add_tiers(t, [(4, [0, 1])])
+    base = "/sys/devices/system/node"
+    for n in nodes:
+        d = "%s/node%d" % (base, n.id)
+        t.file(d + "/cpulist", (fmt_list(n.cpus) + "\n\0").encode())
+        t.file(d + "/distance", (" ".join(str(v) for v in n.distance) + "\n\0").encode())
+    for key in ("online", "possible", "has_cpu", "has_memory", "has_normal_memory"):
+        t.file("%s/%s" % (base, key), b"0-1\n\0")
+    t.file("/sys/devices/system/memory/block_size_bytes", b"80000000\n\0")
+    # A NIC the GPU scan must skip; its numa_node is padded the same way.
+    d = add_pci(t, "/sys/devices/pci0000:00/0000:00:01.0", "0000:01:00.0", 0x15b3, 0x1021,
+                0x020000, 0)
+    t.file(d + "/numa_node", b"0\n\0")
+
+
+def gpu_no_nvml(t):
+    """Grace Hopper with the NVIDIA driver loaded but no NVML to ask (a
+    container without libnvidia-ml, a daemon started before it): the GPU's
+    HBM node is known only from the driver's own procfs. The GPU's PCI
+    directory lacks its class attribute (a partial capture)."""
+    grace_hopper(t)
+    os.remove(t.host("/sys/devices/pci0009:00/0009:00:00.0/0009:01:00.0/class"))
+    g = "/proc/driver/nvidia/gpus/0009:01:00.0"
+    t.file(g + "/information",
+           "Model: \t\t NVIDIA GH200 480GB\nIRQ:   \t\t 151\n"
+           "GPU UUID: \t GPU-6c0a5a3e-2d5a-4b8e-9f3a-1f2e3d4c5b6a\n"
+           "Bus Location: \t 0009:01:00.0\nDevice Minor: \t 0\nGPU Excluded:\t No\n")
+    t.file(g + "/numa_status", "Node:      1\nStatus:    online\nAddress:   "
+           "400000000000\nSize:      17c0000000\n")
+    t.file("/proc/driver/nvidia/version",
+           "NVRM version: NVIDIA UNIX Open Kernel Module for aarch64  580.95.05\n")
+
+
+def unknown_backing(t):
+    """A CPU-less node whose memory has nothing behind it that sysfs shows
+    (node 1: no CXL region, hmem, nvdimm or GPU), next to a CXL expander
+    onlined partly into a kernel zone (node 2: 2 blocks Normal, 6 Movable)."""
+    add_common(t)
+    cpus = [(c, 0, c, 0) for c in range(8)]
+    add_cpus(t, cpus)
+    nodes = [
+        Node(0, list(range(8)), 33030144, 30408704, [10, 21, 24],
+             {2048: (0, 0), 1048576: (0, 0)}, [("DMA32", 2), ("Normal", 14)]),
+        Node(1, [], 8388608, 8388608, [21, 10, 28], {2048: (0, 0), 1048576: (0, 0)},
+             [("Normal", 4)]),
+        Node(2, [], 16777216, 16252928, [24, 28, 10], {2048: (0, 0), 1048576: (0, 0)},
+             [("Normal", 2), ("Movable", 6)]),
+    ]
+    add_nodes(t, nodes)
+    add_tiers(t, [(4, [0, 1]), (22, [2])])
+    add_cxl_ram_node(t, 0x400000000, 0x7D0, 2)
+
+
 TREES = {
     "two-socket-cxl": two_socket_cxl,
     "cxl-devdax": cxl_devdax,
     "grace-hopper": grace_hopper,
     "garbled": garbled,
     "partial": partial,
+    "arm-nul-padded": arm_nul_padded,
+    "gpu-no-nvml": gpu_no_nvml,
+    "unknown-backing": unknown_backing,
 }
 
 

@@ -312,3 +312,152 @@ TEST(ClassifyNodes, NvdimmIsNvmAndDevdaxDoesNotCount) {
 
 }  // namespace
 }  // namespace cxlpool::memory_internal
+
+namespace cxlpool::memory_internal {
+namespace {
+
+TEST(DiscoverMemoryFake, ZoneBytesFromBlocksAndWhatAPinDoes) {
+  FakeFileSystem fs;
+  AddTwoNodes(&fs);
+  fs.AddFile("/sys/devices/system/memory/block_size_bytes", "8000000\n");  // 128 MiB
+  // node1 gets a second block, onlined to a kernel zone: mixed.
+  fs.AddSymlink("/sys/devices/system/node/node1/memory9", "../../memory/memory9");
+  fs.AddFile("/sys/devices/system/memory/memory9/state", "online\n");
+  fs.AddFile("/sys/devices/system/memory/memory9/valid_zones", "Normal\n");
+  Topology t;
+  DiscoverMemory(fs, &t);
+  EXPECT_TRUE(t.warnings.empty()) << AllWarnings(t);
+  const NumaNode* n0 = t.FindNode(0);
+  EXPECT_EQ(n0->kernel_zone_bytes, 128ull << 20);
+  EXPECT_EQ(n0->movable_bytes, 0u);
+  EXPECT_EQ(LongTermPinsOf(*n0), LongTermPins::kYes);
+  const NumaNode* n1 = t.FindNode(1);
+  EXPECT_EQ(n1->kernel_zone_bytes, 128ull << 20);
+  EXPECT_EQ(n1->movable_bytes, 128ull << 20);
+  EXPECT_EQ(LongTermPinsOf(*n1), LongTermPins::kPartly);
+  EXPECT_STREQ(LongTermPinsName(LongTermPinsOf(*n1)), "partly");
+}
+
+TEST(DiscoverMemoryFake, MovableOnlyNodeCannotHoldPins) {
+  FakeFileSystem fs;
+  AddTwoNodes(&fs);
+  fs.AddFile("/sys/devices/system/memory/block_size_bytes", "8000000\n");
+  Topology t;
+  DiscoverMemory(fs, &t);
+  const NumaNode* n1 = t.FindNode(1);
+  EXPECT_EQ(n1->kernel_zone_bytes, 0u);
+  EXPECT_EQ(n1->movable_bytes, 128ull << 20);
+  EXPECT_EQ(LongTermPinsOf(*n1), LongTermPins::kNo);
+  // Without a block size, or with a garbled one, the counts are unknown.
+  FakeFileSystem bad;
+  AddTwoNodes(&bad);
+  bad.AddFile("/sys/devices/system/memory/block_size_bytes", "lots\n");
+  Topology u;
+  DiscoverMemory(bad, &u);
+  EXPECT_FALSE(u.FindNode(1)->movable_bytes.has_value());
+  EXPECT_EQ(LongTermPinsOf(*u.FindNode(1)), LongTermPins::kUnknown);
+  EXPECT_TRUE(HasWarning(u, "block_size_bytes: not a hex block size")) << AllWarnings(u);
+}
+
+TEST(DiscoverMemoryFake, ZoneBytesFromZoneinfoWhenBlocksStraddle) {
+  FakeFileSystem fs;
+  AddTwoNodes(&fs);
+  fs.AddFile("/sys/devices/system/memory/block_size_bytes", "8000000\n");
+  fs.AddFile("/sys/devices/system/memory/memory8/valid_zones", "none\n");
+  // 2 GiB of MemTotal in 524288 managed pages: 4 KiB pages, told exactly.
+  fs.AddFile("/proc/zoneinfo",
+             "Node 1, zone   Normal\n  managed 131072\nNode 1, zone  Movable\n"
+             "  managed 393216\nNode 1, zone   Device\n  managed 0\n");
+  Topology t;
+  DiscoverMemory(fs, &t);
+  const NumaNode* n1 = t.FindNode(1);
+  EXPECT_EQ(n1->zone, "Movable");
+  EXPECT_EQ(n1->kernel_zone_bytes, 512ull << 20);
+  EXPECT_EQ(n1->movable_bytes, 1536ull << 20);
+  EXPECT_EQ(LongTermPinsOf(*n1), LongTermPins::kPartly);
+}
+
+TEST(DiscoverMemoryFake, ZoneinfoPageSizeFollowsMemTotal) {
+  FakeFileSystem fs;
+  AddTwoNodes(&fs);
+  fs.FailPath("/sys/devices/system/memory/memory8/state", Status(Code::kIo, "EIO"));
+  // 2 GiB in 32768 pages: 64 KiB pages (an arm64 kernel).
+  fs.AddFile("/proc/zoneinfo", "Node 1, zone  Movable\n  managed 32768\n");
+  Topology t;
+  DiscoverMemory(fs, &t);
+  EXPECT_EQ(t.FindNode(1)->movable_bytes, 2ull << 30);
+  EXPECT_EQ(t.FindNode(1)->kernel_zone_bytes, 0u);
+}
+
+// A captured ARM server writes every node's cpulist as "0-31\n\0": trailing
+// NULs (and whitespace) are padding, as hwloc reads them; a NUL before other
+// bytes is garbage.
+TEST(DiscoverMemoryFake, TrailingNulPaddingIsAccepted) {
+  FakeFileSystem fs;
+  AddTwoNodes(&fs);
+  const std::string n = "/sys/devices/system/node";
+  fs.AddFile(n + "/online", std::string("0-1\n\0", 5));
+  fs.AddFile(n + "/has_cpu", std::string("0\n\0\0", 4));
+  fs.AddFile(n + "/node0/cpulist", std::string("0-3\n\0", 5));
+  fs.AddFile(n + "/node0/distance", std::string("10 20\0\n", 7));
+  fs.AddFile(n + "/node0/meminfo",
+             std::string("Node 0 MemTotal:  8388608 kB\nNode 0 MemFree:   4194304 kB\n") +
+                 std::string(1, '\0'));
+  fs.AddFile("/sys/devices/system/memory/memory0/valid_zones", std::string("Normal\n\0", 8));
+  Topology t;
+  DiscoverMemory(fs, &t);
+  EXPECT_TRUE(t.warnings.empty()) << AllWarnings(t);
+  const NumaNode* n0 = t.FindNode(0);
+  ASSERT_NE(n0, nullptr);
+  EXPECT_EQ(n0->cpus, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(n0->kind, NodeKind::kDram);
+  EXPECT_EQ(n0->memory_bytes, 8ull << 30);
+  EXPECT_EQ(n0->distances.size(), 2u);
+  EXPECT_EQ(n0->zone, "Normal");
+
+  fs.AddFile(n + "/node0/cpulist", std::string("0-3\0junk\n", 9));
+  Topology g;
+  DiscoverMemory(fs, &g);
+  EXPECT_TRUE(HasWarning(g, "node0/cpulist: bad list '0-3\\x00junk'")) << AllWarnings(g);
+}
+
+TEST(NotPooledReason, UnknownBackingGpuAndEmptyNodes) {
+  FakeFileSystem fs;
+  AddTwoNodes(&fs);
+  Topology t;
+  DiscoverMemory(fs, &t);
+  EXPECT_FALSE(NotPooledReason(*t.FindNode(0)).has_value());
+  auto why = NotPooledReason(*t.FindNode(1));
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("unknown kind"), std::string::npos) << *why;
+  EXPECT_NE(why->find("[pools.node.1] enabled = true"), std::string::npos) << *why;
+  NumaNode gpu = *t.FindNode(1);
+  gpu.kind = NodeKind::kGpu;
+  EXPECT_NE(NotPooledReason(gpu)->find("GPU memory"), std::string::npos);
+  NumaNode empty = *t.FindNode(0);
+  empty.memory_bytes = 0;
+  EXPECT_EQ(NotPooledReason(empty), "no memory");
+  // hmem without HMAT is kind unknown too, but its backing is known: pooled.
+  NumaNode hmem = *t.FindNode(1);
+  hmem.backing_unidentified = false;
+  EXPECT_FALSE(NotPooledReason(hmem).has_value());
+}
+
+TEST(KernelZoneRemedy, NamesTheDaxDeviceWhenThereIsOne) {
+  Topology t;
+  DaxDevice d;
+  d.name = "dax0.0";
+  d.mode = "system-ram";
+  d.target_node = 2;
+  t.dax_devices.push_back(d);
+  EXPECT_NE(t.KernelZoneRemedy(2).find("daxctl offline-memory dax0.0 && daxctl online-memory "
+                                       "--no-movable dax0.0"),
+            std::string::npos)
+      << t.KernelZoneRemedy(2);
+  EXPECT_NE(t.KernelZoneRemedy(3).find("/sys/devices/system/node/node3/memoryN/state"),
+            std::string::npos)
+      << t.KernelZoneRemedy(3);
+}
+
+}  // namespace
+}  // namespace cxlpool::memory_internal

@@ -3,7 +3,7 @@
 # topologies and runs cxlpool's binaries inside. See docs/testing.md.
 #
 # usage: tests/vm/run-vm-tests.sh [options] [topology...]
-#   topology        two-node four-node cxl-ram cxl-devdax (default: all)
+#   topology        two-node four-node cxl-ram cxl-devdax cxl-pin (default: all)
 #   --shell         after the guest checks, open a shell on the console
 #                   (one topology; leave it with `poweroff -f` or Ctrl-A x)
 #   --build-dir D   project build folder to take binaries from
@@ -30,7 +30,7 @@ set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 VM_SRC=$(cd "$HERE/../.." && pwd)
-ALL_TOPOLOGIES=(two-node four-node cxl-ram cxl-devdax)
+ALL_TOPOLOGIES=(two-node four-node cxl-ram cxl-devdax cxl-pin)
 # Topology files source guest/ helpers through $VM_DIR (/vm in the guest).
 export VM_DIR=$HERE/guest
 

@@ -27,8 +27,8 @@ struct DoctorOptions {
 
 int RunDoctor(const DoctorOptions& o) {
   auto fs = MakeRootedFileSystem(o.sysfs_root.empty() ? FsRootFromEnv("/") : o.sysfs_root);
-  Topology topo;
-  DiscoverMemory(*fs, &topo);
+  // GPUs too: a GPU's memory node is never pooled, and only they tell.
+  Topology topo = DiscoverTopology(*fs);
 
   DoctorInputs in;
   in.socket_path = ResolveSocketPath(o.conn.socket);
@@ -61,8 +61,10 @@ int RunDoctor(const DoctorOptions& o) {
     }
     proto::PoolsReply pools;
     if (conn->Call(proto::PoolsRequest(), &pools).ok()) {
+      in.pooled_nodes.emplace();
       for (const auto& p : pools.pools()) {
         if (p.backing() != "devdax") in.pool_capacity_bytes += p.capacity_bytes();
+        if (p.backing() != "devdax") in.pooled_nodes->push_back(p.numa_node());
       }
     }
   }

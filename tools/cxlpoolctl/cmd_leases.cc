@@ -1,5 +1,6 @@
 // `cxlpoolctl leases [--all|--mine] [--json]`: live leases with owner, size,
-// node, label, age, shared name and holders. Admins see every tenant's leases
+// node (and the node it was placed on, when a pin moved its pages), label,
+// age, shared name and holders. Admins see every tenant's leases
 // by default; others see their own.
 #include <time.h>
 
@@ -51,7 +52,19 @@ nlohmann::ordered_json LeaseJson(const proto::LeaseInfo& l) {
   j["created_unix"] = l.created_unix();
   j["age_seconds"] = std::max<int64_t>(0, ::time(nullptr) - l.created_unix());
   j["placement_reason"] = l.placement_reason();
+  j["long_term_pin"] = l.long_term_pin();
+  j["placed_numa_node"] = l.has_placed_numa_node() ? nlohmann::ordered_json(l.placed_numa_node())
+                                                   : nlohmann::ordered_json(nullptr);
+  j["moved_reason"] = l.moved_reason().empty() ? nlohmann::ordered_json(nullptr)
+                                               : nlohmann::ordered_json(l.moved_reason());
   return j;
+}
+
+// "1", or "0 (moved from 2)" once a pin moved the pages.
+std::string NodeCell(const proto::LeaseInfo& l) {
+  std::string s = std::to_string(l.numa_node());
+  if (l.has_placed_numa_node()) s += " (moved from " + std::to_string(l.placed_numa_node()) + ")";
+  return s;
 }
 
 int RunLeases(const LeasesOptions& o) {
@@ -72,11 +85,16 @@ int RunLeases(const LeasesOptions& o) {
       {"ID", "PID", "UID", "COMMAND", "SIZE", "NODE", "KIND", "LABEL", "AGE", "SHARED", "HOLDERS"});
   for (const auto& l : rep.leases()) {
     t.Add({std::to_string(l.id()), std::to_string(l.owner_pid()), std::to_string(l.owner_uid()),
-           OrDash(l.owner_comm()), HumanBytes(l.size_bytes()), std::to_string(l.numa_node()),
-           l.kind(), OrDash(l.label()), Age(l.created_unix()), OrDash(l.name()),
+           OrDash(l.owner_comm()), HumanBytes(l.size_bytes()), NodeCell(l), l.kind(),
+           OrDash(l.label()), Age(l.created_unix()), OrDash(l.name()),
            std::to_string(l.holders())});
   }
   std::cout << t.Render();
+  for (const auto& l : rep.leases()) {
+    if (!l.moved_reason().empty()) {
+      std::cout << "lease " << l.id() << " moved: " << l.moved_reason() << "\n";
+    }
+  }
   return kExitOk;
 }
 

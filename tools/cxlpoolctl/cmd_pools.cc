@@ -1,5 +1,6 @@
 // `cxlpoolctl pools [--json]`: each pool's node, kind, tier, capacity, leased,
-// warm stock, free bytes, page size and backing.
+// warm stock, free bytes, page size and backing, and what a long-term pin
+// does on its node (the node's zones).
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -26,7 +27,25 @@ nlohmann::ordered_json PoolJson(const proto::PoolInfo& p) {
   j["dynamic_region"] = p.dynamic_region();
   j["lease_count"] = p.lease_count();
   j["reclaiming_bytes"] = p.reclaiming_bytes();
+  auto opt = [](bool has, uint64_t v) {
+    return has ? nlohmann::ordered_json(v) : nlohmann::ordered_json(nullptr);
+  };
+  j["kernel_zone_bytes"] = opt(p.has_kernel_zone_bytes(), p.kernel_zone_bytes());
+  j["movable_bytes"] = opt(p.has_movable_bytes(), p.movable_bytes());
+  j["long_term_pins"] = p.long_term_pins().empty() ? nlohmann::ordered_json(nullptr)
+                                                   : nlohmann::ordered_json(p.long_term_pins());
+  j["long_term_pin_policy"] = p.long_term_pin_policy();
   return j;
+}
+
+// "yes", "partly", "no" or "?", and the node's override when it has one.
+std::string PinsCell(const proto::PoolInfo& p) {
+  if (p.backing() == "devdax") return "yes";  // device memory does not migrate
+  std::string s = p.long_term_pins().empty() ? "?" : p.long_term_pins();
+  if (!p.long_term_pin_policy().empty() && p.long_term_pin_policy() != "auto") {
+    s += " (" + p.long_term_pin_policy() + ")";
+  }
+  return s;
 }
 
 int RunPools(const ConnOptions& o) {
@@ -44,7 +63,7 @@ int RunPools(const ConnOptions& o) {
     return kExitOk;
   }
   Table t({"POOL", "NODE", "KIND", "TIER", "CAPACITY", "LEASED", "WARM", "FREE", "PAGE", "BACKING",
-           "LEASES"});
+           "LEASES", "MOVABLE", "LT-PINS"});
   for (const auto& p : rep.pools()) {
     std::string backing = p.backing();
     if (p.backing() == "devdax") backing += p.dynamic_region() ? " (dynamic)" : " (static, whole)";
@@ -52,9 +71,13 @@ int RunPools(const ConnOptions& o) {
            p.has_memory_tier() ? std::to_string(p.memory_tier()) : "-",
            HumanBytes(p.capacity_bytes()), HumanBytes(p.leased_bytes()), HumanBytes(p.warm_bytes()),
            HumanBytes(p.free_bytes()), HumanBytes(p.page_size()), backing,
-           std::to_string(p.lease_count())});
+           std::to_string(p.lease_count()),
+           p.has_movable_bytes() ? HumanBytes(p.movable_bytes()) : "-", PinsCell(p)});
   }
   std::cout << t.Render();
+  std::cout << "LT-PINS: does a long-term pin (CUDA registration, RDMA) keep pages on the node: "
+               "yes; partly (only in its kernel zones); no (ZONE_MOVABLE only: such leases go "
+               "elsewhere)\n";
   return kExitOk;
 }
 

@@ -47,9 +47,7 @@ Finding CheckThp(const FileSystem& fs) {
   return f;
 }
 
-bool IsPoolNode(const NumaNode& n) {
-  return n.kind != NodeKind::kGpu && n.memory_bytes.value_or(0) > 0;
-}
+bool IsPoolNode(const NumaNode& n) { return !NotPooledReason(n).has_value(); }
 
 Finding CheckHugepages(const Topology& topo) {
   Finding f{"hugepages", Severity::kOk, "", ""};
@@ -79,21 +77,83 @@ Finding CheckHugepages(const Topology& topo) {
 
 Finding CheckCxlMovable(const Topology& topo) {
   Finding f{"cxl_movable", Severity::kOk, "", ""};
-  std::vector<int> movable;
+  std::vector<int> movable, partly;
   for (const auto& n : topo.numa_nodes) {
-    if (n.kind == NodeKind::kCxl && n.zone && *n.zone == "Movable") movable.push_back(n.id);
+    if (n.kind != NodeKind::kCxl) continue;
+    switch (LongTermPinsOf(n)) {
+      case LongTermPins::kNo:
+        movable.push_back(n.id);
+        break;
+      case LongTermPins::kPartly:
+        partly.push_back(n.id);
+        break;
+      case LongTermPins::kUnknown:
+        // No byte counts: go by the dominant zone.
+        if (n.zone && *n.zone == "Movable") movable.push_back(n.id);
+        break;
+      case LongTermPins::kYes:
+        break;
+    }
   }
-  if (movable.empty()) {
+  if (movable.empty() && partly.empty()) {
     f.summary = "no CXL memory onlined as ZONE_MOVABLE";
     return f;
   }
   f.severity = Severity::kWarning;
-  f.summary = "CXL node(s) " + FormatCpuList(movable) +
-              " onlined as ZONE_MOVABLE: CUDA's long-term pins (cuMemHostRegister) migrate "
-              "those pages off CXL, to another node";
-  f.remedy =
-      "online the memory as normal: daxctl reconfigure-device --mode=system-ram --no-movable "
-      "<daxX.Y> (or write online_kernel to /sys/devices/system/memory/memoryN/state)";
+  std::vector<int> all = movable;
+  all.insert(all.end(), partly.begin(), partly.end());
+  std::sort(all.begin(), all.end());
+  if (!movable.empty()) {
+    f.summary = "CXL node(s) " + FormatCpuList(movable) +
+                " onlined as ZONE_MOVABLE: a long-term pin (CUDA registration, RDMA) migrates "
+                "those pages off CXL, so leases that will be pinned are placed elsewhere";
+  }
+  if (!partly.empty()) {
+    f.summary += std::string(f.summary.empty() ? "" : "; ") + "CXL node(s) " +
+                 FormatCpuList(partly) +
+                 " partly in ZONE_MOVABLE: pinned leases there fit only in the kernel zones";
+  }
+  for (int id : all) f.remedy += (f.remedy.empty() ? "" : "; ") + topo.KernelZoneRemedy(id);
+  return f;
+}
+
+Finding CheckUnpooledNodes(const Topology& topo, const DoctorInputs& in) {
+  Finding f{"unpooled_nodes", Severity::kOk, "", ""};
+  std::vector<std::string> unknown, gpu;
+  for (const auto& n : topo.numa_nodes) {
+    auto why = NotPooledReason(n);
+    if (!why || !n.memory_bytes || *n.memory_bytes == 0) continue;
+    if (n.kind == NodeKind::kGpu) {
+      gpu.push_back(std::to_string(n.id));
+      continue;
+    }
+    if (in.pooled_nodes && std::find(in.pooled_nodes->begin(), in.pooled_nodes->end(), n.id) !=
+                               in.pooled_nodes->end()) {
+      continue;  // the config enabled it
+    }
+    unknown.push_back(std::to_string(n.id) + " (" + HumanBytes(*n.memory_bytes) + ")");
+    f.remedy += std::string(f.remedy.empty() ? "" : "; ") + "[pools.node." + std::to_string(n.id) +
+                "] enabled = true";
+  }
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+    return s;
+  };
+  if (!unknown.empty()) {
+    f.severity = Severity::kWarning;
+    f.summary = "CPU-less node(s) " + join(unknown) +
+                " of unknown kind (no CXL, hmem, nvdimm or GPU backing found) are not pooled";
+    f.remedy = "if that memory is host memory to lend out, add to cxlpoold.toml: " + f.remedy +
+               "; then restart cxlpoold";
+  }
+  if (!gpu.empty()) {
+    if (f.severity == Severity::kOk) f.severity = Severity::kInfo;
+    f.summary += std::string(f.summary.empty() ? "" : "; ") + "node(s) " + join(gpu) +
+                 " are GPU memory, never pooled";
+    if (f.remedy.empty()) f.remedy = "none needed";
+  }
+  if (f.summary.empty()) f.summary = "every node with memory is pooled";
   return f;
 }
 
@@ -255,9 +315,16 @@ const char* SeverityName(Severity s) {
 }
 
 std::vector<Finding> RunDoctor(const FileSystem& fs, const Topology& topo, const DoctorInputs& in) {
-  return {CheckThp(fs),     CheckHugepages(topo), CheckCxlMovable(topo),
-          CheckMemlock(in), CheckMemfdNoexec(fs), CheckDumpable(in),
-          CheckJournal(in), CheckSocket(in),      CheckNvidiaDriver(fs)};
+  return {CheckThp(fs),
+          CheckHugepages(topo),
+          CheckCxlMovable(topo),
+          CheckMemlock(in),
+          CheckUnpooledNodes(topo, in),
+          CheckMemfdNoexec(fs),
+          CheckDumpable(in),
+          CheckJournal(in),
+          CheckSocket(in),
+          CheckNvidiaDriver(fs)};
 }
 
 Severity WorstSeverity(const std::vector<Finding>& findings) {

@@ -50,6 +50,8 @@ struct DoctorInputs {
   std::optional<bool> daemon_dumpable;
   std::optional<uint64_t> daemon_memlock_bytes;  // nullopt = unlimited or unknown
   uint64_t pool_capacity_bytes = 0;              // sum over pools
+  // Nodes the daemon has a pool on (when it answered).
+  std::optional<std::vector<int>> pooled_nodes;
   // The daemon's STATS gauge journal_damaged (and what was skipped): its
   // lease journal was damaged or lost at its last start. nullopt: not said.
   std::optional<bool> daemon_journal_damaged;
@@ -57,7 +59,8 @@ struct DoctorInputs {
   uint64_t daemon_journal_dropped_tail_bytes = 0;
 };
 
-// Runs every check. `topo` supplies node kinds and zones (DiscoverMemory).
+// Runs every check. `topo` supplies node kinds and zones (DiscoverTopology:
+// GPU memory nodes included).
 std::vector<Finding> RunDoctor(const FileSystem& fs, const Topology& topo, const DoctorInputs& in);
 
 // Worst severity among findings (kOk when empty).

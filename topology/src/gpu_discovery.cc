@@ -10,11 +10,13 @@
 
 #include "cxlpool/common/log.h"
 #include "cxlpool/common/strings.h"
+#include "memory_internal.h"
 
 namespace cxlpool {
 namespace {
 
 constexpr const char* kPciDevices = "/sys/bus/pci/devices";
+constexpr const char* kDriverGpus = "/proc/driver/nvidia/gpus";
 constexpr const char* kDefaultNvml = "libnvidia-ml.so.1";
 constexpr uint64_t kNvidiaVendor = 0x10de;
 constexpr uint64_t kDisplayClass = 0x03;
@@ -180,7 +182,8 @@ std::optional<int> PciNumaNode(const FileSystem& fs, const std::string& bus_id,
   return static_cast<int>(*v);
 }
 
-std::vector<Gpu> ScanPciGpus(const FileSystem& fs, std::vector<std::string>* warnings) {
+std::vector<Gpu> ScanPciGpus(const FileSystem& fs, std::vector<std::string>* warnings,
+                             const std::set<std::string>& driver_bus_ids) {
   std::vector<Gpu> gpus;
   auto names = fs.ListDir(kPciDevices);
   if (!names.ok()) {
@@ -198,18 +201,20 @@ std::vector<Gpu> ScanPciGpus(const FileSystem& fs, std::vector<std::string>* war
       continue;
     }
     if (*vendor != kNvidiaVendor) continue;
-    auto class_text = fs.ReadTrimmed(JoinPath(dir, "class"));
-    auto pci_class = class_text.ok() ? ParseU64(class_text.value(), 0) : std::nullopt;
-    if (!pci_class) {
-      warnings->push_back(dir + "/class: missing or garbled; NVIDIA function skipped");
-      continue;
-    }
-    if ((*pci_class >> 16) != kDisplayClass) continue;  // audio, bridges, NVSwitch
     auto id = NormalizePciBusId(name);
     if (!id.ok()) {
       warnings->push_back(dir + ": " + id.status().message());
       continue;
     }
+    const bool driver_bound = driver_bus_ids.count(id.value()) > 0;
+    auto class_text = fs.ReadTrimmed(JoinPath(dir, "class"));
+    auto pci_class = class_text.ok() ? ParseU64(class_text.value(), 0) : std::nullopt;
+    if (!pci_class && !driver_bound) {
+      warnings->push_back(dir + "/class: missing or garbled; NVIDIA function skipped");
+      continue;
+    }
+    // The driver binds GPUs only, so a function it lists needs no class.
+    if (pci_class && (*pci_class >> 16) != kDisplayClass) continue;  // audio, bridges, NVSwitch
     Gpu g;
     g.pci_bus_id = id.value();
     g.numa_node = PciNumaNode(fs, name, warnings);
@@ -307,6 +312,7 @@ Result<std::vector<Gpu>> ScanNvmlGpus(const NvmlLibrary& nvml, const FileSystem&
           if (!g.numa_node) g.numa_node = n;
         } else {
           g.memory_node = n;
+          g.memory_node_source = "nvml";
         }
       }
     }
@@ -316,33 +322,162 @@ Result<std::vector<Gpu>> ScanNvmlGpus(const NvmlLibrary& nvml, const FileSystem&
   return gpus;
 }
 
-void MarkGpuMemoryNodes(Topology* topo) {
-  for (const auto& g : topo->gpus) {
-    if (!g.memory_node) continue;
-    NumaNode* node = nullptr;
-    for (auto& n : topo->numa_nodes)
-      if (n.id == *g.memory_node) node = &n;
-    std::string who =
-        "GPU " + std::to_string(g.index) + (g.pci_bus_id.empty() ? "" : " (" + g.pci_bus_id + ")");
-    if (node == nullptr) {
-      topo->warnings.push_back(who + ": NVML places its memory on NUMA node " +
-                               std::to_string(*g.memory_node) + ", which sysfs does not show");
+Result<NumaStatus> ParseNumaStatus(std::string_view text) {
+  NumaStatus out;
+  bool have_node = false;
+  for (const auto& line : Split(text, '\n')) {
+    auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string_view key = Trim(std::string_view(line).substr(0, colon));
+    std::string_view value = TrimSysfsValue(std::string_view(line).substr(colon + 1));
+    if (key == "Node") {
+      if (have_node) return Status(Code::kInvalidArgument, "two 'Node:' lines");
+      auto v = ParseI64(value);
+      if (!v || *v < -1 || *v > (1 << 20)) {
+        return Status(Code::kInvalidArgument,
+                      "'Node:' is not a node id: '" + memory_internal::Printable(value) + "'");
+      }
+      have_node = true;
+      if (*v >= 0) out.node = static_cast<int>(*v);
+    } else if (key == "Status") {
+      out.status = memory_internal::Printable(value);
+    }
+  }
+  if (!have_node) return Status(Code::kInvalidArgument, "no 'Node:' line");
+  return out;
+}
+
+std::vector<DriverGpu> ScanDriverGpus(const FileSystem& fs, std::vector<std::string>* warnings) {
+  std::vector<DriverGpu> out;
+  auto names = fs.ListDir(kDriverGpus);
+  if (!names.ok()) {
+    if (names.status().code() != Code::kNotFound) {
+      warnings->push_back(std::string(kDriverGpus) + ": " + names.status().ToString());
+    }
+    return out;
+  }
+  for (const auto& name : names.value()) {
+    const std::string dir = JoinPath(kDriverGpus, name);
+    if (!fs.IsDir(dir)) continue;
+    auto id = NormalizePciBusId(name);
+    if (!id.ok()) {
+      warnings->push_back(dir + ": not a PCI bus id; ignored");
       continue;
     }
-    std::string reason = "holds the memory of " + who + " (NVML nvmlDeviceGetNumaNodeId)";
-    if (node->kind != NodeKind::kUnknown && node->kind != NodeKind::kGpu) {
-      reason += "; sysfs alone suggested " + std::string(NodeKindName(node->kind));
+    DriverGpu g;
+    g.pci_bus_id = id.value();
+    g.path = JoinPath(dir, "numa_status");
+    auto text = fs.ReadFile(g.path);
+    if (!text.ok()) {
+      // Drivers before NUMA support have no such file: nothing to say then.
+      if (text.status().code() != Code::kNotFound) {
+        warnings->push_back(g.path + ": " + text.status().ToString());
+      }
+    } else if (auto st = ParseNumaStatus(*text); !st.ok()) {
+      warnings->push_back(g.path + ": " + st.status().message() + " ('" +
+                          memory_internal::Printable(*text) + "'); the memory node of GPU " +
+                          g.pci_bus_id + " is unknown");
+    } else {
+      g.memory_node = st->node;
+      g.numa_status = st->status;
     }
+    out.push_back(std::move(g));
+  }
+  std::sort(out.begin(), out.end(), [](const DriverGpu& a, const DriverGpu& b) {
+    return BusKey(a.pci_bus_id) < BusKey(b.pci_bus_id);
+  });
+  return out;
+}
+
+void ApplyDriverMemoryNodes(const std::vector<DriverGpu>& driver, Topology* topo) {
+  for (const auto& d : driver) {
+    if (!d.memory_node) continue;
+    const int n = *d.memory_node;
+    const NumaNode* node = topo->FindNode(n);
+    if (node == nullptr) {
+      topo->warnings.push_back(d.path + ": names NUMA node " + std::to_string(n) +
+                               ", which sysfs does not show; ignored");
+      continue;
+    }
+    if (!node->cpus.empty()) {
+      topo->warnings.push_back(d.path + ": names NUMA node " + std::to_string(n) +
+                               ", which has CPUs; not taken as GPU memory");
+      continue;
+    }
+    for (auto& g : topo->gpus) {
+      if (g.pci_bus_id != d.pci_bus_id) continue;
+      if (!g.memory_node) {
+        g.memory_node = n;
+        g.memory_node_source = "driver";
+      } else if (*g.memory_node != n) {
+        topo->warnings.push_back("GPU " + std::to_string(g.index) + " (" + g.pci_bus_id +
+                                 "): NVML places its memory on NUMA node " +
+                                 std::to_string(*g.memory_node) + ", " + d.path + " on node " +
+                                 std::to_string(n) + "; both are taken as GPU memory");
+      }
+    }
+  }
+}
+
+void MarkGpuMemoryNodes(Topology* topo, const std::vector<DriverGpu>& driver) {
+  auto mark = [&](int id, const std::string& who, const std::string& source) {
+    NumaNode* node = nullptr;
+    for (auto& n : topo->numa_nodes)
+      if (n.id == id) node = &n;
+    if (node == nullptr) return false;
+    std::string reason = "holds the memory of " + who + " (" + source + ")";
     if (node->kind == NodeKind::kGpu && !node->kind_reason.empty()) {
       reason = node->kind_reason + "; also " + reason;  // two GPUs share a node
+    } else if (node->kind != NodeKind::kUnknown) {
+      reason += "; sysfs alone suggested " + std::string(NodeKindName(node->kind));
     }
     node->kind = NodeKind::kGpu;
     node->kind_reason = reason;
+    return true;
+  };
+  auto gpu_name = [](int index, const std::string& bus) {
+    return "GPU " + std::to_string(index) + (bus.empty() ? "" : " (" + bus + ")");
+  };
+  for (const auto& g : topo->gpus) {
+    if (!g.memory_node) continue;
+    std::string who = gpu_name(g.index, g.pci_bus_id);
+    std::string source =
+        g.memory_node_source == "driver"
+            ? "NVIDIA driver, " + std::string(kDriverGpus) + "/" + g.pci_bus_id + "/numa_status"
+            : "NVML nvmlDeviceGetNumaNodeId";
+    if (!mark(*g.memory_node, who, source)) {
+      topo->warnings.push_back(who + ": " +
+                               (g.memory_node_source == "driver" ? "the driver" : "NVML") +
+                               " places its memory on NUMA node " + std::to_string(*g.memory_node) +
+                               ", which sysfs does not show");
+    }
+  }
+  // The driver's word also counts for a node whose GPU is in no list here,
+  // and for a second node it gives a GPU that NVML placed elsewhere.
+  for (const auto& d : driver) {
+    if (!d.memory_node) continue;
+    const NumaNode* node = topo->FindNode(*d.memory_node);
+    if (node == nullptr || !node->cpus.empty()) continue;  // warned in Apply
+    bool told = false;
+    for (const auto& g : topo->gpus) {
+      told = told || (g.pci_bus_id == d.pci_bus_id && g.memory_node == d.memory_node);
+    }
+    if (told) continue;
+    const Gpu* g = nullptr;
+    for (const auto& x : topo->gpus)
+      if (x.pci_bus_id == d.pci_bus_id) g = &x;
+    mark(*d.memory_node, g != nullptr ? gpu_name(g->index, g->pci_bus_id) : "GPU " + d.pci_bus_id,
+         "NVIDIA driver, " + d.path);
   }
 }
 
 void DiscoverGpus(const FileSystem& fs, const DiscoverOptions& options, Topology* topo) {
   topo->gpus.clear();
+  // The driver's own list: read whether or not NVML loads, so GPU memory
+  // nodes are known on a machine (or in a container) without NVML.
+  std::vector<DriverGpu> driver = ScanDriverGpus(fs, &topo->warnings);
+  std::set<std::string> driver_ids;
+  for (const auto& d : driver) driver_ids.insert(d.pci_bus_id);
   bool from_nvml = false;
   if (auto choice = ChooseNvmlLibrary(fs, options)) {
     auto lib = NvmlLibrary::Open(choice->path);
@@ -368,16 +503,40 @@ void DiscoverGpus(const FileSystem& fs, const DiscoverOptions& options, Topology
   }
   if (from_nvml && topo->gpus.empty()) {
     std::vector<std::string> ignored;
-    auto pci = ScanPciGpus(fs, &ignored);
+    auto pci = ScanPciGpus(fs, &ignored, driver_ids);
     if (!pci.empty()) {
       topo->warnings.push_back("NVML reports no GPUs but the PCI scan finds " +
                                std::to_string(pci.size()) + "; using the PCI scan");
       topo->gpus = std::move(pci);
+      from_nvml = false;
     }
   } else if (!from_nvml) {
-    topo->gpus = ScanPciGpus(fs, &topo->warnings);
+    topo->gpus = ScanPciGpus(fs, &topo->warnings, driver_ids);
   }
-  MarkGpuMemoryNodes(topo);
+  if (!from_nvml) {
+    // A GPU the driver has bound but the PCI scan could not read (vendor
+    // or the whole device directory missing from the tree) is still a GPU.
+    bool added = false;
+    for (const auto& d : driver) {
+      bool have = false;
+      for (const auto& g : topo->gpus) have = have || g.pci_bus_id == d.pci_bus_id;
+      if (have) continue;
+      Gpu g;
+      g.pci_bus_id = d.pci_bus_id;
+      g.numa_node = PciNumaNode(fs, d.pci_bus_id, &topo->warnings);
+      g.source = "driver";
+      topo->gpus.push_back(std::move(g));
+      added = true;
+    }
+    if (added) {
+      std::sort(topo->gpus.begin(), topo->gpus.end(), [](const Gpu& a, const Gpu& b) {
+        return BusKey(a.pci_bus_id) < BusKey(b.pci_bus_id);
+      });
+      for (size_t i = 0; i < topo->gpus.size(); ++i) topo->gpus[i].index = static_cast<int>(i);
+    }
+  }
+  ApplyDriverMemoryNodes(driver, topo);
+  MarkGpuMemoryNodes(topo, driver);
 }
 
 }  // namespace cxlpool

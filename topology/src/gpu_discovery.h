@@ -6,7 +6,9 @@
 #pragma once
 
 #include <optional>
+#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "cxlpool/common/fs.h"
@@ -27,7 +29,42 @@ std::optional<NvmlChoice> ChooseNvmlLibrary(const FileSystem& fs, const Discover
 
 // NVIDIA (vendor 0x10de) display-class (0x03xxxx) PCI functions under
 // /sys/bus/pci/devices, indexed in bus order. Problems go to *warnings.
-std::vector<Gpu> ScanPciGpus(const FileSystem& fs, std::vector<std::string>* warnings);
+// `driver_bus_ids`: functions the NVIDIA driver has bound (its procfs lists
+// them); such a function is a GPU even when its class attribute is missing.
+std::vector<Gpu> ScanPciGpus(const FileSystem& fs, std::vector<std::string>* warnings,
+                             const std::set<std::string>& driver_bus_ids = {});
+
+// One GPU the NVIDIA driver lists under /proc/driver/nvidia/gpus/<bus id>.
+struct DriverGpu {
+  std::string pci_bus_id;  // normalised, lower case
+  // From numa_status: the NUMA node that is this GPU's memory (coherent
+  // systems: Grace Hopper, NVLink-attached POWER9), nullopt for "Node: -1"
+  // or when the file is missing or garbled.
+  std::optional<int> memory_node;
+  std::string numa_status;  // "online", "offline", ...; "" when not given
+  std::string path;         // the numa_status file, for messages
+};
+
+// What numa_status says: "Node:      2\nStatus:    online\n..." (the
+// driver's nv-procfs.c). INVALID_ARGUMENT when there is no "Node:" line, its
+// value is not an integer in -1..1<<20, or it appears twice.
+struct NumaStatus {
+  std::optional<int> node;  // nullopt: -1 (no NUMA memory)
+  std::string status;
+};
+Result<NumaStatus> ParseNumaStatus(std::string_view text);
+
+// Reads /proc/driver/nvidia/gpus through the seam. A missing directory (no
+// driver, or not captured) is silent; a truncated or garbled numa_status is
+// a warning and that GPU's memory node stays unknown.
+std::vector<DriverGpu> ScanDriverGpus(const FileSystem& fs, std::vector<std::string>* warnings);
+
+// Links the driver's memory nodes to the GPUs (by bus id): a GPU without a
+// memory node takes the driver's (memory_node_source "driver"); a GPU whose
+// NVML node differs keeps NVML's, with a warning. A node that sysfs lacks,
+// or that has CPUs, is never taken (warning). A driver GPU missing from
+// topo->gpus still marks its node (MarkGpuMemoryNodes).
+void ApplyDriverMemoryNodes(const std::vector<DriverGpu>& driver, Topology* topo);
 
 // The sysfs numa_node of a PCI function ("0000:17:00.0"); nullopt when the
 // file is missing, garbled (warning) or -1.
@@ -39,7 +76,8 @@ std::optional<int> PciNumaNode(const FileSystem& fs, const std::string& bus_id,
 Result<std::vector<Gpu>> ScanNvmlGpus(const NvmlLibrary& nvml, const FileSystem& fs,
                                       const Topology& topo, std::vector<std::string>* warnings);
 
-// Marks each GPU's memory_node as kind gpu (with a kind_reason).
-void MarkGpuMemoryNodes(Topology* topo);
+// Marks each GPU's memory_node, and each node the driver names for a GPU
+// topo->gpus lacks, as kind gpu (with a kind_reason naming the source).
+void MarkGpuMemoryNodes(Topology* topo, const std::vector<DriverGpu>& driver = {});
 
 }  // namespace cxlpool

@@ -35,6 +35,11 @@ Json NodeJson(const Topology& topo, const NumaNode& n) {
   j["distances"] = d;
   j["memory_tier"] = Opt(n.memory_tier);
   j["zone"] = Opt(n.zone);
+  j["kernel_zone_bytes"] = Opt(n.kernel_zone_bytes);
+  j["movable_bytes"] = Opt(n.movable_bytes);
+  const char* pins = LongTermPinsName(LongTermPinsOf(n));
+  j["long_term_pins"] = pins != nullptr ? Json(pins) : Json(nullptr);
+  j["not_pooled_reason"] = Opt(NotPooledReason(n));
   Json access = Json::array();
   for (const auto& a : n.access) {
     Json aj = Json::object();
@@ -67,6 +72,7 @@ Json GpuJson(const Gpu& g) {
   j["memory_bytes"] = Opt(g.memory_bytes);
   j["numa_node"] = Opt(g.numa_node);
   j["memory_node"] = Opt(g.memory_node);
+  j["memory_node_source"] = NonEmpty(g.memory_node_source);
   j["source"] = NonEmpty(g.source);
   if (!g.nvlinks_known) {
     j["nvlinks"] = nullptr;

@@ -127,10 +127,10 @@ void ReadAccessClasses(SysfsReader& rd, const std::string& dir, NumaNode* node) 
   }
 }
 
-// Zone from the node's memory blocks: nodeN/memoryM -> memory block; for an
-// online block, valid_zones names the zone it was onlined to ("none" when
-// it straddles zones). Returns block counts per zone; `unreadable` counts
-// blocks whose state or valid_zones could not be read.
+// Zones from the node's memory blocks: nodeN/memoryM -> memory block; for
+// an online block, valid_zones names the zone it was onlined to ("none" when
+// it straddles zones; kept as "none"). Returns block counts per zone;
+// `unreadable` counts blocks whose state or valid_zones could not be read.
 std::map<std::string, uint64_t> ZonesFromBlocks(const FileSystem& fs, const std::string& dir,
                                                 size_t* blocks, size_t* unreadable) {
   std::map<std::string, uint64_t> zones;
@@ -155,10 +155,16 @@ std::map<std::string, uint64_t> ZonesFromBlocks(const FileSystem& fs, const std:
     if (*state != "online") continue;
     auto words = SplitWhitespace(*valid);
     // Older kernels list the current zone first, then the zones it could move to.
-    if (words.empty() || words[0] == "none") continue;
+    if (words.empty()) continue;
     ++zones[words[0]];
   }
   return zones;
+}
+
+// Zones that take the kernel's own (unmovable) allocations, and so keep
+// long-term pinned pages. ZONE_DEVICE is not system RAM at all.
+bool IsKernelZone(const std::string& zone) {
+  return zone != "Movable" && zone != "Device" && zone != "none";
 }
 
 class ZoneinfoCache {
@@ -179,12 +185,42 @@ class ZoneinfoCache {
     auto it = zones_.find(id);
     return it == zones_.end() ? nullptr : &it->second;
   }
+  // /sys/devices/system/memory/block_size_bytes (hex, no 0x), read once.
+  std::optional<uint64_t> BlockSize() {
+    if (!block_size_loaded_) {
+      block_size_loaded_ = true;
+      const std::string path = std::string(kMemoryDir) + "/block_size_bytes";
+      if (auto text = rd_.Read(path, /*required=*/false)) {
+        auto v = ParseU64(*text, 16);
+        if (v && *v > 0) {
+          block_size_ = *v;
+        } else {
+          rd_.Warn(path + ": not a hex block size: '" + Printable(*text) + "'");
+        }
+      }
+    }
+    return block_size_;
+  }
 
  private:
   SysfsReader& rd_;
   bool loaded_ = false;
   std::map<int, std::map<std::string, uint64_t>> zones_;
+  bool block_size_loaded_ = false;
+  std::optional<uint64_t> block_size_;
 };
+
+// The page size behind a node's /proc/zoneinfo page counts: MemTotal is the
+// sum of its zones' managed pages, so their ratio is the page size when it
+// divides exactly into a power of two; else 4 KiB.
+uint64_t ZoneinfoPageSize(const NumaNode& node, const std::map<std::string, uint64_t>& zones) {
+  uint64_t pages = 0;
+  for (const auto& [name, count] : zones) pages += count;
+  if (!node.memory_bytes || pages == 0 || *node.memory_bytes % pages != 0) return 4096;
+  uint64_t size = *node.memory_bytes / pages;
+  bool power_of_two = size != 0 && (size & (size - 1)) == 0;
+  return power_of_two && size >= 4096 && size <= (1u << 20) ? size : 4096;
+}
 
 void ReadZone(SysfsReader& rd, ZoneinfoCache& zoneinfo, const std::string& dir, NumaNode* node) {
   size_t blocks = 0, unreadable = 0;
@@ -193,14 +229,47 @@ void ReadZone(SysfsReader& rd, ZoneinfoCache& zoneinfo, const std::string& dir, 
     rd.Warn(dir + ": " + std::to_string(unreadable) + " of " + std::to_string(blocks) +
             " memory blocks unreadable (dangling link or missing state/valid_zones)");
   }
-  if (auto z = DominantZone(counts)) {
-    node->zone = *z;
+  const bool straddles = counts.count("none") > 0;
+  std::map<std::string, uint64_t> named = counts;
+  named.erase("none");
+  node->zone = DominantZone(named);
+  if (node->memory_bytes.has_value() && *node->memory_bytes == 0) {
+    node->kernel_zone_bytes = 0;
+    node->movable_bytes = 0;
     return;
   }
-  if (node->memory_bytes.has_value() && *node->memory_bytes == 0) return;
-  // No usable memory blocks (not captured, or CONFIG_MEMORY_HOTPLUG=n):
-  // the zone with the most managed pages in /proc/zoneinfo.
-  if (const auto* z = zoneinfo.ForNode(node->id)) node->zone = DominantZone(*z);
+  // Bytes per zone from the blocks, when every online block names one zone.
+  if (!named.empty() && !straddles) {
+    if (auto bs = zoneinfo.BlockSize()) {
+      uint64_t kernel = 0, movable = 0;
+      for (const auto& [zone, n] : named) {
+        if (zone == "Movable") {
+          movable += n * *bs;
+        } else if (IsKernelZone(zone)) {
+          kernel += n * *bs;
+        }
+      }
+      node->kernel_zone_bytes = kernel;
+      node->movable_bytes = movable;
+      return;
+    }
+  }
+  // No usable memory blocks (not captured, CONFIG_MEMORY_HOTPLUG=n, or a
+  // block straddling zones): managed pages per zone in /proc/zoneinfo.
+  const auto* z = zoneinfo.ForNode(node->id);
+  if (z == nullptr) return;
+  if (!node->zone) node->zone = DominantZone(*z);
+  const uint64_t page = ZoneinfoPageSize(*node, *z);
+  uint64_t kernel = 0, movable = 0;
+  for (const auto& [zone, pages] : *z) {
+    if (zone == "Movable") {
+      movable += pages * page;
+    } else if (IsKernelZone(zone)) {
+      kernel += pages * page;
+    }
+  }
+  node->kernel_zone_bytes = kernel;
+  node->movable_bytes = movable;
 }
 
 // CONFIG_NUMA=n: one node 0 holding every CPU and all of /proc/meminfo.

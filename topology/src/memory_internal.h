@@ -30,6 +30,7 @@ inline constexpr char kDaxDevicesDir[] = "/sys/bus/dax/devices";
 inline constexpr char kCxlDevicesDir[] = "/sys/bus/cxl/devices";
 inline constexpr char kNdDevicesDir[] = "/sys/bus/nd/devices";
 inline constexpr char kZoneinfoPath[] = "/proc/zoneinfo";
+inline constexpr char kMemoryDir[] = "/sys/devices/system/memory";
 
 // ---- parsers (strict: trailing garbage is an error) -----------------------
 
@@ -80,7 +81,8 @@ class SysfsReader {
   const FileSystem& fs() const { return fs_; }
   void Warn(std::string line);
 
-  // Trimmed contents. A missing file is nullopt, with a warning only when
+  // Contents trimmed as a sysfs value (TrimSysfsValue: trailing NUL
+  // padding goes with the whitespace). A missing file is nullopt, with a warning only when
   // `required`; any other read error is nullopt with a warning.
   std::optional<std::string> Read(const std::string& path, bool required);
   // Read + ParseSysfsU64; garbage is nullopt with a warning.
@@ -103,9 +105,10 @@ std::string DirName(std::string_view path);
 
 // NUMA nodes: ids (nodeN/ + online), cpus (cpulist, else cpumap), meminfo
 // (MemTotal/MemFree), SLIT row, HMAT access0/access1, hugepages 2M/1G and the
-// zone of the node's online memory (memory blocks, else /proc/zoneinfo).
-// Without /sys/devices/system/node (CONFIG_NUMA=n) one node 0 is built from
-// /sys/devices/system/cpu/online and /proc/meminfo, with a warning.
+// zone of the node's online memory (memory blocks, else /proc/zoneinfo),
+// with its bytes in kernel zones and in ZONE_MOVABLE. Without /sys/devices/system/node
+// (CONFIG_NUMA=n) one node 0 is built from /sys/devices/system/cpu/online and /proc/meminfo, with a
+// warning.
 void DiscoverNumaNodes(const FileSystem& fs, Topology* topo);
 
 // memory_tiering/memory_tierN/nodelist -> topo->memory_tiers and each node's

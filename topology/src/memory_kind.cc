@@ -88,6 +88,7 @@ void ClassifyNodes(Topology* topo) {
       continue;
     }
     node.kind = NodeKind::kUnknown;
+    node.backing_unidentified = true;
     if (node.memory_bytes && *node.memory_bytes > 0) {
       node.kind_reason = "CPU-less memory node with no CXL, hmem or nvdimm backing found";
     } else {

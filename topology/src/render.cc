@@ -92,7 +92,28 @@ void RenderNodes(const Topology& topo, Tree* tree) {
     tree->Add(1, head);
     if (!n.kind_reason.empty())
       tree->Add(2, "why " + std::string(NodeKindName(n.kind)) + ": " + n.kind_reason);
-    if (n.zone) tree->Add(2, "zone: " + *n.zone);
+    if (n.zone || n.kernel_zone_bytes || n.movable_bytes) {
+      std::string z = "zone: " + n.zone.value_or("?");
+      if (n.kernel_zone_bytes && n.movable_bytes) {
+        z += " (kernel zones " + HumanBytes(*n.kernel_zone_bytes) + ", movable " +
+             HumanBytes(*n.movable_bytes) + ")";
+      }
+      switch (LongTermPinsOf(n)) {
+        case LongTermPins::kYes:
+          z += "; long-term pins stay";
+          break;
+        case LongTermPins::kPartly:
+          z += "; long-term pins stay only while the kernel zones have room";
+          break;
+        case LongTermPins::kNo:
+          z += "; long-term pins (CUDA, RDMA) migrate its pages to another node";
+          break;
+        case LongTermPins::kUnknown:
+          break;
+      }
+      tree->Add(2, z);
+    }
+    if (auto why = NotPooledReason(n)) tree->Add(2, "not pooled: " + *why);
     if (n.hugepages_2m_total || n.hugepages_1g_total) {
       auto pair = [](const std::optional<uint64_t>& free, const std::optional<uint64_t>& total) {
         return (free ? std::to_string(*free) : std::string("?")) + "/" +

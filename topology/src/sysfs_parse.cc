@@ -189,7 +189,7 @@ std::optional<std::string> SysfsReader::Read(const std::string& path, bool requi
     }
     return std::nullopt;
   }
-  return std::string(Trim(r.value()));
+  return std::string(TrimSysfsValue(r.value()));
 }
 
 std::optional<uint64_t> SysfsReader::ReadU64(const std::string& path, bool required) {

@@ -7,12 +7,18 @@ namespace cxlpool {
 
 const char* NodeKindName(NodeKind k) {
   switch (k) {
-    case NodeKind::kDram: return "dram";
-    case NodeKind::kCxl: return "cxl";
-    case NodeKind::kHbm: return "hbm";
-    case NodeKind::kNvm: return "nvm";
-    case NodeKind::kGpu: return "gpu";
-    case NodeKind::kUnknown: return "unknown";
+    case NodeKind::kDram:
+      return "dram";
+    case NodeKind::kCxl:
+      return "cxl";
+    case NodeKind::kHbm:
+      return "hbm";
+    case NodeKind::kNvm:
+      return "nvm";
+    case NodeKind::kGpu:
+      return "gpu";
+    case NodeKind::kUnknown:
+      return "unknown";
   }
   return "unknown";
 }
@@ -26,6 +32,63 @@ bool ParseNodeKind(const std::string& s, NodeKind* out) {
     }
   }
   return false;
+}
+
+const char* LongTermPinsName(LongTermPins p) {
+  switch (p) {
+    case LongTermPins::kYes:
+      return "yes";
+    case LongTermPins::kPartly:
+      return "partly";
+    case LongTermPins::kNo:
+      return "no";
+    case LongTermPins::kUnknown:
+      return nullptr;
+  }
+  return nullptr;
+}
+
+LongTermPins LongTermPinsOf(const NumaNode& node) {
+  if (!node.kernel_zone_bytes || !node.movable_bytes) return LongTermPins::kUnknown;
+  const bool kernel = *node.kernel_zone_bytes > 0, movable = *node.movable_bytes > 0;
+  if (kernel && movable) return LongTermPins::kPartly;
+  if (kernel) return LongTermPins::kYes;
+  if (movable) return LongTermPins::kNo;
+  return LongTermPins::kUnknown;
+}
+
+std::optional<std::string> NotPooledReason(const NumaNode& node) {
+  if (node.kind == NodeKind::kGpu) {
+    return std::string("GPU memory: the daemon never pools a GPU's own memory");
+  }
+  if (!node.memory_bytes || *node.memory_bytes == 0) {
+    return std::string(node.memory_bytes ? "no memory" : "memory size unknown");
+  }
+  if (node.kind == NodeKind::kUnknown && node.backing_unidentified) {
+    return "CPU-less memory of unknown kind (no CXL, hmem, nvdimm or GPU backing found): not "
+           "pooled unless [pools.node." +
+           std::to_string(node.id) + "] enabled = true";
+  }
+  return std::nullopt;
+}
+
+std::string Topology::KernelZoneRemedy(int id) const {
+  std::string devs;
+  for (const auto& d : dax_devices) {
+    if (d.mode == std::optional<std::string>("system-ram") && d.target_node == id) {
+      devs += (devs.empty() ? "" : " ") + d.name;
+    }
+  }
+  const std::string node = std::to_string(id);
+  const std::string daxctl = devs.empty() ? "<daxX.Y>" : devs;
+  std::string s = "online node " + node + "'s memory in a kernel zone: daxctl offline-memory " +
+                  daxctl + " && daxctl online-memory --no-movable " + daxctl;
+  if (devs.empty()) {
+    s += " for the DAX device behind it, or for each of its blocks: echo offline > "
+         "/sys/devices/system/node/node" +
+         node + "/memoryN/state && echo online_kernel > (the same file)";
+  }
+  return s;
 }
 
 const NumaNode* Topology::FindNode(int id) const {

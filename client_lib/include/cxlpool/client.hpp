@@ -18,7 +18,8 @@
 // Thread safety: a Client may be used from several threads at once (one
 // request in flight at a time per client; others wait). A Lease is a
 // single-owner value: its const accessors may be called from any thread,
-// Release/CudaRegister/CudaUnregister must not race with other uses of it.
+// Release/CudaRegister/CudaUnregister/Verify must not race with other uses
+// of it.
 // A Lease keeps its client's connection open, so it may outlive the Client
 // object it came from; its mapping stays valid until it is released.
 #pragma once
@@ -125,7 +126,13 @@ struct AllocOptions {
   bool hugetlb = false;                      // ask for hugetlb backing
   // Register with CUDA after mapping, on near_gpu (0 if none). A failed
   // registration does not fail the allocation; device_ptr() reports it.
+  // Implies long_term_pin.
   bool cuda_register = false;
+  // The caller will pin it long-term itself (RDMA registration, io_uring
+  // fixed buffers, its own CUDA registration): never placed where a pin
+  // moves the pages to another node (see CXLPOOL_ALLOC_LONG_TERM_PIN).
+  // Call Lease::Verify() after pinning.
+  bool long_term_pin = false;
   std::string label;
   // Shared named lease: non-empty makes it attachable by processes whose
   // uid or gid is listed (the owner always may). Names live in one
@@ -154,6 +161,21 @@ struct LeaseInfo {
   // name is in). After Attach/AttachFrom: check it is who you meant.
   uint32_t owner_uid = 0;
   uint32_t owner_gid = 0;
+  bool long_term_pin = false;
+  // -1, or where the lease was placed once its pages were found on another
+  // node; numa_node, kind and pool are then where they are now.
+  int placed_numa_node = -1;
+  std::string moved_reason;
+};
+
+// Where the kernel says a lease's pages are (Lease::Verify).
+struct Placement {
+  int numa_node = -1;         // the node holding most sampled pages; -1: none resident
+  int placed_numa_node = -1;  // where the daemon accounted the lease before the check
+  bool moved = false;         // the pages are off placed_numa_node (the daemon was told)
+  uint64_t pages_sampled = 0;
+  uint64_t pages_on_node = 0;  // of those, on numa_node
+  uint64_t pages_absent = 0;   // not resident
 };
 
 // One CUDA-registered chunk of a lease (registration goes in chunks of at
@@ -199,9 +221,14 @@ class CXLPOOL_EXPORT Lease {
   ClientResult<uint64_t> device_ptr() const;
   // Empty when not registered.
   std::vector<DeviceChunk> device_chunks() const;
-  // Registers the mapping with CUDA on `device` (see cxlpool.h).
+  // Registers the mapping with CUDA on `device` (see cxlpool.h); then
+  // checks where the pages are, as Verify() does.
   ClientStatus CudaRegister(int device);
   ClientStatus CudaUnregister();
+  // After pinning the lease by other means: asks the kernel where its pages
+  // are and, when they left their node, tells the daemon and updates info().
+  // Errors: see cxlpool_lease_verify in cxlpool.h.
+  ClientResult<Placement> Verify();
 
   // Unregisters, unmaps, tells the daemon. The lease is empty afterwards
   // even if an error is returned (REVOKED, UNAVAILABLE, PROTOCOL).
@@ -210,6 +237,7 @@ class CXLPOOL_EXPORT Lease {
 
  private:
   friend class Client;
+  friend struct ClientAccess;
   explicit Lease(std::unique_ptr<detail::LeaseState> state);
   std::unique_ptr<detail::LeaseState> state_;
 };

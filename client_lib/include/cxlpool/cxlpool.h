@@ -16,14 +16,14 @@
  *    defaults; a size below the first version is CXLPOOL_EINVALID_ARGUMENT; a
  *    larger (newer) struct is accepted only when the bytes this library does
  *    not know are zero.
- *  - Exported symbols carry the version node CXLPOOL_0.1 and are never
- *    renamed.
+ *  - Exported symbols carry the version node they were added in
+ *    (CXLPOOL_0.1, CXLPOOL_0.2) and are never renamed.
  *
  * Thread safety: a cxlpool_client may be used from several threads at once;
  * calls on one client are serialised by a per-client mutex (one request in
  * flight per client). A cxlpool_lease may be read (ptr, size, info, device
- * pointer) from any thread; releasing or (un)registering it must not race
- * with any other use of the same lease. Leases keep their client's
+ * pointer) from any thread; releasing, (un)registering or verifying it must
+ * not race with any other use of the same lease. Leases keep their client's
  * connection alive: the socket closes when the client handle has been
  * disconnected and the last of its leases released.
  */
@@ -107,10 +107,18 @@ CXLPOOL_EXPORT int cxlpool_process_events(cxlpool_client* c);
 
 enum {
   CXLPOOL_ALLOC_STRICT = 1u << 0,        /* refuse rather than fall back */
-  CXLPOOL_ALLOC_CUDA_REGISTER = 1u << 1, /* cuMemHostRegister after mapping */
-  CXLPOOL_ALLOC_HUGETLB = 1u << 2        /* ask the daemon for hugetlb backing */
+  CXLPOOL_ALLOC_CUDA_REGISTER = 1u << 1, /* cuMemHostRegister after mapping (implies
+                                            CXLPOOL_ALLOC_LONG_TERM_PIN) */
+  CXLPOOL_ALLOC_HUGETLB = 1u << 2,       /* ask the daemon for hugetlb backing */
+  /* The caller will pin the lease long-term itself: RDMA memory registration,
+   * io_uring fixed buffers, its own CUDA registration. A long-term pin moves
+   * pages out of ZONE_MOVABLE, so the daemon never places such a lease on a
+   * node whose memory is all movable (it falls back, or with
+   * CXLPOOL_ALLOC_STRICT refuses with EUNSUPPORTED naming the node, its zone
+   * and the remedy). After pinning, call cxlpool_lease_verify(). */
+  CXLPOOL_ALLOC_LONG_TERM_PIN = 1u << 3
 };
-#define CXLPOOL_ALLOC_KNOWN_FLAGS 0x7u
+#define CXLPOOL_ALLOC_KNOWN_FLAGS 0xFu
 
 typedef struct cxlpool_alloc_opts {
   uint32_t struct_size; /* sizeof(cxlpool_alloc_opts) */
@@ -208,14 +216,52 @@ typedef struct cxlpool_lease_info {
   /* ---- end of version 1 (CXLPOOL_LEASE_INFO_SIZE_V1) ---- */
   uint32_t owner_uid; /* who owns the lease: whose quota, whose name space */
   uint32_t owner_gid;
+  /* ---- end of version 2 (CXLPOOL_LEASE_INFO_SIZE_V2) ---- */
+  int32_t long_term_pin;    /* 1 when allocated as long-term pinned */
+  int32_t placed_numa_node; /* -1, or where the lease was placed once its pages were
+                               found on another node (numa_node, kind and pool are
+                               then where they are now) */
+  const char* moved_reason; /* what the daemon saw when they moved; "" otherwise */
 } cxlpool_lease_info;
 
 #define CXLPOOL_LEASE_INFO_SIZE_V1 (offsetof(cxlpool_lease_info, name) + sizeof(const char*))
 #define CXLPOOL_LEASE_INFO_SIZE_V2 (offsetof(cxlpool_lease_info, owner_gid) + sizeof(uint32_t))
+#define CXLPOOL_LEASE_INFO_SIZE_V3 \
+  (offsetof(cxlpool_lease_info, moved_reason) + sizeof(const char*))
 
 /* Copies what the daemon said about the lease into *out, up to
  * out->struct_size bytes. Errors: EINVALID_ARGUMENT (NULL, struct_size). */
 CXLPOOL_EXPORT int cxlpool_lease_get_info(const cxlpool_lease* l, cxlpool_lease_info* out);
+
+/* ---- placement check ---- */
+
+/* Where the kernel says a lease's pages are (move_pages over at most 4096
+ * pages spread over the lease). */
+typedef struct cxlpool_lease_placement {
+  uint32_t struct_size;     /* set by the caller: sizeof(cxlpool_lease_placement) */
+  int32_t numa_node;        /* the node holding most sampled pages; -1: none resident */
+  int32_t placed_numa_node; /* the node the daemon accounted the lease to before the check */
+  int32_t moved;            /* 1: the pages are off placed_numa_node (the daemon was told) */
+  uint64_t pages_sampled;
+  uint64_t pages_on_node; /* of those, on numa_node */
+  uint64_t pages_absent;  /* not resident */
+} cxlpool_lease_placement;
+
+#define CXLPOOL_LEASE_PLACEMENT_SIZE_V1 \
+  (offsetof(cxlpool_lease_placement, pages_absent) + sizeof(uint64_t))
+
+/* Asks the kernel where the lease's pages are, for callers that pinned it by
+ * other means than cxlpool_lease_cuda_register() (which checks on its own):
+ * a long-term pin may have migrated them off their node. When they left it,
+ * the daemon is told (it checks with its own move_pages and moves the
+ * lease's accounting to the pool of the node now holding them) and the
+ * lease's info (cxlpool_lease_get_info) is updated. `out` may be NULL; it is
+ * filled with the census even when telling the daemon fails.
+ * Errors: EINVALID_ARGUMENT (NULL lease, out->struct_size), EUNSUPPORTED
+ * (devdax: device memory that move_pages cannot place; a kernel without
+ * NUMA), EIO (move_pages failed), and the daemon's errors when it is told:
+ * EUNAVAILABLE (connection gone), EREVOKED, EPROTOCOL. */
+CXLPOOL_EXPORT int cxlpool_lease_verify(cxlpool_lease* l, cxlpool_lease_placement* out);
 
 /* ---- CUDA ----
  * The library loads the CUDA driver API with dlopen("libcuda.so.1"), or the
@@ -229,7 +275,9 @@ CXLPOOL_EXPORT int cxlpool_lease_get_info(const cxlpool_lease* l, cxlpool_lease_
  * addressing). Otherwise use the per-chunk calls. */
 
 /* Registers the lease's mapping with CUDA on `device`, on its primary
- * context, DEVICEMAP|PORTABLE. Errors: EINVALID_ARGUMENT (NULL, device < 0),
+ * context, DEVICEMAP|PORTABLE. A registration pins long-term, so the
+ * library then checks where the pages are, as cxlpool_lease_verify() does
+ * (a failure of that check is logged, not returned). Errors: EINVALID_ARGUMENT (NULL, device < 0),
  * EALREADY_EXISTS (already registered), EUNSUPPORTED (no driver library or
  * entry point), EUNAVAILABLE (no GPU, or the device index does not exist),
  * EIO (the driver refused; see cxlpool_last_error_message). */

@@ -25,6 +25,19 @@
  *       stdin (the daemon may be killed and restarted meanwhile: the library
  *       reconnects and hands the lease back). Then check the pattern is
  *       intact, the lease is not revoked and the daemon takes its RELEASE.
+ *   cxlpool-vm-client pin --size B [--node N] [--tier LIST] [--strict] [--no-pin-flag]
+ *                         [--expect-node N | --expect-moved-to N | --expect-refused]
+ *                         [--hold]
+ *       A lease asked for with CXLPOOL_ALLOC_LONG_TERM_PIN (unless
+ *       --no-pin-flag), written, its pages counted per node (BEFORE), then
+ *       pinned long-term with io_uring IORING_REGISTER_BUFFERS (raw
+ *       syscalls, as cuMemHostRegister and RDMA pin: FOLL_LONGTERM), counted
+ *       again (AFTER), then cxlpool_lease_verify() (VERIFY). --expect-node:
+ *       every page on N before and after, nothing moved. --expect-moved-to:
+ *       every page on N after the pin, and the library (and so the daemon)
+ *       says so. --expect-refused: the strict request must be refused with
+ *       EUNSUPPORTED naming ZONE_MOVABLE and a daxctl remedy. --hold: print
+ *       "READY <id>" and keep the pin until a line on stdin, then release.
  * Common option: --socket PATH. Exit 0 when the check holds, 1 otherwise
  * (reason on stderr), 2 on bad usage. Single-threaded. */
 #define _GNU_SOURCE
@@ -38,6 +51,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "../probe/longterm_pin.h"
+
 typedef struct {
   const char* cmd;
   const char* name;
@@ -50,13 +65,18 @@ typedef struct {
   uint64_t touch;             /* bytes to write and verify; 0: all */
   const char* expect_backing; /* e.g. "devdax" */
   uint64_t expect_size;       /* lease size must be this; 0: any */
+  int no_pin_flag;            /* pin: do not tell the daemon */
+  int expect_moved_to;        /* pin: -1, or the node the pin must move the pages to */
+  int expect_refused;         /* pin: the strict request must be refused */
+  int hold;                   /* pin: wait for a line on stdin before releasing */
 } Args;
 
 static int Usage(void) {
   fprintf(stderr,
           "usage: cxlpool-vm-client place|refuse|share-write|share-read|hold [NAME] [--socket P]\n"
           "       [--size B] [--node N] [--tier LIST] [--strict] [--expect-node N]\n"
-          "       [--expect-backing B] [--expect-size B] [--touch-mib M]\n");
+          "       [--expect-backing B] [--expect-size B] [--touch-mib M]\n"
+          "       pin: [--no-pin-flag] [--expect-moved-to N] [--expect-refused] [--hold]\n");
   return 2;
 }
 
@@ -69,11 +89,16 @@ static unsigned char Pattern(uint64_t i, uint64_t seed) {
   return (unsigned char)(((i * 2654435761u) >> 13) ^ seed);
 }
 
-/* Every page of [p, p+len) is resident on `node` (move_pages on self). */
-static int PagesOn(void* p, uint64_t len, int node) {
+enum { kMaxNodes = 64 };
+
+/* Pages of [p, p+len) per node (move_pages on self); prints "<tag> N0=.. absent=..".
+ * Returns the node holding all resident pages, -1 when they are split or
+ * none is resident, -2 on error. */
+static int CountNodes(const char* tag, void* p, uint64_t len) {
   long page = sysconf(_SC_PAGESIZE);
-  uint64_t pages = len / (uint64_t)page;
-  uint64_t wrong = 0, done = 0;
+  uint64_t pages = len / (uint64_t)page, done = 0, absent = 0;
+  uint64_t on[kMaxNodes];
+  memset(on, 0, sizeof on);
   enum { kChunk = 1024 };
   void* addr[kChunk];
   int status[kChunk];
@@ -82,15 +107,34 @@ static int PagesOn(void* p, uint64_t len, int node) {
     for (; n < kChunk && done + n < pages; ++n) addr[n] = (char*)p + (done + n) * (uint64_t)page;
     if (syscall(SYS_move_pages, 0, n, addr, NULL, status, 0) != 0) {
       fprintf(stderr, "move_pages: %s\n", strerror(errno));
-      return 0;
+      return -2;
     }
     for (unsigned long i = 0; i < n; ++i) {
-      if (status[i] != node) ++wrong;
+      if (status[i] >= 0 && status[i] < kMaxNodes) {
+        on[status[i]]++;
+      } else {
+        absent++;
+      }
     }
     done += n;
   }
-  printf("PAGES node=%d pages=%" PRIu64 " elsewhere_or_absent=%" PRIu64 "\n", node, pages, wrong);
-  return wrong == 0 && pages > 0;
+  int only = -1, nodes = 0;
+  printf("%s", tag);
+  for (int n = 0; n < kMaxNodes; ++n) {
+    if (on[n] == 0) continue;
+    printf(" N%d=%" PRIu64, n, on[n]);
+    only = n;
+    ++nodes;
+  }
+  printf(" absent=%" PRIu64 "\n", absent);
+  return nodes == 1 && absent == 0 ? only : -1;
+}
+
+/* Every page of [p, p+len) is resident on `node` (move_pages on self). */
+static int PagesOn(void* p, uint64_t len, int node) {
+  char tag[32];
+  snprintf(tag, sizeof tag, "PAGES want=%d", node);
+  return CountNodes(tag, p, len) == node;
 }
 
 /* Prints the daemon's view of the lease; copies its backing into `backing`. */
@@ -222,6 +266,85 @@ static int ShareRead(cxlpool_client* c, const Args* a) {
   return ok ? 0 : 1;
 }
 
+static int Pin(cxlpool_client* c, const Args* a) {
+  cxlpool_alloc_opts o;
+  uint32_t flags =
+      (a->strict ? CXLPOOL_ALLOC_STRICT : 0) | (a->no_pin_flag ? 0 : CXLPOOL_ALLOC_LONG_TERM_PIN);
+  OptsFromArgs(a, flags, "vm-pin", &o);
+  cxlpool_lease* l = NULL;
+  int rc = cxlpool_alloc(c, &o, &l);
+  if (a->expect_refused) {
+    if (rc == CXLPOOL_OK) {
+      Describe(l, NULL, 0);
+      cxlpool_release(l);
+      fprintf(stderr, "the long-term pinned lease was granted\n");
+      return 1;
+    }
+    const char* m = cxlpool_last_error_message();
+    printf("REFUSED %s: %s\n", cxlpool_strerror(rc), m);
+    int ok = rc == CXLPOOL_EUNSUPPORTED && strstr(m, "ZONE_MOVABLE") != NULL &&
+             strstr(m, "daxctl") != NULL && (a->node < 0 || strstr(m, "node ") != NULL);
+    return ok ? 0 : 1;
+  }
+  if (rc != CXLPOOL_OK) return Fail("alloc", rc);
+  Describe(l, NULL, 0);
+  int placed = cxlpool_lease_numa_node(l);
+  unsigned char* p = cxlpool_lease_ptr(l);
+  uint64_t n = cxlpool_lease_size(l);
+  for (uint64_t i = 0; i < n; ++i) p[i] = Pattern(i, 0x71);
+  int before = CountNodes("BEFORE", p, n);
+  int ring = VmLongTermPin(p, (size_t)n);
+  if (ring < 0) {
+    cxlpool_release(l);
+    return 1;
+  }
+  int after = CountNodes("AFTER", p, n);
+  cxlpool_lease_placement pl;
+  memset(&pl, 0, sizeof pl);
+  pl.struct_size = sizeof pl;
+  rc = cxlpool_lease_verify(l, &pl);
+  printf("VERIFY rc=%s node=%d placed=%d moved=%d sampled=%" PRIu64 " on_node=%" PRIu64 "\n",
+         cxlpool_strerror(rc), pl.numa_node, pl.placed_numa_node, pl.moved, pl.pages_sampled,
+         pl.pages_on_node);
+  cxlpool_lease_info info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  cxlpool_lease_get_info(l, &info);
+  printf("INFO node=%d placed_node=%d pool=%s moved_reason=%s\n", info.numa_node,
+         info.placed_numa_node, info.pool ? info.pool : "?",
+         info.moved_reason ? info.moved_reason : "");
+  uint64_t bad = 0;
+  for (uint64_t i = 0; i < n; ++i) bad += p[i] != Pattern(i, 0x71);
+  int ok = rc == CXLPOOL_OK && bad == 0;
+  if (bad != 0) fprintf(stderr, "%" PRIu64 " bytes read back wrong after the pin\n", bad);
+  if (a->expect_node >= 0) {
+    if (before != a->expect_node || after != a->expect_node || placed != a->expect_node ||
+        pl.moved != 0 || pl.numa_node != a->expect_node) {
+      fprintf(stderr, "expected every page on node %d before and after the pin\n", a->expect_node);
+      ok = 0;
+    }
+  }
+  if (a->expect_moved_to >= 0) {
+    if (after != a->expect_moved_to || pl.moved != 1 || pl.numa_node != a->expect_moved_to ||
+        info.numa_node != a->expect_moved_to || info.placed_numa_node != placed) {
+      fprintf(stderr, "expected the pin to move every page to node %d, and the library to say so\n",
+              a->expect_moved_to);
+      ok = 0;
+    }
+  }
+  if (a->hold) {
+    printf("READY %" PRIu64 "\n", cxlpool_lease_id(l));
+    fflush(stdout);
+    char line[16];
+    (void)!fgets(line, sizeof line, stdin);
+  }
+  close(ring);
+  rc = cxlpool_release(l);
+  if (rc != CXLPOOL_OK) return Fail("release", rc);
+  fflush(stdout);
+  return ok ? 0 : 1;
+}
+
 static int Hold(cxlpool_client* c, const Args* a) {
   cxlpool_lease* l = NULL;
   char backing[32];
@@ -250,7 +373,7 @@ static int Hold(cxlpool_client* c, const Args* a) {
 }
 
 int main(int argc, char** argv) {
-  Args a = {.node = -1, .expect_node = -1, .size = 4u << 20};
+  Args a = {.node = -1, .expect_node = -1, .expect_moved_to = -1, .size = 4u << 20};
   if (argc < 2) return Usage();
   a.cmd = argv[1];
   int i = 2;
@@ -263,6 +386,13 @@ int main(int argc, char** argv) {
     const char* val = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(opt, "--strict") == 0) {
       a.strict = 1;
+      continue;
+    }
+    if (strcmp(opt, "--no-pin-flag") == 0 || strcmp(opt, "--expect-refused") == 0 ||
+        strcmp(opt, "--hold") == 0) {
+      if (opt[2] == 'n') a.no_pin_flag = 1;
+      if (opt[2] == 'e') a.expect_refused = 1;
+      if (opt[2] == 'h') a.hold = 1;
       continue;
     }
     if (val == NULL) return Usage();
@@ -283,6 +413,8 @@ int main(int argc, char** argv) {
       a.expect_backing = val;
     } else if (strcmp(opt, "--expect-node") == 0) {
       a.expect_node = atoi(val);
+    } else if (strcmp(opt, "--expect-moved-to") == 0) {
+      a.expect_moved_to = atoi(val);
     } else {
       return Usage();
     }
@@ -301,6 +433,8 @@ int main(int argc, char** argv) {
     out = ShareRead(c, &a);
   } else if (strcmp(a.cmd, "hold") == 0) {
     out = Hold(c, &a);
+  } else if (strcmp(a.cmd, "pin") == 0) {
+    out = Pin(c, &a);
   } else {
     out = Usage();
   }

@@ -9,7 +9,7 @@
 #  - labels persist in the LSA file, so backing and label files are created
 #    fresh for every run;
 #  - CXL memory under TCG moves a few MB/s: keep test buffers to a few MiB.
-VM_CXL_MIB=256
+VM_CXL_MIB=${VM_CXL_MIB:-256}  # a topology may set it before sourcing this file
 VM_CXL_SERIAL=3237998593  # 0xc0ffee01, checked against the memdev's serial
 
 cxl_host_prepare() {  # workdir

@@ -39,8 +39,10 @@ vm_lease_count() {
 
 # Guest configuration: no warm stock (prefaulting under TCG is slow and the
 # nodes are small); the memory-only node's pool is capped at 16 MiB so a
-# strict request beyond that meets a full pool; a devdax pool for the static
-# CXL DAX region when the topology has one.
+# strict request beyond that meets a full pool; every CPU-less node enabled
+# (QEMU's memory-only nodes have no CXL, hmem or nvdimm behind them, so their
+# kind is unknown and they are pooled only when the config says so); a
+# devdax pool for the static CXL DAX region when the topology has one.
 vm_daemon_config() {
   cat <<CONF
 [pools]
@@ -48,7 +50,11 @@ warm_stock = []
 
 [pools.node.$TOPO_FAR_NODE]
 capacity = "16M"
+enabled = true
 CONF
+  for _c in $(vm_cpuless_nodes); do
+    [ "$_c" = "$TOPO_FAR_NODE" ] || printf '\n[pools.node.%s]\nenabled = true\n' "$_c"
+  done
   if [ -n "${VM_DAX_REGION:-}" ]; then
     printf '\n[[devdax]]\nregion = "%s"\n' "$VM_DAX_REGION"
   fi
@@ -136,7 +142,43 @@ vm_shared_lease() {  # node
   exec 8>&-
 }
 
+# A memory-only node of unknown kind is not pooled by default: the daemon
+# says so at start (and how to include it), and pools it once enabled.
+vm_unknown_node_not_pooled() {  # node
+  if ! vm_have cxlpoold || ! vm_have cxlpoolctl; then
+    vm_skip "memory of unknown kind is not pooled by default" "cxlpoold not built yet"
+    return
+  fi
+  mkdir -p /run/cxlpool
+  printf '[pools]\nwarm_stock = []\n' >/out/cxlpoold-default.toml
+  cxlpoold --foreground --config /out/cxlpoold-default.toml --socket /run/cxlpool/default.sock \
+    >/out/cxlpoold-default.log 2>&1 &
+  _p=$!
+  if vm_check "cxlpoold (no node enabled) listens" vm_wait_for 240 test -S /run/cxlpool/default.sock; then
+    cxlpoolctl pools --json --socket /run/cxlpool/default.sock >/out/pools-default.json 2>>"$VM_LOG"
+    vm_check "pools: no pool on node $1 (unknown kind) by default" jq -e \
+      "[$VM_POOLS | select(.numa_node == $1)] | length == 0" /out/pools-default.json
+    vm_check "log: node $1 left out, with how to include it" \
+      grep -q "node $1 not pooled: CPU-less memory of unknown kind.*\\[pools.node.$1\\] enabled = true" \
+      /out/cxlpoold-default.log
+    if cxlpoolctl doctor --help >/dev/null 2>&1; then
+      cxlpoolctl doctor --json --socket /run/cxlpool/default.sock >/out/doctor-default.json 2>>"$VM_LOG"
+      vm_check "doctor: node $1 not pooled, remedy enabled = true" jq -e \
+        "[.findings[] | select(.check == \"unpooled_nodes\") | select(.remedy | test(\"pools.node.$1\\\\] enabled = true\"))] | length == 1" \
+        /out/doctor-default.json
+    fi
+  fi
+  kill "$_p" 2>/dev/null
+  wait "$_p" 2>/dev/null
+}
+
 vm_daemon_checks() {
+  if [ "${TOPO_OWN_DAEMON_CHECKS:-0}" = 1 ]; then
+    # The topology started its own daemons with its own configurations; the
+    # generic lease checks run on the same hardware elsewhere (cxl-ram).
+    vm_note "generic daemon checks left to cxl-ram (same expander)"
+    return
+  fi
   if ! vm_have cxlpoold; then
     vm_skip "daemon: leases placed on node ${TOPO_FAR_NODE:-?}" "cxlpoold not built yet"
     return

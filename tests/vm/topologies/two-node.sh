@@ -53,4 +53,6 @@ topo_guest_checks() {
     "$(cat $_n/node1/access0/initiators/read_bandwidth 2>/dev/null)" "5120"
   vm_check_eq "kernel: node1 initiator" "$(ls $_n/node1/access0/initiators | grep '^node')" "node0"
   vm_check "kernel: 8 MiB mbind'ed to node1 lands there and reads back" cxlpool-vm-probe bind 1 8
+  # Node 1 has nothing behind it that sysfs shows: memory of unknown kind.
+  vm_unknown_node_not_pooled 1
 }

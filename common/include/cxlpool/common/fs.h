@@ -41,7 +41,8 @@ class FileSystem {
   // ("/sys/bus/cxl/devices/mem0" -> "/sys/devices/platform/.../mem0").
   Result<std::string> Canonical(std::string_view path) const;
 
-  // Convenience: ReadFile with trailing whitespace trimmed.
+  // Convenience: ReadFile trimmed as a sysfs value (TrimSysfsValue:
+  // surrounding whitespace and trailing NUL padding removed).
   Result<std::string> ReadTrimmed(std::string_view path) const;
 
   // "/" for the real machine, else the directory prefixed to every path.

@@ -18,6 +18,13 @@ std::vector<std::string> Split(std::string_view s, char sep);
 // Splits on any run of whitespace; no empty fields.
 std::vector<std::string> SplitWhitespace(std::string_view s);
 std::string_view Trim(std::string_view s);
+// A sysfs or procfs value as a kernel (or a capture of one) wrote it: leading
+// whitespace, and any trailing run of whitespace and NUL bytes, removed
+// ("0-31\n\0" -> "0-31"). Real machines pad some attributes with a NUL;
+// hwloc reads them as C strings, so it never sees the padding. A NUL with
+// anything but whitespace or NULs after it stays: that is garbage to report,
+// not padding.
+std::string_view TrimSysfsValue(std::string_view s);
 bool StartsWith(std::string_view s, std::string_view prefix);
 bool EndsWith(std::string_view s, std::string_view suffix);
 

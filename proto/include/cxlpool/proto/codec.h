@@ -51,6 +51,8 @@ namespace cxlpool::wire {
   X(MetricsRequest, MSG_METRICS_REQUEST)        \
   X(MetricsReply, MSG_METRICS_REPLY)            \
   X(ExtentFds, MSG_EXTENT_FDS)                  \
+  X(LeaseMovedRequest, MSG_LEASE_MOVED_REQUEST) \
+  X(LeaseMovedReply, MSG_LEASE_MOVED_REPLY)     \
   X(ErrorReply, MSG_ERROR_REPLY)                \
   X(LeaseEvent, MSG_LEASE_EVENT)
 

@@ -28,16 +28,37 @@ struct AccessClass {
   std::optional<uint64_t> write_latency_ns;
 };
 
+// Whether a node can hold long-term pins. A long-term pin (FOLL_LONGTERM:
+// cuMemHostRegister, RDMA memory registration, io_uring fixed buffers) first
+// migrates every page it pins out of ZONE_MOVABLE, to a kernel zone of the
+// page's own node when that has room, else of another node.
+//   kYes     all of the node's online memory is in kernel zones: pins stay.
+//   kPartly  both: pinned pages stay on the node only while its kernel zones
+//            have room for them.
+//   kNo      ZONE_MOVABLE only: a pin moves every page to another node.
+//   kUnknown no zone facts (or no memory).
+enum class LongTermPins { kUnknown, kYes, kPartly, kNo };
+// "yes", "partly", "no"; nullptr for kUnknown (JSON null).
+const char* LongTermPinsName(LongTermPins p);
+
 struct NumaNode {
   int id = -1;
   std::vector<int> cpus;
   std::optional<uint64_t> memory_bytes;  // node meminfo MemTotal
   std::optional<uint64_t> free_bytes;    // node meminfo MemFree (at discovery)
   NodeKind kind = NodeKind::kUnknown;
-  std::string kind_reason;          // human text: why this kind
+  std::string kind_reason;  // human text: why this kind
+  // CPU-less, and nothing found behind its memory (no CXL region, hmem,
+  // nvdimm or GPU): kind unknown for want of any backing, not of a tier.
+  bool backing_unidentified = false;
   std::map<int, int> distances;     // SLIT row: node id -> distance
   std::optional<int> memory_tier;   // memory_tiering tier id
   std::optional<std::string> zone;  // "Normal", "Movable", ... (system-ram)
+  // Online memory by zone: in kernel zones (DMA, DMA32, Normal) and in
+  // ZONE_MOVABLE, from the memory blocks (count x block size) or, failing
+  // them, /proc/zoneinfo (managed pages). nullopt when neither tells.
+  std::optional<uint64_t> kernel_zone_bytes;
+  std::optional<uint64_t> movable_bytes;
   std::vector<AccessClass> access;
   std::optional<uint64_t> hugepages_2m_total;
   std::optional<uint64_t> hugepages_2m_free;
@@ -88,12 +109,24 @@ struct Gpu {
   std::optional<uint64_t> memory_bytes;
   std::optional<int> numa_node;    // CPU-side affinity node
   std::optional<int> memory_node;  // NUMA node holding its HBM (Grace Hopper)
+  // Who said memory_node: "nvml" (nvmlDeviceGetNumaNodeId) or "driver"
+  // (/proc/driver/nvidia/gpus/<bus id>/numa_status); "" when unset.
+  std::string memory_node_source;
   std::vector<NvLink> nvlinks;
   // False when NVLink state is unknown (PCI scan, or NVML lacks the NVLink
   // entry points): JSON "nvlinks" is then null instead of [].
   bool nvlinks_known = false;
-  std::string source;  // "nvml" or "pci"
+  std::string source;  // "nvml", "pci" or "driver" (listed only by the driver's procfs)
 };
+
+// From the zone facts: see LongTermPins.
+LongTermPins LongTermPinsOf(const NumaNode& node);
+
+// Why the daemon does not pool `node` unless its config says so, or
+// nullopt when it pools it by default: GPU memory (never pooled), no
+// memory, or a CPU-less node whose backing could not be identified (kind
+// unknown; `[pools.node.N] enabled = true` pools it). One sentence.
+std::optional<std::string> NotPooledReason(const NumaNode& node);
 
 struct MemoryTier {
   int id = 0;
@@ -118,6 +151,11 @@ struct Topology {
   // Finds a GPU by index ("0"), uuid ("GPU-...") or PCI bus id (any case,
   // with or without the 4-digit domain).
   const Gpu* FindGpuByName(const std::string& name) const;
+  // How to online node `id`'s memory in a kernel zone so long-term pins stay
+  // on it: the daxctl commands for the DAX devices onlined into it as system
+  // RAM, else the memory-block sysfs write. One sentence, for refusals and
+  // `cxlpoolctl doctor`.
+  std::string KernelZoneRemedy(int id) const;
 };
 
 }  // namespace cxlpool
