@@ -23,7 +23,7 @@ pkgs=(
   jq ccache
   file                        # dpkg-shlibdeps and the package test run it on every binary
   prometheus
-  debhelper lintian           # scripts/build-debs.sh (dpkg-buildpackage) and the package test
+  debhelper dh-python lintian # scripts/build-debs.sh (dpkg-buildpackage) and the package test
   groff-base mandoc           # the man pages are checked with groff -ww and mandoc -Tlint
   python3-dev pybind11-dev    # the cxlpool Python package
   python3-numpy python3-pytest python3-torch   # its tests (Debian's PyTorch 1.13)
