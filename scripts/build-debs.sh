@@ -4,7 +4,9 @@
 #                    /etc/cxlpool/cxlpoold.toml, man pages, bash completion
 #   libcxlpool0      the shared library (symbols file: debian/libcxlpool0.symbols)
 #   libcxlpool-dev   headers, static library, pkg-config, CMake package, examples
-#   cxlpool-dbgsym, libcxlpool0-dbgsym   the split-out debug symbols
+#   python3-cxlpool  the cxlpool Python module (dist-packages)
+#   libcxlpool-preload  the LD_PRELOAD shim, in <libdir>/cxlpool
+#   *-dbgsym         the split-out debug symbols
 #
 # usage: scripts/build-debs.sh [--out DIR] [--lintian]
 #   --out DIR   where the .deb/.changes/.buildinfo files go (default build/debs)

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Package test on the .deb files scripts/build-debs.sh made (package_build):
 #   1. what each package holds, and what it must not (examples in /usr/bin,
-#      headers in the daemon's package, debug info in a binary);
+#      headers, the Python module or the preload shim in the daemon's
+#      package, debug info in a binary);
 #   2. the control data: conffiles, shlibs, the symbols file, the ldconfig
 #      trigger, the -dbgsym packages with their .debug files;
-#   3. an install of cxlpool, libcxlpool0 and libcxlpool-dev into a scratch
+#   3. an install of every package into a scratch
 #      dpkg root (maintainer scripts chrootless with $DPKG_ROOT: the host is
 #      untouched), where sysusers creates cxlpool and cxlpool-admin;
 #   4. the example clients built against the installed files through
@@ -12,7 +13,9 @@
 #      every private library, libstdc++ included), find_package(cxlpool) for
 #      the shared and the static library, and find_package with Protobuf
 #      unavailable (the shared library needs nothing else; the static
-#      component is then refused), all run against the installed daemon.
+#      component is then refused), all run against the installed daemon;
+#   5. the installed Python module leasing from that daemon, and the installed
+#      preload shim (no SONAME, only the CUDA entry points exported).
 # usage: package-test.sh <source-dir> <packages-dir>
 set -euo pipefail
 src=$(cd "$1" && pwd)
@@ -42,6 +45,8 @@ lib_deb=$(one "$pkgs/libcxlpool0_*.deb")
 dev_deb=$(one "$pkgs/libcxlpool-dev_*.deb")
 daemon_dbg=$(one "$pkgs/cxlpool-dbgsym_*.deb")
 lib_dbg=$(one "$pkgs/libcxlpool0-dbgsym_*.deb")
+py_deb=$(one "$pkgs/python3-cxlpool_*.deb")
+preload_deb=$(one "$pkgs/libcxlpool-preload_*.deb")
 arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 libdir=usr/lib/$arch
 
@@ -67,7 +72,19 @@ need "$dev_deb" usr/include/cxlpool/cxlpool.h usr/include/cxlpool/client.hpp \
   "$libdir/cmake/cxlpool/cxlpoolStaticTargets.cmake" usr/share/man/man3/libcxlpool.3.gz \
   usr/share/doc/libcxlpool-dev/examples/cxlpool-example.c \
   usr/share/doc/libcxlpool-dev/examples/cxlpool-example-cpp.cc
+pydir=usr/lib/python3/dist-packages/cxlpool
+need "$py_deb" "$pydir/__init__.py" "$pydir/errors.py" "$pydir/torch.py" "$pydir/py.typed" \
+  "$pydir/_cxlpool.pyi"
+contents "$py_deb" | grep -qE "^$pydir/_cxlpool(\.cpython-[^/]*)?\.so$" || fail "no _cxlpool module in python3-cxlpool"
+contents "$py_deb" | grep -qE '^usr/lib/[^p]|^usr/(s?bin|include)/' && fail "python3-cxlpool ships more than the module"
+need "$preload_deb" "$libdir/cxlpool/libcxlpool_preload.so"
+contents "$preload_deb" | grep -E '\.so' | grep -vxF "$libdir/cxlpool/libcxlpool_preload.so" &&
+  fail "libcxlpool-preload ships another library"
 for deb in "$daemon_deb" "$lib_deb" "$dev_deb"; do
+  contents "$deb" | grep -qE 'dist-packages|\.py$|libcxlpool_preload' &&
+    fail "$(basename "$deb") ships the Python module or the preload shim"
+done
+for deb in "$daemon_deb" "$lib_deb" "$dev_deb" "$py_deb" "$preload_deb"; do
   if contents "$deb" | grep -E '^usr/bin/cxlpool-example|^usr/bin/cxlpool-bench|\.debug$'; then
     fail "$(basename "$deb") ships an example, a bench or debug info"
   fi
@@ -87,6 +104,8 @@ dpkg-deb -I "$lib_deb" symbols | grep -q '^ cxlpool_connect@CXLPOOL_0.1 ' || fai
 dpkg-deb -I "$lib_deb" triggers | grep -qx 'activate-noawait ldconfig' || fail "ldconfig trigger"
 deps=$(dpkg-deb -f "$daemon_deb" Depends)
 [[ $deps == *libnuma1* && $deps == *libdaxctl1* && $deps == *systemd* ]] || fail "cxlpool Depends: $deps"
+deps=$(dpkg-deb -f "$py_deb" Depends)
+[[ $deps == *libcxlpool0* && $deps == *python3* ]] || fail "python3-cxlpool Depends: $deps"
 echo "ok: conffiles, shlibs, symbols, ldconfig trigger, dependencies"
 
 step "stripped binaries, configuration"
@@ -115,9 +134,9 @@ root=$work/root
 mkdir -p "$root/var/lib/dpkg/info" "$root/var/lib/dpkg/updates" "$root/etc"
 touch "$root/var/lib/dpkg/status"
 dpkg --root="$root" --force-depends --force-not-root --force-script-chrootless \
-  --log=/dev/null -i "$lib_deb" "$dev_deb" "$daemon_deb" >"$work/dpkg.log" 2>&1 ||
-  { cat "$work/dpkg.log"; fail "dpkg -i into the scratch root"; }
-for p in cxlpool libcxlpool0 libcxlpool-dev; do
+  --log=/dev/null -i "$lib_deb" "$dev_deb" "$daemon_deb" "$py_deb" "$preload_deb" \
+  >"$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log"; fail "dpkg -i into the scratch root"; }
+for p in cxlpool libcxlpool0 libcxlpool-dev python3-cxlpool libcxlpool-preload; do
   dpkg --root="$root" -s "$p" | grep -q "Status: install ok installed" || fail "$p not installed"
 done
 if command -v systemd-sysusers >/dev/null; then
@@ -195,4 +214,29 @@ for exe in "$work/pc/example-c" "$work/pc/example-cpp" "$work/pc/example-static"
 done
 "$root/usr/bin/cxlpoolctl" --socket "$sock" pools >/dev/null
 "$root/usr/bin/cxlpoolctl" --version | grep -q "^cxlpoolctl 0.1.0 (git " || fail "installed --version"
-echo "package test: ok ($(basename "$daemon_deb") $(basename "$lib_deb") $(basename "$dev_deb"))"
+echo "ok: the examples lease from the installed daemon"
+
+step "the installed Python module and preload shim"
+if command -v python3 >/dev/null; then
+  CXLPOOL_SOCKET=$sock python3 -I -c '
+import sys
+sys.path.insert(0, sys.argv[1])
+import cxlpool
+assert cxlpool.__file__.startswith(sys.argv[1]), cxlpool.__file__
+with cxlpool.Client() as c:
+    with c.allocate(1 << 20, label="package-test") as lease:
+        m = memoryview(lease)
+        m[0] = 0x5A
+        assert m[0] == 0x5A and lease.size >= 1 << 20
+        del m
+print("python:", cxlpool.__version__, cxlpool.__file__)' "$root/usr/lib/python3/dist-packages" ||
+    fail "the installed Python module"
+else
+  echo "(no python3 here: the module is not imported)"
+fi
+shim=$root/$libdir/cxlpool/libcxlpool_preload.so
+readelf -d "$shim" | grep -q SONAME && fail "the preload shim has a SONAME"
+readelf -W --dyn-syms "$shim" | awk '$5 == "GLOBAL" && $7 != "UND" { print $8 }' | grep -qx cudaHostAlloc ||
+  fail "the preload shim does not export cudaHostAlloc"
+LD_PRELOAD=$shim /bin/true || fail "LD_PRELOAD of the installed shim"
+echo "package test: ok ($(cd "$pkgs" && ls ./*.deb | grep -v dbgsym | sed 's#^\./##' | tr '\n' ' '))"
