@@ -22,6 +22,9 @@
 #   CXLPOOL_CI_MIRROR    Debian mirror (default http://deb.debian.org/debian)
 #   CXLPOOL_CI_VM_CACHE  1 (default): keep the VM tier's kernel and guest root
 #                        between runs (CXLPOOL_CI_CACHE/vm); 0: fetch them
+#   CXLPOOL_CI_APT_CACHE 1 (default): keep the .deb files install-deps.sh
+#                        downloads (CXLPOOL_CI_CACHE/apt-archives), so a run
+#                        installs them without fetching them; 0: fetch them
 #   CXLPOOL_CI_CCACHE    1 (default): keep a ccache between runs
 #                        (CXLPOOL_CI_CACHE/ccache); 0: compile from scratch
 #   CXLPOOL_CI_FRESH_ROOT  what to do when this machine cannot make the root
@@ -274,6 +277,11 @@ mounts+=("$root/run")
 if [[ ${CXLPOOL_CI_VM_CACHE:-1} == 1 ]]; then
   mkdir -p "$cache/vm"
   bind "$cache/vm" "$root/root/.cache/cxlpool-vm" || no_root "cannot bind the VM cache"
+fi
+if [[ ${CXLPOOL_CI_APT_CACHE:-1} == 1 ]]; then
+  # Downloads only: every package is still installed into the fresh root.
+  mkdir -p "$cache/apt-archives/partial"
+  bind "$cache/apt-archives" "$root/var/cache/apt/archives" || no_root "cannot bind the apt cache"
 fi
 if [[ ${CXLPOOL_CI_CCACHE:-1} == 1 ]]; then
   mkdir -p "$cache/ccache"
