@@ -85,9 +85,15 @@ step_say() { log "$*"; }
 source "$src/scripts/lib/steps.sh"
 
 # ---- undoing the root (on every exit path) ------------------------------------
-work="" root="" mounts=() fallback=""
+work="" root="" mounts=() fallback="" host_child=""
 undo_root() {
   local i p sig
+  # The host run's process group (setsid), when a signal ended it early.
+  if [[ -n $host_child ]] && kill -0 "$host_child" 2>/dev/null; then
+    kill -TERM -- "-$host_child" 2>/dev/null
+    sleep 2
+    kill -KILL -- "-$host_child" 2>/dev/null
+  fi
   if [[ -n $root ]]; then
     # Processes still running in the root are ours (started by the chroot).
     for sig in TERM KILL; do
@@ -147,9 +153,14 @@ trap 'exit 129' HUP
 host_run() {
   local rc
   step "host: $test_cmd (NOT in a fresh root)"
+  # In the background, so that a signal runs the trap at once (bash defers
+  # traps while a foreground child runs); its own group, so the trap can end it.
   set +e
-  (cd "$src" && bash -c "$test_cmd")
+  (cd "$src" && exec setsid bash -c "$test_cmd") &
+  host_child=$!
+  wait "$host_child"
   rc=$?
+  host_child=""
   set -e
   ((rc == 0)) && log "the test command passed on the host" ||
     log "the test command failed on the host (exit $rc)"
@@ -295,8 +306,11 @@ env_args=(HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbi
 for v in CXLPOOL_TEST_STAGES CXLPOOL_JOBS CXLPOOL_FUZZ_SECONDS http_proxy https_proxy; do
   [[ -n ${!v:-} ]] && env_args+=("$v=${!v}")
 done
+# In the background, so that a signal (CI's timeout, Ctrl-C) runs the trap
+# at once; the trap ends every process in the root and unmounts.
 set +e
-chroot "$root" /usr/bin/env -i "${env_args[@]}" /bin/bash -c "cd /src/cxlpool && $test_cmd"
+chroot "$root" /usr/bin/env -i "${env_args[@]}" /bin/bash -c "cd /src/cxlpool && $test_cmd" &
+wait $!
 rc=$?
 set -e
 ((rc == 0)) && log "the test command passed in the fresh root" ||
