@@ -15,7 +15,7 @@
 #      unavailable (the shared library needs nothing else; the static
 #      component is then refused), all run against the installed daemon;
 #   5. the installed Python module leasing from that daemon, and the installed
-#      preload shim (no SONAME, only the CUDA entry points exported).
+#      preload shim (an unversioned SONAME, only the CUDA entry points exported).
 # usage: package-test.sh <source-dir> <packages-dir>
 set -euo pipefail
 src=$(cd "$1" && pwd)
@@ -134,11 +134,18 @@ root=$work/root
 mkdir -p "$root/var/lib/dpkg/info" "$root/var/lib/dpkg/updates" "$root/etc"
 touch "$root/var/lib/dpkg/status"
 dpkg --root="$root" --force-depends --force-not-root --force-script-chrootless \
-  --log=/dev/null -i "$lib_deb" "$dev_deb" "$daemon_deb" "$py_deb" "$preload_deb" \
+  --log=/dev/null -i "$lib_deb" "$dev_deb" "$daemon_deb" "$preload_deb" \
   >"$work/dpkg.log" 2>&1 || { cat "$work/dpkg.log"; fail "dpkg -i into the scratch root"; }
-for p in cxlpool libcxlpool0 libcxlpool-dev python3-cxlpool libcxlpool-preload; do
+# python3-cxlpool is only unpacked: its postinst (py3compile) byte-compiles
+# the host's /usr/lib/python3, it knows nothing of a scratch root.
+dpkg --root="$root" --force-depends --force-not-root --force-script-chrootless \
+  --log=/dev/null --unpack "$py_deb" >>"$work/dpkg.log" 2>&1 ||
+  { cat "$work/dpkg.log"; fail "dpkg --unpack python3-cxlpool into the scratch root"; }
+for p in cxlpool libcxlpool0 libcxlpool-dev libcxlpool-preload; do
   dpkg --root="$root" -s "$p" | grep -q "Status: install ok installed" || fail "$p not installed"
 done
+dpkg --root="$root" -s python3-cxlpool | grep -q "Status: install ok unpacked" ||
+  fail "python3-cxlpool not unpacked"
 if command -v systemd-sysusers >/dev/null; then
   grep -q '^cxlpool:' "$root/etc/passwd" || fail "postinst did not create user cxlpool in the root"
   grep -q '^cxlpool-admin:' "$root/etc/group" || fail "no cxlpool-admin group in the root"
@@ -235,7 +242,8 @@ else
   echo "(no python3 here: the module is not imported)"
 fi
 shim=$root/$libdir/cxlpool/libcxlpool_preload.so
-readelf -d "$shim" | grep -q SONAME && fail "the preload shim has a SONAME"
+soname=$(readelf -d "$shim" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+[[ -z $soname || $soname == libcxlpool_preload.so ]] || fail "the preload shim's SONAME is $soname"
 readelf -W --dyn-syms "$shim" | awk '$5 == "GLOBAL" && $7 != "UND" { print $8 }' | grep -qx cudaHostAlloc ||
   fail "the preload shim does not export cudaHostAlloc"
 LD_PRELOAD=$shim /bin/true || fail "LD_PRELOAD of the installed shim"
