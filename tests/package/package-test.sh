@@ -45,6 +45,8 @@ lib_deb=$(one "$pkgs/libcxlpool0_*.deb")
 dev_deb=$(one "$pkgs/libcxlpool-dev_*.deb")
 daemon_dbg=$(one "$pkgs/cxlpool-dbgsym_*.deb")
 lib_dbg=$(one "$pkgs/libcxlpool0-dbgsym_*.deb")
+py_dbg=$(one "$pkgs/python3-cxlpool-dbgsym_*.deb")
+preload_dbg=$(one "$pkgs/libcxlpool-preload-dbgsym_*.deb")
 py_deb=$(one "$pkgs/python3-cxlpool_*.deb")
 preload_deb=$(one "$pkgs/libcxlpool-preload_*.deb")
 arch=$(dpkg-architecture -qDEB_HOST_MULTIARCH)
@@ -91,7 +93,7 @@ for deb in "$daemon_deb" "$lib_deb" "$dev_deb" "$py_deb" "$preload_deb"; do
 done
 contents "$daemon_deb" | grep -qE '^usr/include|\.a$|\.so(\.|$)' && fail "cxlpool ships library files"
 contents "$lib_deb" | grep -qE '^usr/include|\.a$|/libcxlpool\.so$' && fail "libcxlpool0 ships -dev files"
-for dbg in "$daemon_dbg" "$lib_dbg"; do
+for dbg in "$daemon_dbg" "$lib_dbg" "$py_dbg" "$preload_dbg"; do
   contents "$dbg" | grep -qE '^usr/lib/debug/\.build-id/[0-9a-f]{2}/[0-9a-f]+\.debug$' ||
     fail "$(basename "$dbg") has no .build-id/*.debug"
 done
@@ -112,7 +114,11 @@ step "stripped binaries, configuration"
 mkdir -p "$work/x"
 dpkg-deb -x "$daemon_deb" "$work/x"
 dpkg-deb -x "$lib_deb" "$work/x"
-for b in usr/sbin/cxlpoold usr/bin/cxlpoolctl "$libdir/libcxlpool.so.0.1.0"; do
+dpkg-deb -x "$py_deb" "$work/x"
+dpkg-deb -x "$preload_deb" "$work/x"
+pymod=$(cd "$work/x" && ls usr/lib/python3/dist-packages/cxlpool/_cxlpool*.so)
+for b in usr/sbin/cxlpoold usr/bin/cxlpoolctl "$libdir/libcxlpool.so.0.1.0" "$pymod" \
+  "$libdir/cxlpool/libcxlpool_preload.so"; do
   file -L "$work/x/$b" | grep -q ', stripped' || fail "$b is not stripped: $(file -L "$work/x/$b")"
 done
 size=$(stat -c %s "$work/x/usr/sbin/cxlpoold")
