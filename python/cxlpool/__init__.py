@@ -15,7 +15,7 @@ PyTorch's pinned-memory allocator from the pool (docs/python.md).
 
 from __future__ import annotations
 
-from ._cxlpool import Client, Lease, LeaseInfo, LeaseWindow, default_socket_path
+from ._cxlpool import Client, Lease, LeaseInfo, LeaseWindow, Placement, default_socket_path
 from ._cxlpool import version as _library_version
 from .errors import (
     AlreadyExistsError,
@@ -40,6 +40,7 @@ __all__ = [
     "Lease",
     "LeaseInfo",
     "LeaseWindow",
+    "Placement",
     "connect",
     "default_socket_path",
     "library_version",

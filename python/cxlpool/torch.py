@@ -149,6 +149,7 @@ def empty(
     acl_uids: Iterable[int] | None = None,
     acl_gids: Iterable[int] | None = None,
     client: Client | None = None,
+    long_term_pin: bool | None = None,
 ) -> _torch.Tensor:
     """An uninitialised CPU tensor in a lease of exactly its size.
 
@@ -157,7 +158,11 @@ def empty(
     preference (``"cxl"``, ``["dram", "cxl"]``). name: make it a shared named
     lease others can ``attach()`` (ACL: acl_uids / acl_gids). register:
     register with CUDA (None: when a GPU is there; False: map, don't
-    register). numa_node, gpu, strict, hugetlb, label: as Client.allocate.
+    register). long_term_pin: the memory will be pinned long-term (None: when
+    it is for a GPU, registered here or by the engine in map-don't-register
+    mode), so the daemon keeps it off memory a pin would move it from; call
+    ``lease_of(t).verify()`` after pinning it yourself. numa_node, gpu,
+    strict, hugetlb, label: as Client.allocate.
     Raises cxlpool.Error subclasses (ResourceExhaustedError for a full pool
     or quota, UnavailableError without a daemon, ...).
     """
@@ -170,6 +175,8 @@ def empty(
         register = device >= 0
     if register and device < 0:
         device = 0
+    if long_term_pin is None:
+        long_term_pin = device >= 0
     cl = client or get_client()
     lease = cl.allocate(
         max(nbytes, 1),
@@ -180,6 +187,7 @@ def empty(
         strict=strict,
         hugetlb=hugetlb,
         cuda_register=bool(register),
+        long_term_pin=bool(long_term_pin),
         label=label,
         name=name,
         acl_uids=acl_uids,

@@ -125,6 +125,19 @@ class PyLease {
     ClientStatus s = lease_.CudaUnregister();
     if (!s.ok()) Throw(s);
   }
+  // After pinning by other means (RDMA, io_uring fixed buffers, an engine's
+  // own cudaHostRegister): where the kernel says the pages are.
+  Placement Verify() {
+    RequireValid();
+    ClientResult<Placement> p = ClientStatus(ErrorCode::kInternal, "not run");
+    {
+      py::gil_scoped_release nogil;
+      p = lease_.Verify();
+    }
+    if (!p.ok()) Throw(p.status());
+    info_ = lease_.info();
+    return *p;
+  }
 
   // Explicit release: refused while the memory is exported.
   void Release() {
@@ -399,9 +412,9 @@ class PyClient {
   std::unique_ptr<PyLease> Allocate(const py::object& size, const py::object& numa_node,
                                     const py::object& near_gpu, const py::object& gpu,
                                     const py::object& tier, bool strict, bool hugetlb,
-                                    bool cuda_register, const std::string& label,
-                                    const py::object& name, const py::object& acl_uids,
-                                    const py::object& acl_gids) {
+                                    bool cuda_register, bool long_term_pin,
+                                    const std::string& label, const py::object& name,
+                                    const py::object& acl_uids, const py::object& acl_gids) {
     if (!py::isinstance<py::int_>(size)) ThrowInvalid("size: an int");
     if (PyObject_RichCompareBool(size.ptr(), py::int_(0).ptr(), Py_LE) == 1) {
       ThrowInvalid("size must be > 0");
@@ -418,6 +431,7 @@ class PyClient {
     o.strict = strict;
     o.hugetlb = hugetlb;
     o.cuda_register = cuda_register;
+    o.long_term_pin = long_term_pin;
     o.label = label;
     if (!name.is_none()) {
       o.name = name.cast<std::string>();
@@ -477,6 +491,7 @@ std::string LeaseRepr(const PyLease& l) {
 PYBIND11_MODULE(_cxlpool, m) {
   using namespace cxlpool::py_binding;
   using cxlpool::LeaseInfo;
+  using cxlpool::Placement;
   m.doc() = "Binding of libcxlpool (the cxlpool client library); use the cxlpool package.";
 
   py::register_exception_translator([](std::exception_ptr p) {
@@ -518,12 +533,34 @@ PYBIND11_MODULE(_cxlpool, m) {
       .def_readonly("name", &LeaseInfo::name)
       .def_readonly("owner_uid", &LeaseInfo::owner_uid)
       .def_readonly("owner_gid", &LeaseInfo::owner_gid)
+      .def_readonly("long_term_pin", &LeaseInfo::long_term_pin)
+      .def_readonly("placed_numa_node", &LeaseInfo::placed_numa_node)
+      .def_readonly("moved_reason", &LeaseInfo::moved_reason)
       .def("__repr__", [](const LeaseInfo& i) {
         return "LeaseInfo(id=" + std::to_string(i.id) +
                ", size_bytes=" + std::to_string(i.size_bytes) +
                ", requested_bytes=" + std::to_string(i.requested_bytes) +
                ", numa_node=" + std::to_string(i.numa_node) + ", kind='" + i.kind + "', backing='" +
                i.backing + "', pool='" + i.pool + "', name='" + i.name + "')";
+      });
+
+  py::class_<Placement>(m, "Placement", "Where the kernel says a lease's pages are (Lease.verify).")
+      .def_readonly("numa_node", &Placement::numa_node,
+                    "The node holding most sampled pages; -1 when none is resident.")
+      .def_readonly("placed_numa_node", &Placement::placed_numa_node,
+                    "Where the daemon had accounted the lease before the check.")
+      .def_readonly("moved", &Placement::moved,
+                    "The pages are off placed_numa_node (the daemon was told and moved the "
+                    "accounting).")
+      .def_readonly("pages_sampled", &Placement::pages_sampled)
+      .def_readonly("pages_on_node", &Placement::pages_on_node)
+      .def_readonly("pages_absent", &Placement::pages_absent)
+      .def("__repr__", [](const Placement& p) {
+        return "Placement(numa_node=" + std::to_string(p.numa_node) +
+               ", placed_numa_node=" + std::to_string(p.placed_numa_node) +
+               ", moved=" + (p.moved ? "True" : "False") +
+               ", pages_sampled=" + std::to_string(p.pages_sampled) +
+               ", pages_on_node=" + std::to_string(p.pages_on_node) + ")";
       });
 
   py::class_<LeaseWindow>(m, "LeaseWindow",
@@ -578,6 +615,11 @@ block releases it, or defers that until the last export is gone.)");
       .def("cuda_register", &PyLease::CudaRegister, py::arg("device") = 0,
            "Registers the mapping with CUDA on `device` (cuMemHostRegister, DEVICEMAP|PORTABLE).")
       .def("cuda_unregister", &PyLease::CudaUnregister)
+      .def("verify", &PyLease::Verify,
+           "After pinning the lease by other means (RDMA, io_uring fixed buffers, your own\n"
+           "cudaHostRegister): samples move_pages over it and returns a Placement. Pages that\n"
+           "left their node are reported to the daemon, which moves the lease's accounting;\n"
+           "info then shows the new node and placed_numa_node the old one.")
       .def("release", &PyLease::Release,
            "Returns the memory to the daemon. BufferError while exports are alive.")
       .def(
@@ -621,9 +663,9 @@ the Client object and its close(): each keeps the connection open.)")
       .def("allocate", &PyClient::Allocate, py::arg("size"), py::kw_only(),
            py::arg("numa_node") = py::none(), py::arg("near_gpu") = py::none(),
            py::arg("gpu") = py::none(), py::arg("tier") = py::none(), py::arg("strict") = false,
-           py::arg("hugetlb") = false, py::arg("cuda_register") = false, py::arg("label") = "",
-           py::arg("name") = py::none(), py::arg("acl_uids") = py::none(),
-           py::arg("acl_gids") = py::none(),
+           py::arg("hugetlb") = false, py::arg("cuda_register") = false,
+           py::arg("long_term_pin") = false, py::arg("label") = "", py::arg("name") = py::none(),
+           py::arg("acl_uids") = py::none(), py::arg("acl_gids") = py::none(),
            R"(A lease of `size` bytes (the daemon rounds up to its page size).
 
 numa_node: a node id, or None to let the daemon place it. near_gpu: a GPU index to
@@ -631,6 +673,9 @@ place it near; gpu: a GPU UUID or PCI bus id (overrides near_gpu). tier: node ki
 order of preference, a list or "dram,cxl". strict: refuse rather than fall back.
 hugetlb: ask for hugetlb backing. cuda_register: register with CUDA on near_gpu (0 when
 None); a failed registration does not fail the allocation, device_ptr raises its error.
+long_term_pin: the caller will pin the lease long-term itself (RDMA, io_uring fixed
+buffers, its own cudaHostRegister; cuda_register implies it), so the daemon never
+places it where a pin would move it; call verify() after pinning.
 label: shown by `cxlpoolctl leases`. name: make it a shared named lease that processes
 whose uid is in acl_uids or gid in acl_gids (and the owner) can attach().
 

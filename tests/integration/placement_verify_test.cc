@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
@@ -143,6 +144,27 @@ TEST_F(PlacementVerifyTest, CudaRegistrationChecksOnItsOwn) {
   EXPECT_EQ(lease->info().placed_numa_node, 1);
   EXPECT_EQ(Leased("node1"), 0u);
   EXPECT_EQ(Counter("leases_moved"), 1u);
+}
+
+// The operator's test of a node: cxlpoolctl alloc --long-term-pin runs the
+// same check and says where the pages are and that the daemon was told.
+TEST_F(PlacementVerifyTest, CtlAllocLongTermPinVerifies) {
+  auto [rc, out] = testsupport::RunShell(
+      std::string(std::getenv("CXLPOOL_BINARY_DIR")) +
+      "/tools/cxlpoolctl alloc --size 4M --node 1 --strict --long-term-pin --json --socket " +
+      daemon_.socket());
+  ASSERT_EQ(rc, 0) << out;
+  auto j = nlohmann::json::parse(out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(j.is_object()) << out;
+  EXPECT_EQ(j["long_term_pin"], true) << out;
+  ASSERT_TRUE(j["verify"].is_object()) << out;
+  if (j["verify"].contains("error")) GTEST_SKIP() << j["verify"]["error"];
+  if (j["verify"]["numa_node"] == 1) GTEST_SKIP() << "this machine put the pages on node 1";
+  EXPECT_EQ(j["verify"]["moved"], true) << out;
+  EXPECT_EQ(j["verify"]["placed_numa_node"], 1) << out;
+  EXPECT_EQ(j["verify"]["pages_on_node"], j["verify"]["pages_sampled"]) << out;
+  EXPECT_EQ(Counter("leases_moved"), 1u);
+  EXPECT_TRUE(testsupport::PollUntil([&] { return Leased("node1") == 0; }, 5000, 10));
 }
 
 }  // namespace

@@ -210,3 +210,19 @@ def test_pages_are_where_the_daemon_says(daemon):
     memoryview(lease)[::4096] = b"\1" * (lease.size // 4096)
     assert pages_nodes(lease.ptr, lease.size) == {lease.numa_node} == {0}
     lease.release()
+
+
+def test_long_term_pin_and_verify(daemon):
+    lease = cxlpool.Client().allocate(4 * MiB, numa_node=0, long_term_pin=True)
+    assert lease.info.long_term_pin and lease.info.placed_numa_node == -1
+    [info] = daemon.leases()
+    assert info["long_term_pin"] is True
+    memoryview(lease)[::4096] = b"\1" * (lease.size // 4096)
+    p = lease.verify()
+    assert isinstance(p, cxlpool.Placement)
+    assert p.numa_node == 0 and not p.moved and p.pages_absent == 0
+    assert p.pages_sampled == p.pages_on_node > 0
+    assert lease.info.moved_reason == ""
+    lease.release()
+    with pytest.raises(cxlpool.InvalidArgumentError, match="released"):
+        lease.verify()

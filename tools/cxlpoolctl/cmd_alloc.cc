@@ -1,7 +1,11 @@
 // `cxlpoolctl alloc --size SIZE [--node N | --near-gpu G] [--tier KINDS]
-//      [--strict] [--hugetlb] [--label L] [--name NAME] [--hold] [--json]`:
+//      [--strict] [--hugetlb] [--long-term-pin] [--label L] [--name NAME] [--hold]
+//      [--json]`:
 // an operator's test of a node. It leases memory through libcxlpool, writes
 // every page, then asks the kernel (move_pages) where the pages really are.
+// With --long-term-pin the lease is asked for as one that will be pinned
+// long-term (never placed where a pin would move it), and the library's own
+// check (Lease::Verify) runs too, so a move is reported to the daemon.
 // With --hold it keeps the lease until SIGINT/SIGTERM.
 #include <numaif.h>
 #include <signal.h>
@@ -11,6 +15,7 @@
 #include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "commands.h"
 #include "cxlpool/client.hpp"
@@ -29,6 +34,7 @@ struct AllocCliOptions {
   std::string tiers;
   bool strict = false;
   bool hugetlb = false;
+  bool long_term_pin = false;
   bool hold = false;
   std::string label = "cxlpoolctl";
   std::string name;
@@ -46,6 +52,29 @@ std::map<int, uint64_t> PagesByNode(void* data, uint64_t size) {
   if (::move_pages(0, pages.size(), pages.data(), nullptr, status.data(), 0) != 0) return out;
   for (int s : status) out[s] += step;
   return out;
+}
+
+nlohmann::ordered_json VerifyJson(const std::optional<ClientResult<Placement>>& v) {
+  if (!v) return nullptr;
+  if (!v->ok()) return {{"error", v->status().ToString()}};
+  const Placement& p = **v;
+  return {{"numa_node", p.numa_node},
+          {"placed_numa_node", p.placed_numa_node},
+          {"moved", p.moved},
+          {"pages_sampled", p.pages_sampled},
+          {"pages_on_node", p.pages_on_node},
+          {"pages_absent", p.pages_absent}};
+}
+
+std::string VerifyText(const ClientResult<Placement>& v) {
+  if (!v.ok()) return "failed: " + v.status().ToString();
+  const Placement& p = *v;
+  std::string s = std::to_string(p.pages_on_node) + " of " + std::to_string(p.pages_sampled) +
+                  " sampled pages on node " + std::to_string(p.numa_node);
+  if (p.moved) {
+    s += ", moved off node " + std::to_string(p.placed_numa_node) + " (the daemon was told)";
+  }
+  return s;
 }
 
 volatile sig_atomic_t g_stop = 0;
@@ -79,6 +108,7 @@ int RunAlloc(const AllocCliOptions& o) {
   if (!o.tiers.empty()) opts.tier_preference = Split(o.tiers, ',');
   opts.strict = o.strict;
   opts.hugetlb = o.hugetlb;
+  opts.long_term_pin = o.long_term_pin;
   opts.label = o.label;
   opts.name = o.name;
   auto lease = client->Allocate(opts);
@@ -89,6 +119,8 @@ int RunAlloc(const AllocCliOptions& o) {
   // Touch every page through the client's own mapping, then ask the kernel.
   std::memset(lease->data(), 0xa5, lease->size());
   auto where = PagesByNode(lease->data(), lease->size());
+  std::optional<ClientResult<Placement>> verified;
+  if (o.long_term_pin) verified = lease->Verify();
   const LeaseInfo& info = lease->info();
   if (o.conn.json) {
     nlohmann::ordered_json pages;
@@ -102,7 +134,9 @@ int RunAlloc(const AllocCliOptions& o) {
                                                  {"backing", info.backing},
                                                  {"page_size", info.page_size},
                                                  {"placement_reason", info.placement_reason},
-                                                 {"pages_by_node", pages}},
+                                                 {"pages_by_node", pages},
+                                                 {"long_term_pin", info.long_term_pin},
+                                                 {"verify", VerifyJson(verified)}},
                           -1)
               << std::endl;
   } else {
@@ -115,6 +149,7 @@ int RunAlloc(const AllocCliOptions& o) {
                 << "=" << count;
     }
     std::cout << std::endl;
+    if (verified) std::cout << "  verify: " << VerifyText(*verified) << std::endl;
   }
   if (o.hold) {
     struct sigaction sa {};
@@ -151,6 +186,9 @@ Command MakeAllocCommand() {
             app->add_option("--tier", o->tiers, "Node kinds in order, e.g. cxl,dram");
             app->add_flag("--strict", o->strict, "Refuse rather than fall back");
             app->add_flag("--hugetlb", o->hugetlb, "Ask for hugetlb backing");
+            app->add_flag("--long-term-pin", o->long_term_pin,
+                          "It will be pinned long-term (RDMA, io_uring, CUDA): never place it "
+                          "where a pin moves it; verify its pages afterwards");
             app->add_option("--label", o->label, "Label shown by `cxlpoolctl leases`");
             app->add_option("--name", o->name, "Make it a shared named lease");
             app->add_flag("--hold", o->hold, "Keep the lease until SIGINT/SIGTERM");
