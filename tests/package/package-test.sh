@@ -163,12 +163,15 @@ ex=$root/usr/share/doc/libcxlpool-dev/examples
 step "examples via pkg-config (shared, and fully static with --static)"
 export PKG_CONFIG_PATH="$root/$libdir/pkgconfig"
 mkdir -p "$work/pc"
+# shellcheck disable=SC2046  # pkg-config's flags are meant to be split
 cc -std=c11 -Wall -Werror "$ex/cxlpool-example.c" $(pkg-config --cflags --libs cxlpool) \
   -o "$work/pc/example-c"
+# shellcheck disable=SC2046
 c++ -std=c++20 -Wall -Werror "$ex/cxlpool-example-cpp.cc" $(pkg-config --cflags --libs cxlpool) \
   -o "$work/pc/example-cpp"
 grep -q "$root" <(pkg-config --cflags cxlpool) || fail "pkg-config not relocated into the root"
 # A C program, linked with the C driver: everything C++ must come from the .pc.
+# shellcheck disable=SC2046
 cc -std=c11 -static "$ex/cxlpool-example.c" $(pkg-config --static --cflags --libs cxlpool) \
   -o "$work/pc/example-static" 2>"$work/static.log" ||
   { cat "$work/static.log"; fail "static link through pkg-config --static"; }
@@ -253,4 +256,6 @@ soname=$(readelf -d "$shim" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
 readelf -W --dyn-syms "$shim" | awk '$5 == "GLOBAL" && $7 != "UND" { print $8 }' | grep -qx cudaHostAlloc ||
   fail "the preload shim does not export cudaHostAlloc"
 LD_PRELOAD=$shim /bin/true || fail "LD_PRELOAD of the installed shim"
-echo "package test: ok ($(cd "$pkgs" && ls ./*.deb | grep -v dbgsym | sed 's#^\./##' | tr '\n' ' '))"
+names=()
+for deb in "$daemon_deb" "$lib_deb" "$dev_deb" "$py_deb" "$preload_deb"; do names+=("$(basename "$deb")"); done
+echo "package test: ok (${names[*]})"
