@@ -235,7 +235,8 @@ if ! command -v debootstrap >/dev/null; then
 fi
 
 # ---- the base root (cached) ------------------------------------------------------
-key=$(printf '%s minbase %s %s %s\n' "$suite" "$include" "$mirror" "$(dpkg --print-architecture)" |
+arch=$(dpkg --print-architecture 2>/dev/null || uname -m)
+key=$(printf '%s minbase %s %s %s\n' "$suite" "$include" "$mirror" "$arch" |
   sha256sum | cut -c1-12)
 base=$cache/$suite-minbase-$key.tar
 if [[ -f $base ]] && [[ -n $(find "$base" -mtime +"$max_age" -print) ]]; then
