@@ -200,6 +200,14 @@ Status ClientCore::Hello() {
 }
 
 Status ClientCore::HelloLocked() {
+  HelloOutcome o;
+  Status s = HelloOn(sock_.get(), next_request_id_++, &o);
+  if (!s.ok()) return Broken(s);
+  ApplyHelloLocked(o);
+  return Status::Ok();
+}
+
+Status ClientCore::HelloOn(int sock, uint64_t id, HelloOutcome* out) {
   proto::HelloRequest req;
   req.set_min_version(wire::kMinWireVersion);
   req.set_max_version(wire::kMaxWireVersion);
@@ -207,38 +215,45 @@ Status ClientCore::HelloLocked() {
   req.set_max_fds_per_frame(static_cast<uint32_t>(wire::kHardMaxFdsPerFrame));
   Result<std::string> payload = wire::Encode(req);
   if (!payload.ok()) return payload.status();
-  const uint64_t id = next_request_id_++;
-  Status s = wire::SendFrame(sock_.get(), proto::MSG_HELLO_REQUEST, id, *payload, {},
-                             kHelloTimeoutMs, wire::kHelloWireVersion);
-  if (!s.ok()) return Broken(s);
-  Result<wire::Frame> frame = wire::RecvFrame(sock_.get(), {}, kHelloTimeoutMs);
-  if (!frame.ok()) return Broken(frame.status());
+  Status s = wire::SendFrame(sock, proto::MSG_HELLO_REQUEST, id, *payload, {}, kHelloTimeoutMs,
+                             wire::kHelloWireVersion);
+  if (!s.ok()) return s;
+  Result<wire::Frame> frame = wire::RecvFrame(sock, {}, kHelloTimeoutMs);
+  if (!frame.ok()) return frame.status();
   if (frame->request_id() != id) {
-    return Broken(Status(Code::kProtocol, "hello reply carries request id " +
-                                              std::to_string(frame->request_id()) + ", expected " +
-                                              std::to_string(id)));
+    return Status(Code::kProtocol, "hello reply carries request id " +
+                                       std::to_string(frame->request_id()) + ", expected " +
+                                       std::to_string(id));
   }
   proto::HelloReply reply;
   s = wire::DecodeReply(*frame, &reply);
-  if (!s.ok()) return Broken(s);
+  if (!s.ok()) return s;
   if (reply.version() < wire::kMinWireVersion || reply.version() > wire::kMaxWireVersion) {
-    return Broken(Status(Code::kProtocol,
-                         "cxlpoold chose protocol version " + std::to_string(reply.version()) +
-                             ", this library speaks " + std::to_string(wire::kMinWireVersion) +
-                             ".." + std::to_string(wire::kMaxWireVersion)));
+    return Status(Code::kProtocol, "cxlpoold chose protocol version " +
+                                       std::to_string(reply.version()) + ", this library speaks " +
+                                       std::to_string(wire::kMinWireVersion) + ".." +
+                                       std::to_string(wire::kMaxWireVersion));
   }
-  version_ = reply.version();
-  server_version_ = reply.server_version();
-  instance_id_ = reply.instance_id();
+  out->version = reply.version();
+  out->server_version = reply.server_version();
+  out->instance_id = reply.instance_id();
+  out->max_payload_bytes = wire::kDefaultMaxFrameBytes;
   if (reply.max_frame_bytes() > 0) {
-    max_payload_bytes_ = static_cast<uint32_t>(
+    out->max_payload_bytes = static_cast<uint32_t>(
         std::min<uint64_t>(reply.max_frame_bytes(), wire::kHardMaxFrameBytes));
   }
+  return Status::Ok();
+}
+
+void ClientCore::ApplyHelloLocked(const HelloOutcome& o) {
+  version_ = o.version;
+  server_version_ = o.server_version;
+  instance_id_ = o.instance_id;
+  max_payload_bytes_ = o.max_payload_bytes;
   wire::RecvLimits limits;
   limits.max_payload_bytes = max_payload_bytes_;
   limits.max_fds = wire::kHardMaxFdsPerFrame;  // as announced in the hello
   reader_ = wire::FrameReader(limits);
-  return Status::Ok();
 }
 
 void ClientCore::HandleEvent(const wire::Frame& frame) {
@@ -342,13 +357,14 @@ Result<std::unique_ptr<LeaseState>> ClientCore::Allocate(const proto::AllocReque
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(ReconnectTimeoutMs());
   for (int backoff_ms = 5;; backoff_ms = std::min(backoff_ms * 2, kMaxBackoffMs)) {
-    std::lock_guard<std::mutex> lock(mu_);
-    Result<wire::Frame> frame = CallMessageRecovering(req);
+    std::unique_lock<std::mutex> lock(mu_);
+    Result<wire::Frame> frame = CallMessageRecovering(lock, req);
     if (!frame.ok()) return frame.status();
     proto::AllocReply reply;
     Status st = wire::DecodeReply(*frame, &reply);
     if (DaemonRestarting(st) && !socket_path_.empty() &&
         std::chrono::steady_clock::now() < deadline) {
+      lock.unlock();
       if (!Nap(backoff_ms)) return st;
       continue;  // the grace period after a restart: ask again
     }
@@ -368,16 +384,17 @@ Result<std::unique_ptr<LeaseState>> ClientCore::Attach(const std::string& name,
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(ReconnectTimeoutMs());
   for (int backoff_ms = 5;; backoff_ms = std::min(backoff_ms * 2, kMaxBackoffMs)) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
     proto::AttachRequest req;
     req.set_name(name);
     if (owner_uid) req.set_owner_uid(*owner_uid);
-    Result<wire::Frame> frame = CallMessageRecovering(req);
+    Result<wire::Frame> frame = CallMessageRecovering(lock, req);
     if (!frame.ok()) return frame.status();
     proto::AttachReply reply;
     Status st = wire::DecodeReply(*frame, &reply);
     if (DaemonRestarting(st) && !socket_path_.empty() &&
         std::chrono::steady_clock::now() < deadline) {
+      lock.unlock();
       if (!Nap(backoff_ms)) return st;
       continue;
     }
@@ -392,8 +409,8 @@ Result<std::unique_ptr<LeaseState>> ClientCore::Attach(const std::string& name,
 }
 
 Result<proto::LeaseMovedReply> ClientCore::ReportMoved(const proto::LeaseMovedRequest& req) {
-  std::lock_guard<std::mutex> lock(mu_);
-  Result<wire::Frame> frame = CallMessageRecovering(req);
+  std::unique_lock<std::mutex> lock(mu_);
+  Result<wire::Frame> frame = CallMessageRecovering(lock, req);
   if (!frame.ok()) return frame.status();
   proto::LeaseMovedReply reply;
   CXLPOOL_RETURN_IF_ERROR(wire::DecodeReply(*frame, &reply));
@@ -409,16 +426,27 @@ Status ClientCore::Release(uint64_t lease_id, int fd, uint64_t size) {
   Status st = frame.ok() ? wire::DecodeReply(*frame, &reply) : frame.status();
   if (st.ok() || fd < 0 || socket_path_.empty()) return st;
   // The lease is no longer tracked, so a reconnect (ours, or the watcher's
-  // just before) did not hand it back: do it now, alone, and release it.
+  // just before) did not hand it back.
   if (!frame.ok()) {
     if (!ConnectionLost(st)) return st;
-    CXLPOOL_RETURN_IF_ERROR(ReconnectLocked());
-  } else if ((st.code() != Code::kPermissionDenied && st.code() != Code::kNotFound) ||
-             generation_ == 0) {
+    // The daemon is gone. Waiting here for it to come back would hold the
+    // caller for up to the reconnect timeout: the reconnect (the watcher's,
+    // or the next call's) hands the lease back and releases it.
+    DeferredRelease d;
+    d.lease_id = lease_id;
+    d.fd.Reset(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+    d.size = size;
+    if (!d.fd.valid()) return Status::FromErrno(errno, "dup lease fd for a deferred release");
+    deferred_.push_back(std::move(d));
+    CXLPOOL_LOG(kDebug) << "lease " << lease_id << ": cxlpoold is gone; released at reconnect";
+    return Status::Ok();
+  }
+  if ((st.code() != Code::kPermissionDenied && st.code() != Code::kNotFound) || generation_ == 0) {
     // After a reconnect the new daemon may not know the lease yet (a
     // non-owner gets NOT_FOUND, its owner PERMISSION_DENIED).
     return st;
   }
+  // Hand it back now, alone, and release it.
   Result<bool> back = ReclaimOne(lease_id, fd, size);
   if (!back.ok()) return back.status();
   if (!*back) return Status::Ok();  // the new daemon no longer has it: gone already
@@ -458,8 +486,8 @@ Result<bool> ClientCore::ReclaimOne(uint64_t lease_id, int fd, uint64_t size) {
 }
 
 Status ClientCore::Reconnect() {
-  std::lock_guard<std::mutex> lock(mu_);
-  return ReconnectLocked();
+  std::unique_lock<std::mutex> lock(mu_);
+  return Reestablish(lock);
 }
 
 bool ClientCore::Nap(int ms) {
@@ -473,41 +501,97 @@ bool ClientCore::Nap(int ms) {
   return r == 0 && !stopping_.load();
 }
 
-Status ClientCore::ReconnectLocked() {
+Status ClientCore::Reestablish(std::unique_lock<std::mutex>& lock) {
   if (socket_path_.empty()) {
     return broken_.ok() ? Status(Code::kUnavailable, "this connection cannot be re-established")
                         : broken_;
   }
+  const uint64_t seen = generation_;
+  lock.unlock();
+  std::lock_guard<std::mutex> one_at_a_time(reconnect_mu_);
+  lock.lock();
+  // Another thread reconnected while this one waited: use its connection.
+  if (generation_ != seen && broken_.ok()) return Status::Ok();
+  const uint64_t hello_id = next_request_id_++;
+  const std::string old_instance = instance_id_;
+  lock.unlock();
+
+  // Without mu_: every other thread's call fails fast on the broken
+  // connection (a release is deferred) instead of waiting here.
   const int limit_ms = ReconnectTimeoutMs();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(limit_ms);
   int backoff_ms = 5;
   Status last;
-  const std::string old_instance = instance_id_;
+  UniqueFd fresh;
+  HelloOutcome hello;
   for (;;) {
     Result<UniqueFd> sock = ConnectSocket(socket_path_);
     if (sock.ok()) {
-      sock_ = std::move(*sock);
-      broken_ = Status::Ok();
-      reader_ = wire::FrameReader();
-      last = HelloLocked();
-      if (last.ok()) break;
+      last = HelloOn(sock->get(), hello_id, &hello);
+      if (last.ok()) {
+        fresh = std::move(*sock);
+        break;
+      }
     } else {
       last = sock.status();
     }
-    if (std::chrono::steady_clock::now() >= deadline || !Nap(backoff_ms)) {
-      broken_ =
-          Status(Code::kUnavailable, "cxlpoold at " + socket_path_ + " did not come back within " +
-                                         std::to_string(limit_ms) + " ms: " + last.message());
-      sock_.Reset();
-      return broken_;
-    }
+    if (std::chrono::steady_clock::now() >= deadline || !Nap(backoff_ms)) break;
     backoff_ms = std::min(backoff_ms * 2, kMaxBackoffMs);
   }
+
+  lock.lock();
+  if (!fresh.valid()) {
+    broken_ = stopping_.load()
+                  ? Status(Code::kUnavailable, "the client is closing")
+                  : Status(Code::kUnavailable,
+                           "cxlpoold at " + socket_path_ + " did not come back within " +
+                               std::to_string(limit_ms) + " ms: " + last.message());
+    sock_.Reset();
+    if (!deferred_.empty() && !stopping_.load()) {
+      // Nobody to hand them back to: holding their memory longer helps no
+      // one (a daemon that comes back later has them in its fd store, or
+      // drops them).
+      CXLPOOL_LOG(kWarning) << deferred_.size()
+                            << " released leases could not be handed back: " << broken_.message();
+      deferred_.clear();
+    }
+    return broken_;
+  }
+  sock_ = std::move(fresh);
+  broken_ = Status::Ok();
+  ApplyHelloLocked(hello);
   ++generation_;
   reconnects_.fetch_add(1);
   CXLPOOL_LOG(kInfo) << "reconnected to cxlpoold at " << socket_path_
                      << (old_instance != instance_id_ ? " (a new daemon instance)" : "");
-  return ReclaimLocked();
+  CXLPOOL_RETURN_IF_ERROR(ReclaimLocked());
+  return FlushDeferredLocked();
+}
+
+Status ClientCore::FlushDeferredLocked() {
+  std::vector<DeferredRelease> todo = std::move(deferred_);
+  deferred_.clear();
+  for (size_t i = 0; i < todo.size(); ++i) {
+    DeferredRelease& d = todo[i];
+    Result<bool> back = ReclaimOne(d.lease_id, d.fd.get(), d.size);
+    Status st = back.ok() ? Status::Ok() : back.status();
+    if (back.ok() && *back) {
+      proto::ReleaseRequest req;
+      req.set_lease_id(d.lease_id);
+      Result<wire::Frame> frame = CallMessage(req);
+      proto::ReleaseReply reply;
+      st = frame.ok() ? wire::DecodeReply(*frame, &reply) : frame.status();
+    }
+    if (!st.ok() && ConnectionLost(st)) {
+      // Gone again: the next reconnect tries the rest.
+      for (size_t j = i; j < todo.size(); ++j) deferred_.push_back(std::move(todo[j]));
+      return st;
+    }
+    if (!st.ok()) {
+      CXLPOOL_LOG(kWarning) << "deferred release of lease " << d.lease_id << ": " << st.ToString();
+    }
+  }
+  return Status::Ok();
 }
 
 Status ClientCore::ReclaimLocked() {
@@ -568,18 +652,20 @@ Status ClientCore::ReclaimLocked() {
   return Status::Ok();
 }
 
-Result<wire::Frame> ClientCore::CallRecovering(proto::MsgType type, const std::string& payload) {
+Result<wire::Frame> ClientCore::CallRecovering(std::unique_lock<std::mutex>& lock,
+                                               proto::MsgType type, const std::string& payload) {
   Result<wire::Frame> f = Call(type, payload);
   if (f.ok() || socket_path_.empty() || !ConnectionLost(f.status())) return f;
-  CXLPOOL_RETURN_IF_ERROR(ReconnectLocked());
+  CXLPOOL_RETURN_IF_ERROR(Reestablish(lock));
   return Call(type, payload);
 }
 
 template <typename Req>
-Result<wire::Frame> ClientCore::CallMessageRecovering(const Req& req) {
+Result<wire::Frame> ClientCore::CallMessageRecovering(std::unique_lock<std::mutex>& lock,
+                                                      const Req& req) {
   Result<std::string> payload = wire::Encode(req, max_payload_bytes_);
   if (!payload.ok()) return payload.status();
-  return CallRecovering(wire::TypeOf<Req>(), *payload);
+  return CallRecovering(lock, wire::TypeOf<Req>(), *payload);
 }
 
 void ClientCore::StartWatcher() {
@@ -608,10 +694,12 @@ void ClientCore::WatchLoop() {
       reconnect = !broken_.ok() && ConnectionLost(broken_);
     }
     if (reconnect || !watched.valid()) {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::unique_lock<std::mutex> lock(mu_);
       if (stopping_.load()) return;
-      Status s = ReconnectLocked();
+      Status s = Reestablish(lock);
+      lock.unlock();
       if (!s.ok()) {
+        if (stopping_.load()) return;
         CXLPOOL_LOG(kWarning) << "restart watcher: " << s.ToString();
         if (!Nap(kMaxBackoffMs)) return;
       }
@@ -652,9 +740,9 @@ void ClientCore::WatchLoop() {
 }
 
 Result<int> ClientCore::ProcessEvents() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   if (!broken_.ok() && !socket_path_.empty() && ConnectionLost(broken_)) {
-    CXLPOOL_RETURN_IF_ERROR(ReconnectLocked());
+    CXLPOOL_RETURN_IF_ERROR(Reestablish(lock));
   }
   if (!broken_.ok()) return broken_;
   int handled = 0;

@@ -21,9 +21,13 @@
 // core only to send the release request, so the mapping survives a broken
 // connection (and a later reconnect can hand the fd back to the daemon).
 //
+// A release while the daemon is gone does not wait for it: the lease is
+// handed back and released by the reconnect.
+//
 // Thread safety: ClientCore is safe to use from several threads (mu_ guards
 // the connection, leases_mu_ the registry of live leases; leases_mu_ is never
-// held while taking mu_). A LeaseState is single-owner; only `revoked` is
+// held while taking mu_; reconnect_mu_ is taken before mu_, and mu_ is not
+// held while waiting for the daemon to come back). A LeaseState is single-owner; only `revoked` is
 // touched by other threads.
 #pragma once
 
@@ -36,6 +40,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cuda_driver.h"
 #include "cxlpool.pb.h"
@@ -66,7 +71,9 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   Result<std::unique_ptr<LeaseState>> Attach(const std::string& name,
                                              std::optional<uint32_t> owner_uid);
   // ReleaseRequest for one lease id. After a reconnect the lease (its `fd`
-  // and `size`) is handed back first, so the new daemon can free it.
+  // and `size`) is handed back first, so the new daemon can free it. With
+  // the daemon gone, OK at once: the reconnect hands it back and releases
+  // it (or, if none succeeds, the daemon's restart drops it).
   Status Release(uint64_t lease_id, int fd, uint64_t size);
   // Reconnects now (and reclaims every lease), even if the connection looks
   // fine. UNAVAILABLE when the core was not made from a socket path or the
@@ -88,15 +95,42 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
 
  private:
   ClientCore(UniqueFd sock, std::string peer) : sock_(std::move(sock)), peer_(std::move(peer)) {}
+  // What a hello told us of a connection.
+  struct HelloOutcome {
+    uint32_t version = 0;
+    std::string server_version;
+    std::string instance_id;
+    uint32_t max_payload_bytes = wire::kDefaultMaxFrameBytes;
+  };
+  // A release the daemon could not be told of because it was gone: the
+  // next reconnect hands the lease back and releases it; a reconnect that
+  // gives up closes it.
+  struct DeferredRelease {
+    uint64_t lease_id = 0;
+    UniqueFd fd;  // a dup of the lease's fd
+    uint64_t size = 0;
+  };
   Status Hello();
   Status HelloLocked();  // mu_ held
-  // mu_ held: a fresh connection, hello, RECLAIM of every live lease.
-  Status ReconnectLocked();
+  // Hello on `sock` (no member touched: safe without mu_).
+  static Status HelloOn(int sock, uint64_t request_id, HelloOutcome* out);
+  void ApplyHelloLocked(const HelloOutcome& o);
+  // `lock` holds mu_ on entry and on return: a fresh connection, hello,
+  // RECLAIM of every live lease, then the deferred releases. mu_ is
+  // released while waiting for the daemon (up to the reconnect timeout), so
+  // other threads' releases are not held up; reconnect_mu_ keeps one
+  // reconnect at a time, and a thread that waited on it takes the
+  // connection another thread made.
+  Status Reestablish(std::unique_lock<std::mutex>& lock);
   Status ReclaimLocked();
-  // mu_ held: Call, and once more after a reconnect if the connection was lost.
-  Result<wire::Frame> CallRecovering(proto::MsgType type, const std::string& payload);
+  // mu_ held: the deferred releases, handed back and released.
+  Status FlushDeferredLocked();
+  // mu_ held via `lock`: Call, and once more after a reconnect if the
+  // connection was lost.
+  Result<wire::Frame> CallRecovering(std::unique_lock<std::mutex>& lock, proto::MsgType type,
+                                     const std::string& payload);
   template <typename Req>
-  Result<wire::Frame> CallMessageRecovering(const Req& req);
+  Result<wire::Frame> CallMessageRecovering(std::unique_lock<std::mutex>& lock, const Req& req);
   // Sleeps up to `ms`; false when the core is being destroyed.
   bool Nap(int ms);
   void StartWatcher();
@@ -133,6 +167,10 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   std::string instance_id_;
   uint64_t generation_ = 0;  // bumped by every reconnect
   std::atomic<uint64_t> reconnects_{0};
+  std::vector<DeferredRelease> deferred_;
+
+  // Serialises reconnects; taken before mu_, never while holding it.
+  std::mutex reconnect_mu_;
 
   std::mutex watcher_mu_;  // guards starting the watcher
   std::thread watcher_;

@@ -443,7 +443,8 @@ int RunDaemon(const DaemonFlags& command_line) {
     memory_timer.expires_after(running.memory_watch_interval);
     memory_timer.async_wait([&](const boost::system::error_code& ec) {
       if (ec) return;
-      (void)memory_watch.Check(running, &leases);
+      // Growth leaves room to stock; a shrink may have dropped ready stock.
+      if (memory_watch.Check(running, leases.pools()).resized) leases.StartWarmStock();
       arm_memory_watch();
     });
   };

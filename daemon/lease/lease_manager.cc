@@ -17,10 +17,6 @@ constexpr size_t kMaxLabelBytes = 256;
 constexpr size_t kMaxAclEntries = 64;
 constexpr size_t kMaxRevokedRemembered = 65536;
 
-std::string TierOfPool(const Pool* p) {
-  return std::string(p->backing()) == "devdax" ? "devdax" : p->kind();
-}
-
 // The refusal counter's reason for an error code (refusals_<reason>).
 const char* RefusalReason(Code code) {
   switch (code) {
@@ -46,12 +42,6 @@ std::string PoolRoom(const Pool* p) {
 }
 }  // namespace
 
-struct LeaseManager::ReclaimChannel {
-  std::mutex mu;
-  bool open = true;  // guarded by mu
-  Executor loop;
-};
-
 LeaseManager::LeaseManager(const Topology* topo, std::vector<std::unique_ptr<Pool>> pools,
                            QuotaTable quotas, Executor loop, Executor workers, const Clock* clock)
     : topo_(topo),
@@ -59,17 +49,15 @@ LeaseManager::LeaseManager(const Topology* topo, std::vector<std::unique_ptr<Poo
       quotas_(std::move(quotas)),
       loop_(std::move(loop)),
       workers_(std::move(workers)),
-      clock_(clock) {
+      clock_(clock),
+      reclaims_(loop_, workers_,
+                [this](Pool* pool, uint64_t size) { BackingReclaimed(pool, size); }) {
   for (auto& p : pools_) pool_ptrs_.push_back(p.get());
-  reclaim_channel_ = std::make_shared<ReclaimChannel>();
-  reclaim_channel_->loop = loop_;
 }
 
 LeaseManager::~LeaseManager() {
   Shutdown();
   *alive_ = false;
-  std::lock_guard<std::mutex> lock(reclaim_channel_->mu);
-  reclaim_channel_->open = false;
 }
 
 void LeaseManager::Connect(ConnId conn, CallerInfo caller) {
@@ -93,8 +81,8 @@ void LeaseManager::Disconnect(ConnId conn) {
   if (it == conns_.end()) return;
   std::vector<uint64_t> held(it->second.held.begin(), it->second.held.end());
   for (uint64_t id : held) {
-    auto l = leases_.find(id);
-    if (l == leases_.end()) continue;
+    auto l = table_.leases().find(id);
+    if (l == table_.leases().end()) continue;
     auto h = l->second.holders.find(conn);
     if (h == l->second.holders.end()) continue;
     DropRef(l->second, conn, h->second);
@@ -106,16 +94,7 @@ void LeaseManager::Disconnect(ConnId conn) {
   }
   conns_.erase(conn);
   // Its allocations still waiting for reclaims: nobody to answer any more.
-  std::vector<Waiting> gone;
-  for (auto w = waiting_.begin(); w != waiting_.end();) {
-    if (w->conn == conn) {
-      gone.push_back(std::move(*w));
-      w = waiting_.erase(w);
-    } else {
-      ++w;
-    }
-  }
-  for (auto& w : gone) {
+  for (WaitingAlloc& w : waiting_.TakeConn(conn)) {
     Count("abandoned_waits");
     Count("refusals");
     Count("refusals_unavailable");
@@ -136,9 +115,7 @@ void LeaseManager::DropRef(Lease& lease, ConnId conn, uint32_t n) {
 }
 
 void LeaseManager::Free(uint64_t id, const char* counter, std::function<void()> then) {
-  auto it = leases_.find(id);
-  CXLPOOL_CHECK(it != leases_.end());
-  Lease& l = it->second;
+  Lease l = table_.Remove(id);
   Unpersist(id);
   for (const auto& [conn, n] : l.holders) {
     auto c = conns_.find(conn);
@@ -148,97 +125,18 @@ void LeaseManager::Free(uint64_t id, const char* counter, std::function<void()> 
   // truncated them; the tenant's quota is free now.
   l.pool->BeginReclaim(l.size);
   quotas_.Uncharge(TenantOf(l.owner), l.tier, l.size);
-  if (!l.name.empty()) names_.erase(NameKey(l.owner.uid, l.name));
-  auto u = by_uid_.find(l.owner.uid);
-  if (u != by_uid_.end()) {
-    u->second.erase(id);
-    if (u->second.empty()) by_uid_.erase(u);
-  }
-  Pool* pool = l.pool;
-  uint64_t size = l.size;
-  std::unique_ptr<Backing> backing = std::move(l.backing);
-  leases_.erase(it);
   Count(counter);
-  ReclaimBacking(pool, size, std::move(backing), std::move(then));
-}
-
-void LeaseManager::ReclaimBacking(Pool* pool, uint64_t size, std::unique_ptr<Backing> backing,
-                                  std::function<void()> then) {
-  ++pending_reclaims_;
-  deferred_reclaims_.push_back(DeferredReclaim{pool, size, std::move(backing), std::move(then)});
-  if (stopping_) {
-    // Shutting down: no reply to wait for, and the loop may never turn
-    // again. Start now, so the workers reclaim even if the loop is gone.
-    StartDeferredReclaims();
-    return;
-  }
-  if (deferred_reclaims_.size() > 1) return;  // a start is already posted
-  // Started on the next turn of the loop, after the reply to the request
-  // that ended the lease has left: neither a truncation here nor a worker
-  // woken for it delays that reply (a released 8 MiB lease's reply took
-  // 1.6 ms when its worker started first; docs/benchmarks.md).
-  std::weak_ptr<bool> alive = alive_;
-  boost::asio::post(loop_, [this, alive] {
-    auto a = alive.lock();
-    if (!a || !*a) return;
-    StartDeferredReclaims();
-  });
-}
-
-void LeaseManager::StartDeferredReclaims() {
-  std::deque<DeferredReclaim> now;
-  now.swap(deferred_reclaims_);
-  for (DeferredReclaim& d : now) {
-    StartReclaim(d.pool, d.size, std::move(d.backing), std::move(d.then));
-  }
-}
-
-void LeaseManager::StartReclaim(Pool* pool, uint64_t size, std::unique_ptr<Backing> backing,
-                                std::function<void()> then) {
-  std::weak_ptr<bool> alive = alive_;
-  if (size <= inline_max_ && pending_reclaims_ == 1) {
-    // Small, and the loop is not busy with others' (nothing else in flight):
-    // truncating here costs less than a hand-off. Under load the workers
-    // take it, so the loop keeps serving. The bookkeeping is still posted,
-    // so every path sees the same order as from a worker.
-    if (backing) backing->Reclaim();
-    backing.reset();
-    boost::asio::post(loop_, [this, alive, pool, size, then = std::move(then)] {
-      auto a = alive.lock();
-      if (!a || !*a) return;
-      BackingReclaimed(pool, size);
-      if (then) then();
-    });
-    return;
-  }
-  // The worker touches only the backing and the channel: if the handler is
-  // dropped unrun (a stopped pool), destroying the backing still reclaims.
-  boost::asio::post(workers_, [this, alive, channel = reclaim_channel_, pool, size,
-                               backing = std::move(backing), then = std::move(then)]() mutable {
-    if (backing) backing->Reclaim();
-    backing.reset();
-    std::lock_guard<std::mutex> lock(channel->mu);
-    if (!channel->open) return;  // the manager is gone
-    boost::asio::post(channel->loop, [this, alive, pool, size, then = std::move(then)] {
-      auto a = alive.lock();
-      if (!a || !*a) return;
-      BackingReclaimed(pool, size);
-      if (then) then();
-    });
-  });
+  reclaims_.Submit(l.pool, l.size, std::move(l.backing), std::move(then));
 }
 
 void LeaseManager::BackingReclaimed(Pool* pool, uint64_t size) {
-  CXLPOOL_CHECK(pending_reclaims_ > 0);
-  --pending_reclaims_;
   pool->ReleaseLeased(size);
   Count("reclaims_done");
   // Waiting allocations first (in arrival order), so new warm stock cannot
   // take the room they waited for; one that still only fits after the
   // remaining reclaims waits again.
   if (!waiting_.empty() && !stopping_) {
-    std::vector<Waiting> retry;
-    retry.swap(waiting_);
+    std::vector<WaitingAlloc> retry = waiting_.TakeAll();
     retrying_waiters_ = true;
     for (auto& w : retry) Allocate(w.conn, std::move(w.params), std::move(w.done));
     retrying_waiters_ = false;
@@ -249,9 +147,7 @@ void LeaseManager::BackingReclaimed(Pool* pool, uint64_t size) {
 }
 
 void LeaseManager::RefuseWaiting(const Status& why) {
-  std::vector<Waiting> gone;
-  gone.swap(waiting_);
-  for (auto& w : gone) {
+  for (WaitingAlloc& w : waiting_.TakeAll()) {
     Count("refusals");
     Count(std::string("refusals_") + RefusalReason(why.code()));
     w.done(why);
@@ -262,12 +158,12 @@ uint64_t LeaseManager::Insert(ConnId conn, const AllocParams& p, Pool* pool, uin
                               std::unique_ptr<Backing> backing, bool from_warm,
                               std::string reason) {
   uint64_t id = NextId();
-  Lease& l = leases_[id];
+  Lease l;
   l.id = id;
   l.size = size;
   l.requested = p.size_bytes;
   l.pool = pool;
-  l.tier = TierOfPool(pool);
+  l.tier = pool->quota_tier();
   l.label = p.label;
   l.name = p.name;
   l.acl_uids = p.acl_uids;
@@ -281,44 +177,87 @@ uint64_t LeaseManager::Insert(ConnId conn, const AllocParams& p, Pool* pool, uin
   l.holders[conn] = 1;
   l.refs = 1;
   conns_.at(conn).held.insert(id);
-  by_uid_[l.owner.uid].insert(id);
-  if (!p.name.empty()) names_[NameKey(l.owner.uid, p.name)] = id;
+  table_.Add(std::move(l));  // indexed by owner and name
   Count("grants");
   return id;
 }
 
+void LeaseManager::Refuse(const AllocDone& done, Status st, const char* reason) {
+  Count("refusals");
+  Count(std::string("refusals_") + (reason != nullptr ? reason : RefusalReason(st.code())));
+  done(std::move(st));
+}
+
 void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
-  auto refuse = [&](Status st, const char* reason = nullptr) {
-    Count("refusals");
-    Count(std::string("refusals_") + (reason != nullptr ? reason : RefusalReason(st.code())));
-    done(std::move(st));
-  };
   auto c = conns_.find(conn);
-  if (c == conns_.end()) return refuse(Status(Code::kInternal, "unknown connection"));
-  if (stopping_) return refuse(Status(Code::kUnavailable, "daemon is shutting down"));
-  if (p.size_bytes == 0) {
-    return refuse(Status(Code::kInvalidArgument, "size_bytes must be greater than 0"));
+  if (c == conns_.end()) return Refuse(done, Status(Code::kInternal, "unknown connection"));
+  const CallerInfo& caller = c->second.caller;
+  if (Status st = CheckRequest(caller, p); !st.ok()) return Refuse(done, std::move(st));
+  if (Status lim = CheckDaemonLimits(); !lim.ok()) return Refuse(done, lim, "daemon_limit");
+  auto plan = PlanPlacement(*topo_, pool_ptrs_, PlacementFor(p));
+  if (!plan.ok()) return Refuse(done, plan.status());
+
+  const Tenant tenant = TenantOf(caller);
+  PoolRefusals why;  // each candidate that could not take it, in order
+  for (Candidate& cand : *plan) {
+    Pool* pool = cand.pool;
+    std::string reason = cand.reason;
+    if (!p.fell_back_from.empty()) reason += "; fell back from " + p.fell_back_from;
+    if (!why.text.empty()) reason += "; fell back from " + why.text;
+    std::optional<uint64_t> size = Admit(tenant, p, pool, &why);
+    if (!size) continue;
+    // A long-term pin on a mixed node: built fresh, then moved into the
+    // node's kernel zones (warm stock sits in ZONE_MOVABLE).
+    const FileSystem* settle = cand.settle ? settle_fs_ : nullptr;
+    if (settle == nullptr && GrantFromWarm(conn, p, pool, *size, reason, done)) return;
+    if (!pool->TryReserve(*size)) {
+      if (pool->FitsAfterReclaims(*size)) {
+        // Room is coming back from released leases: wait for it here rather
+        // than refuse, or fall back to a pool the caller did not prefer.
+        if (!retrying_waiters_) Count("waits_for_reclaim");
+        waiting_.Push(WaitingAlloc{conn, std::move(p), std::move(done)});
+        return;
+      }
+      why.Add(PoolRoom(pool), "capacity");
+      continue;
+    }
+    return StartBuild(BuildJob{conn, std::move(p), std::move(done), pool, *size, std::move(reason),
+                               pool->quota_tier(), tenant, settle});
   }
+  Refuse(done, Status(why.code, "cannot place " + HumanBytes(p.size_bytes) + ": " + why.text),
+         why.first_reason);
+}
+
+void LeaseManager::PoolRefusals::Add(const std::string& why, const char* reason, Code c) {
+  text += (text.empty() ? "" : "; ") + why;
+  if (first_reason == nullptr) first_reason = reason;
+  if (c == Code::kInvalidArgument) code = c;
+}
+
+Status LeaseManager::CheckRequest(const CallerInfo& caller, const AllocParams& p) const {
+  if (stopping_) return Status(Code::kUnavailable, "daemon is shutting down");
+  if (p.size_bytes == 0) return Status(Code::kInvalidArgument, "size_bytes must be greater than 0");
   if (p.label.size() > kMaxLabelBytes) {
-    return refuse(Status(Code::kInvalidArgument, "label longer than 256 bytes"));
+    return Status(Code::kInvalidArgument, "label longer than 256 bytes");
   }
   if (p.name.size() > kMaxNameBytes) {
-    return refuse(Status(Code::kInvalidArgument, "name longer than 255 bytes"));
+    return Status(Code::kInvalidArgument, "name longer than 255 bytes");
   }
   if (p.acl_uids.size() + p.acl_gids.size() > kMaxAclEntries) {
-    return refuse(Status(Code::kInvalidArgument, "ACL longer than 64 entries"));
+    return Status(Code::kInvalidArgument, "ACL longer than 64 entries");
   }
   if (p.name.empty() && (!p.acl_uids.empty() || !p.acl_gids.empty())) {
-    return refuse(Status(Code::kInvalidArgument, "an ACL needs a shared name"));
+    return Status(Code::kInvalidArgument, "an ACL needs a shared name");
   }
   // Names are per owner uid: only the caller's own namespace can clash.
-  const std::string name_key = p.name.empty() ? "" : NameKey(c->second.caller.uid, p.name);
-  if (!p.name.empty() && names_.count(name_key)) {
-    return refuse(Status(Code::kAlreadyExists, "you (uid " + std::to_string(c->second.caller.uid) +
-                                                   ") already have a shared lease named '" +
-                                                   p.name + "'"));
+  if (!p.name.empty() && table_.Named(caller.uid, p.name)) {
+    return Status(Code::kAlreadyExists, "you (uid " + std::to_string(caller.uid) +
+                                            ") already have a shared lease named '" + p.name + "'");
   }
-  if (Status lim = CheckDaemonLimits(); !lim.ok()) return refuse(lim, "daemon_limit");
+  return Status::Ok();
+}
+
+PlacementRequest LeaseManager::PlacementFor(const AllocParams& p) {
   PlacementRequest pr;
   pr.numa_node = p.numa_node;
   pr.gpu = p.gpu;
@@ -327,162 +266,139 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
   pr.home_node = p.home_node;
   pr.long_term_pin = p.long_term_pin;
   pr.exclude = p.exclude_pools;
-  auto plan = PlanPlacement(*topo_, pool_ptrs_, pr);
-  if (!plan.ok()) return refuse(plan.status());
+  return pr;
+}
 
-  const CallerInfo& caller = c->second.caller;
-  const Tenant tenant = TenantOf(caller);
-  const char* first_reason = nullptr;  // why the preferred pool refused
-  auto note = [&](const char* reason) {
-    if (first_reason == nullptr) first_reason = reason;
+std::optional<uint64_t> LeaseManager::Admit(const Tenant& tenant, const AllocParams& p, Pool* pool,
+                                            PoolRefusals* why) const {
+  auto size = pool->RoundSize(p.size_bytes, p.hugetlb);
+  if (!size.ok()) {
+    const bool invalid = size.status().code() == Code::kInvalidArgument;
+    why->Add(size.status().message(), invalid ? "invalid" : "capacity", size.status().code());
+    return std::nullopt;
+  }
+  Status q = quotas_.Check(tenant, pool->quota_tier(), *size);
+  if (!q.ok()) {
+    why->Add(pool->name() + ": " + q.message(), "quota");
+    return std::nullopt;
+  }
+  Status room = quotas_.CheckReserve(tenant, pool->name(), pool->capacity(),
+                                     pool->leased_bytes() + pool->reserved_bytes(), *size);
+  if (!room.ok()) {
+    why->Add(room.message(), "priority");
+    return std::nullopt;
+  }
+  return *size;
+}
+
+bool LeaseManager::GrantFromWarm(ConnId conn, const AllocParams& p, Pool* pool, uint64_t size,
+                                 const std::string& reason, const AllocDone& done) {
+  std::unique_ptr<Backing> b = pool->TakeWarm(size, p.hugetlb);
+  if (b == nullptr) return false;
+  quotas_.Charge(TenantOf(conns_.at(conn).caller), pool->quota_tier(), size);
+  Count("warm_hits");
+  uint64_t id = Insert(conn, p, pool, size, std::move(b), true, reason);
+  if (!PersistGrant(id, done)) return true;
+  done(Granted{Snapshot(table_.leases().at(id)), table_.leases().at(id).backing->fd()});
+  // Only now (the reply is on the socket): a worker prefaulting the
+  // replacement must not compete with sending it.
+  Refill(pool);
+  return true;
+}
+
+void LeaseManager::StartBuild(BuildJob job) {
+  // Quota and capacity are held while it builds; so is a shared name.
+  quotas_.Charge(job.owner, job.tier, job.size);
+  if (!job.params.name.empty()) table_.HoldName(job.owner.uid, job.params.name);
+  Count("warm_misses");
+  ++pending_builds_;
+  Pool* pool = job.pool;
+  const uint64_t sz = job.size;
+  const bool hugetlb = job.params.hugetlb;
+  const FileSystem* settle = job.settle;
+  std::weak_ptr<bool> alive = alive_;
+  // Runs on the loop once the backing is built.
+  auto complete = [this, alive,
+                   job = std::move(job)](Result<std::unique_ptr<Backing>> built) mutable {
+    auto a = alive.lock();
+    if (!a || !*a) return;  // manager gone; `built` reclaims itself
+    FinishBuild(std::move(job), std::move(built));
   };
-  std::string why_not;
-  Code why_code = Code::kResourceExhausted;
-  for (size_t i = 0; i < plan->size(); ++i) {
-    Candidate& cand = (*plan)[i];
-    Pool* pool = cand.pool;
-    std::string reason = cand.reason;
-    if (!p.fell_back_from.empty()) reason += "; fell back from " + p.fell_back_from;
-    if (!why_not.empty()) reason += "; fell back from " + why_not;
-    // A long-term pin on a mixed node: built fresh, then moved into the
-    // node's kernel zones (warm stock sits in ZONE_MOVABLE).
-    const FileSystem* settle = cand.settle ? settle_fs_ : nullptr;
-    auto size = pool->RoundSize(p.size_bytes, p.hugetlb);
-    if (!size.ok()) {
-      why_not += (why_not.empty() ? "" : "; ") + size.status().message();
-      if (size.status().code() == Code::kInvalidArgument) why_code = Code::kInvalidArgument;
-      note(size.status().code() == Code::kInvalidArgument ? "invalid" : "capacity");
-      continue;
-    }
-    std::string tier = TierOfPool(pool);
-    Status q = quotas_.Check(tenant, tier, *size);
-    if (!q.ok()) {
-      why_not += (why_not.empty() ? "" : "; ") + pool->name() + ": " + q.message();
-      note("quota");
-      continue;
-    }
-    Status room = quotas_.CheckReserve(tenant, pool->name(), pool->capacity(),
-                                       pool->leased_bytes() + pool->reserved_bytes(), *size);
-    if (!room.ok()) {
-      why_not += (why_not.empty() ? "" : "; ") + room.message();
-      note("priority");
-      continue;
-    }
-    if (auto b = settle == nullptr ? pool->TakeWarm(*size, p.hugetlb) : nullptr) {
-      quotas_.Charge(tenant, tier, *size);
-      Count("warm_hits");
-      uint64_t id = Insert(conn, p, pool, *size, std::move(b), true, reason);
-      if (!PersistGrant(id, done)) return;
-      Granted g{Snapshot(leases_.at(id)), leases_.at(id).backing->fd()};
-      done(std::move(g));
-      // Only now (the reply is on the socket): a worker prefaulting the
-      // replacement must not compete with sending it.
-      Refill(pool);
-      return;
-    }
-    if (!pool->TryReserve(*size)) {
-      if (pool->FitsAfterReclaims(*size)) {
-        // Room is coming back from released leases: wait for it here rather
-        // than refuse, or fall back to a pool the caller did not prefer.
-        if (!retrying_waiters_) Count("waits_for_reclaim");
-        waiting_.push_back(Waiting{conn, std::move(p), std::move(done)});
-        return;
-      }
-      why_not += (why_not.empty() ? "" : "; ") + PoolRoom(pool);
-      note("capacity");
-      continue;
-    }
-    // Build (on a worker, or here when small); quota and capacity are held
-    // meanwhile.
-    quotas_.Charge(tenant, tier, *size);
-    if (!p.name.empty()) names_[name_key] = 0;
-    Count("warm_misses");
-    ++pending_builds_;
-    uint64_t sz = *size;
-    bool hugetlb = p.hugetlb;
-    Tenant owner = tenant;
-    std::weak_ptr<bool> alive = alive_;
-    // Runs on the loop once the backing is built.
-    auto complete = [this, alive, pool, sz, conn, p = std::move(p), reason = std::move(reason),
-                     done = std::move(done), tier, owner, name_key,
-                     settle](Result<std::unique_ptr<Backing>> built) mutable {
-      auto a = alive.lock();
-      if (!a || !*a) return;  // manager gone; `built` reclaims itself
-      --pending_builds_;
-      auto conn_it = conns_.find(conn);
-      if (!built.ok() && settle != nullptr && !p.strict && conn_it != conns_.end() && !stopping_) {
-        // The mixed node's kernel zones could not keep it: try the next
-        // candidates, never this pool again for this request.
-        pool->CancelReserve(sz);
-        quotas_.Uncharge(owner, tier, sz);
-        if (!p.name.empty()) names_.erase(name_key);
-        Count("pin_settle_fallbacks");
-        CXLPOOL_LOG(kInfo) << pool->name() << ": " << built.status().message()
-                           << "; placing the lease elsewhere";
-        p.exclude_pools.push_back(pool);
-        p.fell_back_from +=
-            (p.fell_back_from.empty() ? "" : "; ") + pool->name() + ": " + built.status().message();
-        Refill(pool);
-        Allocate(conn, std::move(p), std::move(done));
-        return;
-      }
-      if (!built.ok() || conn_it == conns_.end() || stopping_) {
-        pool->CancelReserve(sz);
-        // The charge was made against the caller at request time.
-        quotas_.Uncharge(owner, tier, sz);
-        if (!p.name.empty()) names_.erase(name_key);
-        Count(built.ok() ? "abandoned_builds" : "build_failures");
-        Count("refusals");
-        Count(built.ok() ? "refusals_unavailable" : "refusals_build_failed");
-        if (!built.ok()) {
-          done(built.status());
-        } else {
-          done(Status(Code::kUnavailable, "connection closed before the lease was ready"));
-        }
-        Refill(pool);
-        return;
-      }
-      pool->CommitReserve(sz);
-      uint64_t id = Insert(conn, p, pool, sz, std::move(*built), false, std::move(reason));
-      if (!PersistGrant(id, done)) return;
-      const Lease& l = leases_.at(id);
-      done(Granted{Snapshot(l), l.backing->fd()});
-    };
-    if (sz <= inline_max_ && pending_builds_ == 1 && settle == nullptr) {
-      // Small, and no other build in flight (a sign the loop is not busy):
-      // a few syscalls here cost less than a hand-off to a worker and back.
-      // Under load the workers build in parallel while the loop serves. The
-      // completion is posted, as it would be from a worker.
-      auto built = std::make_shared<Result<std::unique_ptr<Backing>>>(
-          pool->Build(sz, hugetlb, Pool::BuildFor::kRequest));
-      boost::asio::post(loop_, [complete = std::move(complete), built]() mutable {
-        complete(std::move(*built));
-      });
-      return;
-    }
+  if (sz <= inline_max_ && pending_builds_ == 1 && settle == nullptr) {
+    // Small, and no other build in flight (a sign the loop is not busy):
+    // a few syscalls here cost less than a hand-off to a worker and back.
+    // Under load the workers build in parallel while the loop serves. The
+    // completion is posted, as it would be from a worker.
+    auto built = std::make_shared<Result<std::unique_ptr<Backing>>>(
+        pool->Build(sz, hugetlb, Pool::BuildFor::kRequest));
     boost::asio::post(
-        workers_, [this, pool, sz, hugetlb, settle, complete = std::move(complete)]() mutable {
-          // A long-term pin on a mixed node: only where its
-          // kernel zones have room, then moved there.
-          Status zone_room = settle != nullptr ? CheckKernelZoneRoom(sz, pool->numa_node(), *settle)
-                                               : Status::Ok();
-          auto built = std::make_shared<Result<std::unique_ptr<Backing>>>(
-              zone_room.ok() ? pool->Build(sz, hugetlb, Pool::BuildFor::kRequest)
-                             : Result<std::unique_ptr<Backing>>(zone_room));
-          if (built->ok() && settle != nullptr) {
-            const Backing& b = ***built;
-            Status st = SettleInKernelZones(b.daemon_addr(), b.size_bytes(), b.page_size(),
-                                            pool->numa_node());
-            if (!st.ok()) *built = st;  // the backing reclaims itself
-          }
-          boost::asio::post(loop_, [complete = std::move(complete), built]() mutable {
-            complete(std::move(*built));
-          });
-        });
+        loop_, [complete = std::move(complete), built]() mutable { complete(std::move(*built)); });
     return;
   }
-  refuse(Status(why_code, "cannot place " + HumanBytes(p.size_bytes) + ": " + why_not),
-         first_reason);
+  boost::asio::post(workers_, [this, pool, sz, hugetlb, settle,
+                               complete = std::move(complete)]() mutable {
+    // A long-term pin on a mixed node: only where its
+    // kernel zones have room, then moved there.
+    Status zone_room =
+        settle != nullptr ? CheckKernelZoneRoom(sz, pool->numa_node(), *settle) : Status::Ok();
+    auto built = std::make_shared<Result<std::unique_ptr<Backing>>>(
+        zone_room.ok() ? pool->Build(sz, hugetlb, Pool::BuildFor::kRequest)
+                       : Result<std::unique_ptr<Backing>>(zone_room));
+    if (built->ok() && settle != nullptr) {
+      const Backing& b = ***built;
+      Status st =
+          SettleInKernelZones(b.daemon_addr(), b.size_bytes(), b.page_size(), pool->numa_node());
+      if (!st.ok()) *built = st;  // the backing reclaims itself
+    }
+    boost::asio::post(
+        loop_, [complete = std::move(complete), built]() mutable { complete(std::move(*built)); });
+  });
+}
+
+void LeaseManager::UndoBuildHold(const BuildJob& job) {
+  job.pool->CancelReserve(job.size);
+  // The charge was made against the caller at request time.
+  quotas_.Uncharge(job.owner, job.tier, job.size);
+  if (!job.params.name.empty()) table_.DropHeldName(job.owner.uid, job.params.name);
+}
+
+void LeaseManager::FinishBuild(BuildJob job, Result<std::unique_ptr<Backing>> built) {
+  --pending_builds_;
+  const bool connected = conns_.count(job.conn) != 0;
+  if (!built.ok() && job.settle != nullptr && !job.params.strict && connected && !stopping_) {
+    // The mixed node's kernel zones could not keep it: try the next
+    // candidates, never this pool again for this request.
+    UndoBuildHold(job);
+    Count("pin_settle_fallbacks");
+    CXLPOOL_LOG(kInfo) << job.pool->name() << ": " << built.status().message()
+                       << "; placing the lease elsewhere";
+    AllocParams& p = job.params;
+    p.exclude_pools.push_back(job.pool);
+    p.fell_back_from +=
+        (p.fell_back_from.empty() ? "" : "; ") + job.pool->name() + ": " + built.status().message();
+    Refill(job.pool);
+    Allocate(job.conn, std::move(p), std::move(job.done));
+    return;
+  }
+  if (!built.ok() || !connected || stopping_) {
+    UndoBuildHold(job);
+    Count(built.ok() ? "abandoned_builds" : "build_failures");
+    Count("refusals");
+    Count(built.ok() ? "refusals_unavailable" : "refusals_build_failed");
+    if (!built.ok()) {
+      job.done(built.status());
+    } else {
+      job.done(Status(Code::kUnavailable, "connection closed before the lease was ready"));
+    }
+    Refill(job.pool);
+    return;
+  }
+  job.pool->CommitReserve(job.size);
+  uint64_t id = Insert(job.conn, job.params, job.pool, job.size, std::move(*built), false,
+                       std::move(job.reason));
+  if (!PersistGrant(id, job.done)) return;
+  const Lease& l = table_.leases().at(id);
+  job.done(Granted{Snapshot(l), l.backing->fd()});
 }
 
 namespace {
@@ -490,15 +406,20 @@ namespace {
 Status NoLease(uint64_t id) { return Status(Code::kNotFound, "no lease " + std::to_string(id)); }
 }  // namespace
 
+Status LeaseManager::NotInTable(ConnId conn, uint64_t id) const {
+  const std::vector<uid_t>* told = table_.RevokedFor(id);
+  const CallerInfo* c = Caller(conn);
+  if (told != nullptr && c != nullptr &&
+      (c->is_admin || std::find(told->begin(), told->end(), c->uid) != told->end())) {
+    return Status(Code::kRevoked, "lease " + std::to_string(id) + " was revoked by an admin");
+  }
+  return NoLease(id);
+}
+
 Status LeaseManager::Release(ConnId conn, uint64_t id) {
-  auto it = leases_.find(id);
-  if (it == leases_.end()) {
-    auto r = revoked_.find(id);
-    const CallerInfo* c = Caller(conn);
-    if (r != revoked_.end() && c != nullptr &&
-        (c->is_admin || std::find(r->second.begin(), r->second.end(), c->uid) != r->second.end()))
-      return Status(Code::kRevoked, "lease " + std::to_string(id) + " was revoked by an admin");
-    return NoLease(id);
+  auto it = table_.leases().find(id);
+  if (it == table_.leases().end()) {
+    return NotInTable(conn, id);
   }
   if (!Visible(it->second, conn)) return NoLease(id);
   auto h = it->second.holders.find(conn);
@@ -544,14 +465,14 @@ Result<Granted> LeaseManager::Attach(ConnId conn, const std::string& name,
                                        std::to_string(owner) + " that uid " +
                                        std::to_string(who.uid) + " may attach");
   };
-  auto n = names_.find(NameKey(owner, name));
-  if (n == names_.end()) return not_found();
-  if (n->second == 0) {
+  std::optional<uint64_t> named = table_.Named(owner, name);
+  if (!named) return not_found();
+  if (*named == 0) {
     // Its ACL is not known before the lease exists: only its owner hears.
     if (who.uid != owner) return not_found();
     return Status(Code::kUnavailable, "shared lease '" + name + "' is still being built");
   }
-  Lease& l = leases_.at(n->second);
+  Lease& l = table_.leases().at(*named);
   if (!InAcl(l, who)) return not_found();
   if (l.awaited_memory) {
     return Status(Code::kUnavailable,
@@ -572,14 +493,9 @@ bool LeaseManager::Visible(const Lease& l, ConnId conn) const {
 }
 
 Result<LeaseSnapshot> LeaseManager::Stat(ConnId conn, uint64_t id) const {
-  auto it = leases_.find(id);
-  if (it == leases_.end()) {
-    auto r = revoked_.find(id);
-    const CallerInfo* c = Caller(conn);
-    if (r != revoked_.end() && c != nullptr &&
-        (c->is_admin || std::find(r->second.begin(), r->second.end(), c->uid) != r->second.end()))
-      return Status(Code::kRevoked, "lease " + std::to_string(id) + " was revoked by an admin");
-    return NoLease(id);
+  auto it = table_.leases().find(id);
+  if (it == table_.leases().end()) {
+    return NotInTable(conn, id);
   }
   if (!Visible(it->second, conn)) return NoLease(id);
   return Snapshot(it->second);
@@ -616,16 +532,16 @@ Status LeaseManager::CheckDaemonLimits() const {
   // warm stock and libraries' own. Maps: the same leases, plus the
   // process's ordinary mappings.
   constexpr uint64_t kFdReserve = 128, kMapReserve = 1024;
-  const uint64_t per_lease = leases_.size() + pending_builds_ + pending_reclaims_;
+  const uint64_t per_lease = table_.leases().size() + pending_builds_ + reclaims_.pending();
   if (per_lease + conns_.size() + kFdReserve >= limits_.max_fds) {
-    return Status(Code::kResourceExhausted, "daemon fd limit: " + std::to_string(leases_.size()) +
-                                                " leases held and RLIMIT_NOFILE is " +
-                                                std::to_string(limits_.max_fds) +
-                                                "; raise LimitNOFILE= for cxlpoold");
+    return Status(Code::kResourceExhausted,
+                  "daemon fd limit: " + std::to_string(table_.leases().size()) +
+                      " leases held and RLIMIT_NOFILE is " + std::to_string(limits_.max_fds) +
+                      "; raise LimitNOFILE= for cxlpoold");
   }
   if (per_lease + kMapReserve >= limits_.max_maps) {
     return Status(Code::kResourceExhausted,
-                  "daemon mapping limit: " + std::to_string(leases_.size()) +
+                  "daemon mapping limit: " + std::to_string(table_.leases().size()) +
                       " leases held and vm.max_map_count is " + std::to_string(limits_.max_maps) +
                       "; raise it (sysctl vm.max_map_count)");
   }
@@ -640,12 +556,12 @@ Result<std::vector<LeaseSnapshot>> LeaseManager::List(ConnId conn, bool all) con
     if (!c->is_admin) {
       return Status(Code::kPermissionDenied, "listing every tenant's leases needs admin");
     }
-    for (const auto& [id, l] : leases_) out.push_back(Snapshot(l));
+    for (const auto& [id, l] : table_.leases()) out.push_back(Snapshot(l));
   } else {
     std::unordered_set<uint64_t> ids = conns_.at(conn).held;
-    auto u = by_uid_.find(c->uid);
-    if (u != by_uid_.end()) ids.insert(u->second.begin(), u->second.end());
-    for (uint64_t id : ids) out.push_back(Snapshot(leases_.at(id)));
+    const std::unordered_set<uint64_t>& owned = table_.OwnedBy(c->uid);
+    ids.insert(owned.begin(), owned.end());
+    for (uint64_t id : ids) out.push_back(Snapshot(table_.leases().at(id)));
   }
   std::sort(out.begin(), out.end(),
             [](const LeaseSnapshot& a, const LeaseSnapshot& b) { return a.id < b.id; });
@@ -654,9 +570,9 @@ Result<std::vector<LeaseSnapshot>> LeaseManager::List(ConnId conn, bool all) con
 
 void LeaseManager::Revoke(ConnId conn, uint64_t id, RevokeDone done) {
   if (!IsAdmin(conn)) return done(Status(Code::kPermissionDenied, "revoke needs admin"));
-  auto it = leases_.find(id);
-  if (it == leases_.end()) {
-    if (revoked_.count(id)) {
+  auto it = table_.leases().find(id);
+  if (it == table_.leases().end()) {
+    if (table_.RevokedFor(id) != nullptr) {
       return done(Status(Code::kRevoked, "lease " + std::to_string(id) + " was already revoked"));
     }
     return done(NoLease(id));
@@ -668,8 +584,7 @@ void LeaseManager::Revoke(ConnId conn, uint64_t id, RevokeDone done) {
     if (const CallerInfo* hc = Caller(h); hc != nullptr) uids.push_back(hc->uid);
   }
   std::sort(holders.begin(), holders.end());
-  if (revoked_.size() >= kMaxRevokedRemembered) revoked_.clear();
-  revoked_[id] = std::move(uids);
+  table_.Revoked(id, std::move(uids), kMaxRevokedRemembered);
   // The holders hear of it only once the memory is truncated, so their next
   // access after the event SIGBUSes.
   Free(id, "revokes", [done = std::move(done), holders = std::move(holders)]() mutable {
@@ -708,14 +623,9 @@ LeaseSnapshot LeaseManager::Snapshot(const Lease& l) const {
 }
 
 Result<LeaseManager::MoveCheck> LeaseManager::CheckMoved(ConnId conn, uint64_t id) {
-  auto it = leases_.find(id);
-  if (it == leases_.end()) {
-    auto r = revoked_.find(id);
-    const CallerInfo* c = Caller(conn);
-    if (r != revoked_.end() && c != nullptr &&
-        (c->is_admin || std::find(r->second.begin(), r->second.end(), c->uid) != r->second.end()))
-      return Status(Code::kRevoked, "lease " + std::to_string(id) + " was revoked by an admin");
-    return NoLease(id);
+  auto it = table_.leases().find(id);
+  if (it == table_.leases().end()) {
+    return NotInTable(conn, id);
   }
   Lease& l = it->second;
   if (!Visible(l, conn)) return NoLease(id);  // not yours: as if it did not exist
@@ -752,7 +662,7 @@ Result<LeaseManager::MoveCheck> LeaseManager::CheckMoved(ConnId conn, uint64_t i
     to->MoveLeaseIn(l.size);
     const Tenant tenant = TenantOf(l.owner);
     quotas_.Uncharge(tenant, l.tier, l.size);
-    l.tier = TierOfPool(to);
+    l.tier = to->quota_tier();
     quotas_.Charge(tenant, l.tier, l.size);
     l.moved_reason += "; accounted to " + to->name() + " now";
     l.pool = to;
@@ -804,12 +714,12 @@ std::vector<PoolSnapshot> LeaseManager::Pools() const {
 
 std::map<std::string, uint64_t> LeaseManager::Gauges() const {
   std::map<std::string, uint64_t> g;
-  g["live_leases"] = leases_.size();
+  g["live_leases"] = table_.leases().size();
   g["connections"] = conns_.size();
   g["pending_builds"] = pending_builds_;
-  g["pending_reclaims"] = pending_reclaims_;
+  g["pending_reclaims"] = reclaims_.pending();
   g["waiting_allocs"] = waiting_.size();
-  g["shared_leases"] = names_.size();
+  g["shared_leases"] = table_.names();
   uint64_t leased = 0, warm = 0, cap = 0, reclaiming = 0;
   for (const Pool* p : pool_ptrs_) {
     leased += p->leased_bytes() + p->reserved_bytes();
@@ -822,10 +732,10 @@ std::map<std::string, uint64_t> LeaseManager::Gauges() const {
   g["warm_bytes"] = warm;
   g["capacity_bytes"] = cap;
   // What the last start found wrong with the journal (docs/daemon.md).
-  g["journal_damaged"] = health_.damaged ? 1 : 0;
-  g["journal_skipped_regions"] = health_.skipped_regions;
-  g["journal_skipped_bytes"] = health_.skipped_bytes;
-  g["journal_dropped_tail_bytes"] = health_.dropped_tail_bytes;
+  g["journal_damaged"] = restart_.health.damaged ? 1 : 0;
+  g["journal_skipped_regions"] = restart_.health.skipped_regions;
+  g["journal_skipped_bytes"] = restart_.health.skipped_bytes;
+  g["journal_dropped_tail_bytes"] = restart_.health.dropped_tail_bytes;
   return g;
 }
 
@@ -864,12 +774,14 @@ void LeaseManager::Refill(Pool* pool) {
 void LeaseManager::Shutdown() {
   // Also after a hand-over: nobody will make room for these any more.
   RefuseWaiting(Status(Code::kUnavailable, "daemon is shutting down"));
-  if (stopping_ || handed_over_) return;
+  if (stopping_ || restart_.handed_over) return;
   stopping_ = true;
+  // Releases of this turn too, and every one from now: the loop may not
+  // turn again.
+  reclaims_.StartNow();
   std::vector<uint64_t> ids;
-  for (const auto& [id, l] : leases_) ids.push_back(id);
+  for (const auto& [id, l] : table_.leases()) ids.push_back(id);
   for (uint64_t id : ids) Free(id, "shutdown_frees");
-  StartDeferredReclaims();  // releases of this turn too: the loop may not turn again
   for (Pool* p : pool_ptrs_) p->DropAllWarm();
 }
 

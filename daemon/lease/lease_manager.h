@@ -1,9 +1,14 @@
 // LeaseManager: the daemon's lease state. It places allocations on pools,
 // enforces capacity and quotas, builds backings on a worker pool, serves
-// exact-size requests from warm stock, keeps the lease table (hash maps by
-// id, by shared name, by connection and by owner uid), shares named leases
-// under a uid/gid ACL with reference counts, and releases everything a
-// connection held when it goes away.
+// exact-size requests from warm stock, shares named leases under a uid/gid
+// ACL with reference counts, and releases everything a connection held when
+// it goes away. It decides; its parts remember and run:
+//   - LeaseTable (lease_table.h): the leases, indexed by owner and name,
+//     and the revocations;
+//   - AllocWaitQueue (wait_queue.h): allocations waiting for reclaims;
+//   - ReclaimQueue (reclaim_queue.h): ended leases' memory given back;
+//   - RestartState (restart.h): the journal, the grace period, the holders
+//     awaited after a restart (lease_restart.cc).
 //
 // Nothing here knows protobuf or sockets; the handler translates.
 //
@@ -53,114 +58,21 @@
 #include "cxlpool/common/clock.h"
 #include "cxlpool/common/status.h"
 #include "cxlpool/topology/topology.h"
+#include "lease/lease_table.h"
+#include "lease/lease_types.h"
 #include "lease/placement.h"
 #include "lease/quota.h"
+#include "lease/reclaim_queue.h"
 #include "lease/restart.h"
+#include "lease/wait_queue.h"
 #include "pool/pool.h"
 
 namespace cxlpool {
 
-using ConnId = uint64_t;  // the server's ConnectionId
-
-struct CallerInfo {
-  pid_t pid = -1;
-  uid_t uid = static_cast<uid_t>(-1);
-  gid_t gid = static_cast<gid_t>(-1);
-  std::vector<gid_t> groups;  // supplementary groups (for shared-lease ACLs)
-  std::string comm;
-  std::string cgroup;
-  bool is_admin = false;
-  uint64_t start_time = 0;  // /proc/<pid>/stat field 22 (restart: pid reuse); 0 unknown
-};
-
-// The key of a shared name in names_: one namespace per owner uid.
-inline std::string NameKey(uid_t owner, const std::string& name) {
-  return std::to_string(owner) + "/" + name;
-}
-
-// The tenant a caller's leases are charged to (quotas, priority class).
-inline Tenant TenantOf(const CallerInfo& c) {
-  auto cg = NormalizeCgroupPath(c.cgroup);
-  return Tenant{c.uid, c.gid, cg.ok() ? *cg : std::string()};
-}
-
-struct AllocParams {
-  uint64_t size_bytes = 0;
-  std::optional<int> numa_node;
-  std::string gpu;
-  std::vector<std::string> tiers;
-  bool strict = false;
-  bool hugetlb = false;
-  std::string label;
-  std::string name;  // shared name; "" private
-  std::vector<uint32_t> acl_uids;
-  std::vector<uint32_t> acl_gids;
-  std::optional<int> home_node;  // the caller's node (placement without GPU/node)
-  bool long_term_pin = false;    // the holder will pin it long-term (lease/placement.h rule 4)
-  // Set by Allocate itself when a build on a mixed node could not keep the
-  // lease in its kernel zones: those pools are skipped, and why is named.
-  std::vector<const Pool*> exclude_pools;
-  std::string fell_back_from;
-};
-
-struct LeaseSnapshot {
-  uint64_t id = 0;
-  uint64_t size_bytes = 0;
-  uint64_t requested_bytes = 0;
-  int numa_node = -1;
-  std::string kind;
-  std::optional<int> memory_tier;
-  std::string label;
-  std::string name;
-  CallerInfo owner;
-  int64_t created_unix = 0;
-  uint32_t holders = 0;  // references (connections x attaches)
-  std::string backing;
-  uint64_t page_size = 0;
-  bool from_warm_stock = false;
-  std::string placement_reason;
-  std::string pool;
-  bool long_term_pin = false;
-  // Set once the lease's pages were found off the node it was placed on
-  // (CheckMoved): where it was placed, and what the daemon saw. numa_node,
-  // kind and pool are then where the pages are now.
-  std::optional<int> placed_numa_node;
-  std::string moved_reason;
-};
-
-// A granted (or attached) lease and its fd, borrowed: valid until the lease
-// ends; send it before returning to the loop.
-struct Granted {
-  LeaseSnapshot lease;
-  int fd = -1;
-};
-
-struct PoolSnapshot {
-  std::string name;
-  int numa_node = -1;
-  std::string kind;
-  std::optional<int> memory_tier;
-  uint64_t capacity_bytes = 0;
-  uint64_t leased_bytes = 0;
-  uint64_t warm_bytes = 0;
-  uint64_t free_bytes = 0;
-  uint64_t page_size = 0;
-  std::string backing;
-  bool dynamic_region = false;
-  uint32_t lease_count = 0;
-  uint64_t reclaiming_bytes = 0;  // ended leases still being reclaimed (not free yet)
-  // The node's zones (memfd pools, when the topology knows them) and what a
-  // long-term pin does there ("yes", "partly", "no"; "" unknown).
-  std::optional<uint64_t> kernel_zone_bytes;
-  std::optional<uint64_t> movable_bytes;
-  std::string long_term_pins;
-  std::string long_term_pin_policy;  // "auto", "allow", "refuse"
-};
-
 class LeaseManager {
  public:
   using Executor = boost::asio::any_io_executor;
-  using AllocDone = std::function<void(Result<Granted>)>;
+  using AllocDone = cxlpool::AllocDone;
   using RevokeDone = std::function<void(Result<std::vector<ConnId>>)>;
 
   LeaseManager(const Topology* topo, std::vector<std::unique_ptr<Pool>> pools, QuotaTable quotas,
@@ -253,14 +165,17 @@ class LeaseManager {
   void SetStockExecutor(Executor stock) { stock_ = std::move(stock); }
   // Leases up to `bytes` are built and reclaimed on the loop thread itself
   // (their completion is still posted, as from a worker). Default 0: never.
-  void SetInlineMax(uint64_t bytes) { inline_max_ = bytes; }
+  void SetInlineMax(uint64_t bytes) {
+    inline_max_ = bytes;
+    reclaims_.set_inline_max(bytes);
+  }
   // Stops refills and reclaims every lease and all stock (daemon exit).
   void Shutdown();
 
   // For tests: builds in flight (leases and stock), reclaims in flight, and
   // allocations waiting for reclaims.
   uint32_t pending_builds() const { return pending_builds_; }
-  uint32_t pending_reclaims() const { return pending_reclaims_; }
+  uint32_t pending_reclaims() const { return reclaims_.pending(); }
   size_t waiting_allocs() const { return waiting_.size(); }
 
   // ---- restart support (lease/lease_restart.cc, docs/daemon.md) ----
@@ -292,7 +207,7 @@ class LeaseManager {
   // RECLAIM of a lease the journal did not know sets journal_damaged too.
   RecoveryReport Recover(std::vector<DurableLease> journalled, std::map<uint64_t, UniqueFd> stored,
                          std::chrono::milliseconds grace, const JournalHealth& health = {});
-  bool in_grace() const { return grace_; }
+  bool in_grace() const { return restart_.grace; }
   // During the grace period: UNAVAILABLE "daemon restarting: reclaim in
   // progress, retry in N s"; else OK.
   Status GraceRefusal() const;
@@ -331,64 +246,56 @@ class LeaseManager {
   void HandOver();
 
  private:
-  struct Lease {
-    uint64_t id = 0;
-    uint64_t size = 0;
-    uint64_t requested = 0;
-    Pool* pool = nullptr;
-    std::string tier;  // quota tier: node kind or "devdax"
-    std::string label;
-    std::string name;
-    std::vector<uint32_t> acl_uids;
-    std::vector<uint32_t> acl_gids;
-    CallerInfo owner;
-    int64_t created_unix = 0;
-    std::unique_ptr<Backing> backing;
-    bool from_warm = false;
-    std::string placement_reason;
-    std::unordered_map<ConnId, uint32_t> holders;  // connection -> references
-    uint32_t refs = 0;
-    // Restart: journalled holders that have not reclaimed yet. The lease
-    // lives while refs > 0 or anyone awaits; awaited_memory: no fd yet.
-    std::vector<HolderId> awaiting;
-    bool awaited_memory = false;
-    uint64_t inode = 0;
-    uint64_t inode_dev = 0;
-    // Journal damage: accounted again without a journal record (a RECLAIM
-    // of an unknown lease, or an fd-store orphan). Kept through the grace
-    // period even when unheld; any holder of its memfd may reclaim it.
-    bool unjournalled = false;
-    // The owner is only a stand-in (an orphan, or a reclaimer that said it
-    // was not the owner): the first reclaimer whose uid is the owner it was
-    // told takes the lease (and its quota charge and name) over.
-    bool owner_provisional = false;
-    bool long_term_pin = false;
-    // CheckMoved found the pages elsewhere: where the lease was placed, what
-    // was seen, and (when that node has no pool to move it to) where the
-    // pages are while the accounting stays.
-    std::optional<int> placed_node;
-    std::string moved_reason;
-    std::optional<int> pages_node;
-  };
+  using Lease = LeaseRecord;
   struct Conn {
     CallerInfo caller;
     std::unordered_set<uint64_t> held;
   };
 
+  // Allocate's steps: check the request, plan the candidate pools, and for
+  // each admit it (size, quota, priority reserve), grant from warm stock,
+  // wait for reclaims, or start a build; else refuse, naming every pool's
+  // reason.
+  struct PoolRefusals {
+    std::string text;
+    Code code = Code::kResourceExhausted;
+    const char* first_reason = nullptr;  // why the preferred pool refused
+    void Add(const std::string& why, const char* reason, Code c = Code::kOk);
+  };
+  // A build in flight: what its completion needs to grant or undo it.
+  struct BuildJob {
+    ConnId conn = 0;
+    AllocParams params;
+    AllocDone done;
+    Pool* pool = nullptr;
+    uint64_t size = 0;
+    std::string reason;
+    std::string tier;
+    Tenant owner;
+    const FileSystem* settle = nullptr;
+  };
+  void Refuse(const AllocDone& done, Status st, const char* reason = nullptr);
+  Status CheckRequest(const CallerInfo& caller, const AllocParams& p) const;
+  static PlacementRequest PlacementFor(const AllocParams& p);
+  // The lease's size in `pool`, or nullopt with why not added to `why`.
+  std::optional<uint64_t> Admit(const Tenant& tenant, const AllocParams& p, Pool* pool,
+                                PoolRefusals* why) const;
+  // True when `pool` had warm stock of `size` and `done` was called.
+  bool GrantFromWarm(ConnId conn, const AllocParams& p, Pool* pool, uint64_t size,
+                     const std::string& reason, const AllocDone& done);
+  // Charges and reserves for `job`, then builds on a worker (or the loop).
+  void StartBuild(BuildJob job);
+  // On the loop: grants the built lease, places it elsewhere (a failed
+  // kernel-zone settle), or undoes the hold and refuses.
+  void FinishBuild(BuildJob job, Result<std::unique_ptr<Backing>> built);
+  void UndoBuildHold(const BuildJob& job);
   uint64_t Insert(ConnId conn, const AllocParams& p, Pool* pool, uint64_t size,
                   std::unique_ptr<Backing> backing, bool from_warm, std::string reason);
-  // Ends a lease: bookkeeping now, memory reclaimed on a worker (ReclaimBacking).
+  // Ends a lease: bookkeeping now, memory reclaimed off the request path
+  // (reclaims_).
   // `then` runs on the loop once the memory is truncated (or never, when
   // the manager is gone by then).
   void Free(uint64_t id, const char* counter, std::function<void()> then = nullptr);
-  void ReclaimBacking(Pool* pool, uint64_t size, std::unique_ptr<Backing> backing,
-                      std::function<void()> then);
-  // ReclaimBacking's second half, one loop turn later (all that were
-  // deferred, in order): the truncation on the loop (small, nothing else in
-  // flight) or on a worker.
-  void StartDeferredReclaims();
-  void StartReclaim(Pool* pool, uint64_t size, std::unique_ptr<Backing> backing,
-                    std::function<void()> then);
   // Back on the loop after a reclaim: the bytes are free; waiting
   // allocations run again, then warm stock refills.
   void BackingReclaimed(Pool* pool, uint64_t size);
@@ -397,6 +304,9 @@ class LeaseManager {
   void DropRef(Lease& lease, ConnId conn, uint32_t n);
   void Refill(Pool* pool);
   LeaseSnapshot Snapshot(const Lease& l) const;
+  // The answer for an id not in the table: REVOKED to those who could see
+  // it when an admin revoked it, else NOT_FOUND.
+  Status NotInTable(ConnId conn, uint64_t id) const;
   bool Visible(const Lease& l, ConnId conn) const;
   void Count(const std::string& name, uint64_t by = 1) { counters_[name] += by; }
   // The refusal, if any, of the daemon's own fd and mapping limits.
@@ -406,7 +316,7 @@ class LeaseManager {
   static bool InAcl(const Lease& l, const CallerInfo& who);
   // Restart support (lease_restart.cc).
   bool Unheld(const Lease& l) const {
-    return l.refs == 0 && l.awaiting.empty() && !(l.unjournalled && grace_);
+    return l.refs == 0 && l.awaiting.empty() && !(l.unjournalled && restart_.grace);
   }
   DurableLease ToDurable(const Lease& l) const;
   // Journals a new grant (fd >= 0) or a holder change. OK when disabled.
@@ -451,52 +361,19 @@ class LeaseManager {
   DaemonLimits limits_;
   // Flipped when the manager dies so late completions do nothing.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
-  // How a reclaim on a worker reaches the loop without touching the
-  // manager: closed (under its mutex) when the manager dies, after which
-  // finished reclaims post nothing.
-  struct ReclaimChannel;
-  std::shared_ptr<ReclaimChannel> reclaim_channel_;
-  uint32_t pending_reclaims_ = 0;
-  // Ended leases whose reclaim starts on the loop's next turn (counted in
-  // pending_reclaims_ already).
-  struct DeferredReclaim {
-    Pool* pool;
-    uint64_t size;
-    std::unique_ptr<Backing> backing;
-    std::function<void()> then;
-  };
-  std::deque<DeferredReclaim> deferred_reclaims_;
-  // Allocations that fit once reclaims in flight finish, in arrival order.
-  struct Waiting {
-    ConnId conn = 0;
-    AllocParams params;
-    AllocDone done;
-  };
-  std::vector<Waiting> waiting_;
+  // Ended leases' memory, given back on the workers (or the loop).
+  ReclaimQueue reclaims_;
+  // Allocations that fit once reclaims in flight finish.
+  AllocWaitQueue waiting_;
   bool retrying_waiters_ = false;
 
-  std::unordered_map<uint64_t, Lease> leases_;
-  // Shared names by NameKey(owner uid, name); 0: being built.
-  std::unordered_map<std::string, uint64_t> names_;
+  // The leases and their indexes (owner, name, revocations).
+  LeaseTable table_;
   std::unordered_map<ConnId, Conn> conns_;
-  std::unordered_map<uid_t, std::unordered_set<uint64_t>> by_uid_;
-  // Revoked ids and the uids that could see each (owner, holders): others
-  // get NOT_FOUND for them.
-  std::unordered_map<uint64_t, std::vector<uid_t>> revoked_;
   std::map<std::string, uint64_t> counters_;
 
-  // Restart support.
-  LeaseStore* store_ = nullptr;
-  const ProcessProbe* probe_ = nullptr;
-  uint64_t ids_reserved_ = 0;  // ids below this are reserved in the store
-  bool handed_over_ = false;
-  bool awaiting_any_ = false;  // some lease still awaits a holder's reclaim
-  bool grace_ = false;
-  bool grace_full_ = false;  // journal damage: no early end (unknown leases may come)
-  JournalHealth health_;
-  std::chrono::steady_clock::time_point grace_end_;
-  std::shared_ptr<void> grace_timer_;  // boost::asio::steady_timer
-  std::map<std::pair<pid_t, uint64_t>, std::shared_ptr<void>> watches_;  // pidfd waits
+  // Restart support (lease_restart.cc).
+  RestartState restart_;
 };
 
 }  // namespace cxlpool

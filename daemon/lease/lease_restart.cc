@@ -24,10 +24,6 @@ namespace cxlpool {
 namespace {
 constexpr uint64_t kIdBatch = 1024;
 
-std::string QuotaTier(const Pool* p) {
-  return std::string(p->backing()) == "devdax" ? "devdax" : p->kind();
-}
-
 bool SameHolder(const HolderId& a, pid_t pid, uint64_t start_time) {
   return a.pid == pid && (a.start_time == 0 || start_time == 0 || a.start_time == start_time);
 }
@@ -52,18 +48,18 @@ std::string BackingKindOf(const MemfdFacts& f, const std::string& hint) {
 }  // namespace
 
 void LeaseManager::EnableRestart(LeaseStore* store, const ProcessProbe* probe, uint64_t next_id) {
-  store_ = store;
-  probe_ = probe;
+  restart_.store = store;
+  restart_.probe = probe;
   next_id_ = std::max(next_id_, next_id);
-  ids_reserved_ = next_id_;
+  restart_.ids_reserved = next_id_;
 }
 
 uint64_t LeaseManager::NextId() {
   uint64_t id = next_id_++;
-  if (store_ != nullptr && id >= ids_reserved_) {
-    Status st = store_->ReserveIds(id + kIdBatch);
+  if (restart_.store != nullptr && id >= restart_.ids_reserved) {
+    Status st = restart_.store->ReserveIds(id + kIdBatch);
     if (st.ok()) {
-      ids_reserved_ = id + kIdBatch;
+      restart_.ids_reserved = id + kIdBatch;
     } else {
       CXLPOOL_LOG(kError) << "reserving lease ids: " << st.ToString();
     }
@@ -113,8 +109,8 @@ DurableLease LeaseManager::ToDurable(const Lease& l) const {
 }
 
 Status LeaseManager::Persist(const Lease& l, int fd) {
-  if (store_ == nullptr || handed_over_) return Status::Ok();
-  Status st = store_->Put(ToDurable(l), fd);
+  if (restart_.store == nullptr || restart_.handed_over) return Status::Ok();
+  Status st = restart_.store->Put(ToDurable(l), fd);
   if (!st.ok()) {
     CXLPOOL_LOG(kError) << "journal lease " << l.id << ": " << st.ToString();
   }
@@ -122,16 +118,16 @@ Status LeaseManager::Persist(const Lease& l, int fd) {
 }
 
 void LeaseManager::Unpersist(uint64_t id) {
-  if (store_ == nullptr || handed_over_) return;
-  Status st = store_->Delete(id);
+  if (restart_.store == nullptr || restart_.handed_over) return;
+  Status st = restart_.store->Delete(id);
   if (!st.ok()) {
     CXLPOOL_LOG(kError) << "journal end of lease " << id << ": " << st.ToString();
   }
 }
 
 bool LeaseManager::PersistGrant(uint64_t id, const AllocDone& done) {
-  if (store_ == nullptr) return true;
-  Lease& l = leases_.at(id);
+  if (restart_.store == nullptr) return true;
+  Lease& l = table_.leases().at(id);
   uint64_t ino = 0, dev = 0;
   struct stat st {};
   if (l.backing->Identity(&ino, &dev)) {  // memfds: read when built, off the loop
@@ -155,12 +151,12 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
                                                    std::chrono::milliseconds grace,
                                                    const JournalHealth& health) {
   RecoveryReport r;
-  health_ = health;
+  restart_.health = health;
   std::set<std::string> carved_seen;  // dynamic sub-devices counted back in
   for (DurableLease& d : journalled) {
     ++r.journalled;
     next_id_ = std::max(next_id_, d.id + 1);
-    ids_reserved_ = std::max(ids_reserved_, next_id_);
+    restart_.ids_reserved = std::max(restart_.ids_reserved, next_id_);
     UniqueFd fd;
     if (auto s = stored.find(d.id); s != stored.end()) fd = std::move(s->second);
     auto drop = [&](const std::string& why) {
@@ -199,7 +195,7 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
     if (d.holders.empty()) d.holders.push_back(HolderId{d.owner_pid, d.owner_start_time});
     std::vector<HolderId> alive;
     for (const HolderId& h : d.holders) {
-      if (probe_ != nullptr && HolderAlive(*probe_, h)) alive.push_back(h);
+      if (restart_.probe != nullptr && HolderAlive(*restart_.probe, h)) alive.push_back(h);
     }
     std::unique_ptr<Backing> backing;
     if (fd.valid()) {
@@ -251,34 +247,33 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
       }
     }
     if (backing == nullptr) backing = MakeAwaitedBacking(d);
-    Lease& l = leases_[d.id];
-    l.id = d.id;
-    l.size = d.size_bytes;
-    l.requested = d.requested_bytes;
-    l.pool = pool;
-    l.tier = QuotaTier(pool);
-    l.label = d.label;
-    l.name = d.name;
-    l.acl_uids = d.acl_uids;
-    l.acl_gids = d.acl_gids;
-    l.owner.pid = d.owner_pid;
-    l.owner.uid = d.owner_uid;
-    l.owner.gid = d.owner_gid;
-    l.owner.comm = d.owner_comm;
-    l.owner.cgroup = d.owner_cgroup;
-    l.owner.start_time = d.owner_start_time;
-    l.created_unix = d.created_unix;
-    l.backing = std::move(backing);
-    l.placement_reason = "recovered after a daemon restart";
-    l.awaiting = alive;
-    l.awaited_memory = !adopted;
-    l.inode = d.inode;
-    l.inode_dev = d.inode_dev;
+    Lease fresh;
+    fresh.id = d.id;
+    fresh.size = d.size_bytes;
+    fresh.requested = d.requested_bytes;
+    fresh.pool = pool;
+    fresh.tier = pool->quota_tier();
+    fresh.label = d.label;
+    fresh.name = d.name;
+    fresh.acl_uids = d.acl_uids;
+    fresh.acl_gids = d.acl_gids;
+    fresh.owner.pid = d.owner_pid;
+    fresh.owner.uid = d.owner_uid;
+    fresh.owner.gid = d.owner_gid;
+    fresh.owner.comm = d.owner_comm;
+    fresh.owner.cgroup = d.owner_cgroup;
+    fresh.owner.start_time = d.owner_start_time;
+    fresh.created_unix = d.created_unix;
+    fresh.backing = std::move(backing);
+    fresh.placement_reason = "recovered after a daemon restart";
+    fresh.awaiting = alive;
+    fresh.awaited_memory = !adopted;
+    fresh.inode = d.inode;
+    fresh.inode_dev = d.inode_dev;
+    Lease& l = table_.Add(std::move(fresh));  // indexed by owner and name
     quotas_.Charge(TenantOf(l.owner), l.tier, l.size);
-    by_uid_[l.owner.uid].insert(l.id);
-    if (!l.name.empty()) names_[NameKey(l.owner.uid, l.name)] = l.id;
     if (alive.size() != d.holders.size()) (void)Persist(l, -1);
-    awaiting_any_ = true;
+    restart_.awaiting_any = true;
     Count(adopted ? "restart_adopted" : "restart_awaiting");
     ++(adopted ? r.adopted : r.awaiting);
   }
@@ -295,19 +290,20 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
       CXLPOOL_LOG(kError) << "restart: fd store lease-" << id
                           << " has no journal record and cannot be accounted again: "
                           << a.status().message();
-      if (store_ != nullptr) store_->ForgetStoredFd(id);
+      if (restart_.store != nullptr) restart_.store->ForgetStoredFd(id);
       Count("fd_store_orphans_dropped");
       continue;
     }
     CXLPOOL_LOG(kError) << "restart: fd store lease-" << id << " ("
-                        << HumanBytes(leases_.at(id).size) << " in " << leases_.at(id).pool->name()
+                        << HumanBytes(table_.leases().at(id).size) << " in "
+                        << table_.leases().at(id).pool->name()
                         << ") has no journal record: accounted again, awaiting its holders";
     Count("fd_store_orphans");
     ++r.orphans;
   }
-  if (store_ != nullptr && next_id_ > ids_reserved_) {
-    if (Status st = store_->ReserveIds(next_id_ + kIdBatch); st.ok()) {
-      ids_reserved_ = next_id_ + kIdBatch;
+  if (restart_.store != nullptr && next_id_ > restart_.ids_reserved) {
+    if (Status st = restart_.store->ReserveIds(next_id_ + kIdBatch); st.ok()) {
+      restart_.ids_reserved = next_id_ + kIdBatch;
     } else {
       CXLPOOL_LOG(kError) << "reserving lease ids: " << st.ToString();
     }
@@ -315,12 +311,12 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
   CXLPOOL_LOG(kInfo) << "restart: " << r.journalled << " journalled leases, " << r.adopted
                      << " adopted from the fd store, " << r.awaiting << " awaiting reclaim, "
                      << r.dropped << " dropped, " << r.orphans << " found only in the fd store";
-  if (health.damaged || r.orphans > 0) health_.damaged = true;
+  if (health.damaged || r.orphans > 0) restart_.health.damaged = true;
   // Journal damage: leases may exist that nobody has told this daemon of.
   // Their holders reclaim them once they see the restart; until the grace
   // period is over nothing new is granted, so they always find room.
-  grace_full_ = health.may_have_lost_leases || r.orphans > 0;
-  if (grace_full_) {
+  restart_.grace_full = health.may_have_lost_leases || r.orphans > 0;
+  if (restart_.grace_full) {
     CXLPOOL_LOG(kError) << "restart: the lease journal was damaged"
                         << (health.description.empty() ? "" : " (" + health.description + ")")
                         << (r.orphans > 0 ? "; the fd store held leases it did not know" : "")
@@ -329,11 +325,11 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
                                 ? "; the grace period runs its full length"
                                 : "; no grace period is configured, so grants do not wait");
   }
-  if ((r.awaiting > 0 || grace_full_) && grace.count() > 0) {
-    grace_ = true;
-    grace_end_ = std::chrono::steady_clock::now() + grace;
+  if ((r.awaiting > 0 || restart_.grace_full) && grace.count() > 0) {
+    restart_.grace = true;
+    restart_.grace_end = std::chrono::steady_clock::now() + grace;
     auto timer = std::make_shared<boost::asio::steady_timer>(loop_);
-    timer->expires_at(grace_end_);
+    timer->expires_at(restart_.grace_end);
     std::weak_ptr<bool> alive = alive_;
     timer->async_wait([this, alive](const boost::system::error_code& ec) {
       if (ec) return;
@@ -341,11 +337,11 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
       if (!a || !*a) return;
       EndGrace("grace period over");
     });
-    grace_timer_ = timer;
+    restart_.grace_timer = timer;
     CXLPOOL_LOG(kInfo) << "restart: grace period of " << grace.count()
                        << " ms: grants wait until every lease is reclaimed";
   } else {
-    grace_full_ = false;
+    restart_.grace_full = false;
     EndGrace(r.awaiting > 0 || health.may_have_lost_leases ? "no grace period configured"
                                                            : "nothing awaits reclaim");
   }
@@ -353,43 +349,45 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
 }
 
 Status LeaseManager::GraceRefusal() const {
-  if (!grace_) return Status::Ok();
-  auto left = grace_end_ - std::chrono::steady_clock::now();
+  if (!restart_.grace) return Status::Ok();
+  auto left = restart_.grace_end - std::chrono::steady_clock::now();
   auto secs = std::chrono::duration_cast<std::chrono::seconds>(left).count() + 1;
   return Status(Code::kUnavailable, "daemon restarting: reclaim in progress, retry in " +
                                         std::to_string(std::max<int64_t>(secs, 1)) + " s");
 }
 
 void LeaseManager::MaybeEndGrace() {
-  if (!grace_ || grace_full_) return;
-  for (const auto& [id, l] : leases_) {
+  if (!restart_.grace || restart_.grace_full) return;
+  for (const auto& [id, l] : table_.leases()) {
     if (l.awaited_memory) return;
   }
   EndGrace("every journalled lease is accounted for");
 }
 
 void LeaseManager::EndGrace(const char* why) {
-  if (grace_) {
-    grace_ = false;
+  if (restart_.grace) {
+    restart_.grace = false;
     CXLPOOL_LOG(kInfo) << "restart: grace period ended: " << why;
-    if (grace_timer_) static_cast<boost::asio::steady_timer*>(grace_timer_.get())->cancel();
+    if (restart_.grace_timer)
+      static_cast<boost::asio::steady_timer*>(restart_.grace_timer.get())->cancel();
   }
-  grace_full_ = false;
+  restart_.grace_full = false;
   // Holders that never reclaimed: struck off if dead or provably without the
   // memfd; the rest are watched until they exit (their lease stays counted).
   SweepAwaiting(true);
-  for (const auto& [id, l] : leases_) {
+  for (const auto& [id, l] : table_.leases()) {
     for (const HolderId& h : l.awaiting) WatchHolder(h);
   }
   // Leases the journal lost that no holder reclaimed (fd-store orphans, or
   // one whose reclaimers all let go): nobody accounts for them any more, so
   // their memory is taken back, as a revoke would.
   std::vector<uint64_t> unclaimed;
-  for (const auto& [id, l] : leases_) {
+  for (const auto& [id, l] : table_.leases()) {
     if (l.unjournalled && Unheld(l)) unclaimed.push_back(id);
   }
   for (uint64_t id : unclaimed) {
-    CXLPOOL_LOG(kWarning) << "restart: lease " << id << " (" << HumanBytes(leases_.at(id).size)
+    CXLPOOL_LOG(kWarning) << "restart: lease " << id << " ("
+                          << HumanBytes(table_.leases().at(id).size)
                           << "), which the journal had lost, was not reclaimed by the end of the "
                              "grace period: its memory is taken back";
     Free(id, "unjournalled_unclaimed");
@@ -397,10 +395,10 @@ void LeaseManager::EndGrace(const char* why) {
 }
 
 void LeaseManager::SweepAwaiting(bool check_files, std::optional<HolderId> exited) {
-  if (!awaiting_any_ || probe_ == nullptr) return;
+  if (!restart_.awaiting_any || restart_.probe == nullptr) return;
   std::vector<uint64_t> unheld;
   bool any = false;
-  for (auto& [id, l] : leases_) {
+  for (auto& [id, l] : table_.leases()) {
     if (l.awaiting.empty()) continue;
     size_t before = l.awaiting.size();
     // Named copies: a structured binding cannot be captured before C++23's
@@ -409,8 +407,8 @@ void LeaseManager::SweepAwaiting(bool check_files, std::optional<HolderId> exite
     const auto ino = l.inode;
     std::erase_if(l.awaiting, [&](const HolderId& h) {
       if (exited && h == *exited) return true;  // a zombie still has its /proc entry
-      if (!HolderAlive(*probe_, h)) return true;
-      return check_files && probe_->HoldsFile(h.pid, dev, ino) == Holding::kNo;
+      if (!HolderAlive(*restart_.probe, h)) return true;
+      return check_files && restart_.probe->HoldsFile(h.pid, dev, ino) == Holding::kNo;
     });
     any |= !l.awaiting.empty();
     if (l.awaiting.size() == before) continue;
@@ -420,23 +418,23 @@ void LeaseManager::SweepAwaiting(bool check_files, std::optional<HolderId> exite
       (void)Persist(l, -1);
     }
   }
-  awaiting_any_ = any;
+  restart_.awaiting_any = any;
   for (uint64_t id : unheld) Free(id, "restart_drops");
   MaybeEndGrace();
 }
 
 void LeaseManager::CheckHolderOf(pid_t pid) {
-  if (!awaiting_any_ || probe_ == nullptr || pid <= 0) return;
-  auto start = probe_->StartTime(pid);
+  if (!restart_.awaiting_any || restart_.probe == nullptr || pid <= 0) return;
+  auto start = restart_.probe->StartTime(pid);
   if (!start) return;
   std::vector<uint64_t> unheld;
-  for (auto& [id, l] : leases_) {
+  for (auto& [id, l] : table_.leases()) {
     auto it = std::find_if(l.awaiting.begin(), l.awaiting.end(),
                            [&](const HolderId& h) { return SameHolder(h, pid, *start); });
     if (it == l.awaiting.end()) continue;
     // It is back on a new connection, so its old one is drained: if it holds
     // no fd or mapping of the memfd now, the grant never reached it.
-    if (probe_->HoldsFile(pid, l.inode_dev, l.inode) != Holding::kNo) continue;
+    if (restart_.probe->HoldsFile(pid, l.inode_dev, l.inode) != Holding::kNo) continue;
     l.awaiting.erase(it);
     if (Unheld(l)) {
       unheld.push_back(id);
@@ -450,31 +448,31 @@ void LeaseManager::CheckHolderOf(pid_t pid) {
 
 void LeaseManager::WatchHolder(const HolderId& h) {
   auto key = std::make_pair(h.pid, h.start_time);
-  if (probe_ == nullptr || watches_.count(key)) return;
-  UniqueFd pidfd = probe_->OpenPidfd(h.pid);
+  if (restart_.probe == nullptr || restart_.watches.count(key)) return;
+  UniqueFd pidfd = restart_.probe->OpenPidfd(h.pid);
   if (!pidfd.valid()) {
     CXLPOOL_LOG(kWarning) << "restart: cannot watch pid " << h.pid
                           << " (no pidfd); its awaited leases stay until a later sweep";
     return;
   }
-  if (!HolderAlive(*probe_, h)) {  // exited (or the pid was reused) meanwhile
+  if (!HolderAlive(*restart_.probe, h)) {  // exited (or the pid was reused) meanwhile
     std::weak_ptr<bool> alive = alive_;
     boost::asio::post(loop_, [this, alive] {
       auto a = alive.lock();
-      if (a && *a && !handed_over_) SweepAwaiting(false);
+      if (a && *a && !restart_.handed_over) SweepAwaiting(false);
     });
     return;
   }
   auto sd = std::make_shared<boost::asio::posix::stream_descriptor>(loop_, pidfd.Release());
-  watches_[key] = sd;
+  restart_.watches[key] = sd;
   std::weak_ptr<bool> alive = alive_;
   sd->async_wait(boost::asio::posix::stream_descriptor::wait_read,
                  [this, alive, key](const boost::system::error_code& ec) {
                    if (ec) return;
                    auto a = alive.lock();
-                   if (!a || !*a || handed_over_) return;
-                   auto keep = watches_[key];  // destroyed after this handler
-                   watches_.erase(key);
+                   if (!a || !*a || restart_.handed_over) return;
+                   auto keep = restart_.watches[key];  // destroyed after this handler
+                   restart_.watches.erase(key);
                    SweepAwaiting(false, HolderId{key.first, key.second});
                  });
 }
@@ -493,13 +491,13 @@ LeaseManager::ReclaimOutcome LeaseManager::Reclaim(ConnId conn, std::vector<Recl
       continue;
     }
     const CallerInfo& who = c->second.caller;
-    auto it = leases_.find(id);
-    if (it == leases_.end()) {
-      if (revoked_.count(id)) {
+    auto it = table_.leases().find(id);
+    if (it == table_.leases().end()) {
+      if (table_.RevokedFor(id) != nullptr) {
         reject("lease " + std::to_string(id) + " was revoked by an admin");
         continue;
       }
-      if (store_ == nullptr || handed_over_ || id == 0 || id >= next_id_) {
+      if (restart_.store == nullptr || restart_.handed_over || id == 0 || id >= next_id_) {
         reject("lease " + std::to_string(id) +
                " is not journalled here (released, dropped after its holders exited, or never "
                "granted by this daemon)");
@@ -512,7 +510,7 @@ LeaseManager::ReclaimOutcome LeaseManager::Reclaim(ConnId conn, std::vector<Recl
         reject(a.status().message());
         continue;
       }
-      Lease& l = leases_.at(id);
+      Lease& l = table_.leases().at(id);
       l.holders[conn] += 1;
       l.refs += 1;
       c->second.held.insert(id);
@@ -520,7 +518,7 @@ LeaseManager::ReclaimOutcome LeaseManager::Reclaim(ConnId conn, std::vector<Recl
       CXLPOOL_LOG(kWarning) << "reclaim: lease " << id << " (" << HumanBytes(l.size) << " in "
                             << l.pool->name() << ", uid " << who.uid
                             << ") was not in the journal: accounted again";
-      health_.damaged = true;  // live state the journal did not know: it lost it
+      restart_.health.damaged = true;  // live state the journal did not know: it lost it
       out.accepted.push_back(id);
       Count("reclaims");
       continue;
@@ -614,7 +612,7 @@ Result<uint64_t> LeaseManager::Readopt(uint64_t id, UniqueFd fd, const ReclaimIt
     CXLPOOL_LOG(kError) << "restart: " << msg;
     return Status(Code::kResourceExhausted, msg);
   };
-  for (const auto& [other, l] : leases_) {
+  for (const auto& [other, l] : table_.leases()) {
     if (l.inode == facts->inode && l.inode_dev == facts->dev) {
       Count("unjournalled_rejects");
       return Status(Code::kInvalidArgument, what + ": the fd is the memfd of another lease");
@@ -660,7 +658,7 @@ Result<uint64_t> LeaseManager::Readopt(uint64_t id, UniqueFd fd, const ReclaimIt
   }
   // The checks an ALLOC of the same size passes: an fd nobody can tell from
   // a real lease gets the caller no more than asking for memory would.
-  const std::string tier = QuotaTier(pool);
+  const std::string& tier = pool->quota_tier();
   CallerInfo owner = who != nullptr ? *who : CallerInfo();
   const Tenant tenant = TenantOf(owner);
   if (who != nullptr) {
@@ -681,31 +679,30 @@ Result<uint64_t> LeaseManager::Readopt(uint64_t id, UniqueFd fd, const ReclaimIt
   if (pool->config().pin && ::mlock(backing->daemon_addr(), d.size_bytes) != 0) {
     CXLPOOL_LOG(kWarning) << "lease " << id << ": mlock after re-adoption failed; kept unpinned";
   }
-  Lease& l = leases_[id];
-  l.id = id;
-  l.size = d.size_bytes;
-  l.requested = d.size_bytes;
-  l.pool = pool;
-  l.tier = tier;
-  l.label = hints != nullptr ? hints->label.substr(0, 256) : std::string();
-  l.owner = owner;
-  l.created_unix = clock_->WallSeconds();
-  l.backing = std::move(backing);
-  l.placement_reason =
+  Lease fresh;
+  fresh.id = id;
+  fresh.size = d.size_bytes;
+  fresh.requested = d.size_bytes;
+  fresh.pool = pool;
+  fresh.tier = tier;
+  fresh.label = hints != nullptr ? hints->label.substr(0, 256) : std::string();
+  fresh.owner = owner;
+  fresh.created_unix = clock_->WallSeconds();
+  fresh.backing = std::move(backing);
+  fresh.placement_reason =
       "accounted again after journal damage (" +
       (node >= 0 ? "pages on node " + std::to_string(node) : std::string("no page resident")) +
       (who == nullptr ? ", from the fd store)" : ", from a reclaim)");
-  l.inode = d.inode;
-  l.inode_dev = d.inode_dev;
-  l.unjournalled = true;
-  l.owner_provisional =
+  fresh.inode = d.inode;
+  fresh.inode_dev = d.inode_dev;
+  fresh.unjournalled = true;
+  fresh.owner_provisional =
       who == nullptr || hints == nullptr || !hints->owner_uid || *hints->owner_uid != who->uid;
+  Lease& l = table_.Add(std::move(fresh));  // indexed by owner and name
   quotas_.Charge(tenant, tier, l.size);
-  by_uid_[l.owner.uid].insert(id);
   if (!l.owner_provisional && hints != nullptr && !hints->name.empty() &&
-      hints->name.size() <= 255 && !names_.count(NameKey(l.owner.uid, hints->name))) {
-    l.name = hints->name;
-    names_[NameKey(l.owner.uid, l.name)] = id;
+      hints->name.size() <= 255) {
+    (void)table_.SetName(l, hints->name);  // unless the owner has that name already
   }
   if (who != nullptr) Count("unjournalled_adopted");
   return id;
@@ -714,32 +711,21 @@ Result<uint64_t> LeaseManager::Readopt(uint64_t id, UniqueFd fd, const ReclaimIt
 void LeaseManager::TakeOver(Lease& l, const CallerInfo& who, const std::string& name,
                             bool confirmed) {
   quotas_.Uncharge(TenantOf(l.owner), l.tier, l.size);
-  auto u = by_uid_.find(l.owner.uid);
-  if (u != by_uid_.end()) {
-    u->second.erase(l.id);
-    if (u->second.empty()) by_uid_.erase(u);
-  }
-  if (!l.name.empty()) names_.erase(NameKey(l.owner.uid, l.name));
-  l.name.clear();
-  l.owner = who;
+  table_.SetOwner(l, who);  // its old name goes with the old owner
   quotas_.Charge(TenantOf(l.owner), l.tier, l.size);
-  by_uid_[l.owner.uid].insert(l.id);
-  if (confirmed && !name.empty() && name.size() <= 255 && !names_.count(NameKey(who.uid, name))) {
-    l.name = name;
-    names_[NameKey(who.uid, name)] = l.id;
-  }
+  if (confirmed && !name.empty() && name.size() <= 255) (void)table_.SetName(l, name);
   l.owner_provisional = !confirmed;
   CXLPOOL_LOG(kInfo) << "reclaim: lease " << l.id << " is now charged to uid " << who.uid
                      << (confirmed ? " (its owner)" : " (its first holder back)");
 }
 
 void LeaseManager::HandOver() {
-  if (handed_over_) return;
+  if (restart_.handed_over) return;
   stopping_ = true;
   // The leases' memory must outlive this process: the backings are released
   // on purpose without Reclaim (which would truncate); the process exits next
   // and the kernel closes the daemon's fds and mappings only.
-  for (auto& [id, l] : leases_) {
+  for (auto& [id, l] : table_.leases()) {
     Backing* kept = l.backing.release();
 #if defined(__SANITIZE_ADDRESS__)
     __lsan_ignore_object(kept);  // deliberately never freed: see above
@@ -747,15 +733,14 @@ void LeaseManager::HandOver() {
     (void)kept;
 #endif
   }
-  size_t n = leases_.size();
-  leases_.clear();
-  names_.clear();
-  by_uid_.clear();
+  size_t n = table_.leases().size();
+  table_.Clear();
   for (auto& [conn, c] : conns_) c.held.clear();
   for (Pool* p : pool_ptrs_) p->DropAllWarm();
-  watches_.clear();
-  if (grace_timer_) static_cast<boost::asio::steady_timer*>(grace_timer_.get())->cancel();
-  handed_over_ = true;
+  restart_.watches.clear();
+  if (restart_.grace_timer)
+    static_cast<boost::asio::steady_timer*>(restart_.grace_timer.get())->cancel();
+  restart_.handed_over = true;
   CXLPOOL_LOG(kInfo) << "handing " << n << " leases over to the next daemon (journal kept)";
 }
 

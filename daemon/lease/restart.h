@@ -17,11 +17,13 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cxlpool/common/status.h"
@@ -153,5 +155,22 @@ Result<std::unique_ptr<Backing>> AdoptMemfd(UniqueFd fd, const DurableLease& lea
 // Stands in for the memory of a journalled lease nobody has handed back yet:
 // no fd (-1), the journalled kind and page size; Reclaim does nothing.
 std::unique_ptr<Backing> MakeAwaitedBacking(const DurableLease& lease);
+
+// The lease manager's restart state: where grants are journalled, how
+// holders are looked at, the ids reserved, and the grace period after a
+// start (its end, its timer, the pidfd waits on awaited holders).
+struct RestartState {
+  LeaseStore* store = nullptr;
+  const ProcessProbe* probe = nullptr;
+  uint64_t ids_reserved = 0;  // ids below this are reserved in the store
+  bool handed_over = false;
+  bool awaiting_any = false;  // some lease still awaits a holder's reclaim
+  bool grace = false;
+  bool grace_full = false;  // journal damage: no early end (unknown leases may come)
+  JournalHealth health;
+  std::chrono::steady_clock::time_point grace_end;
+  std::shared_ptr<void> grace_timer;                                    // boost::asio::steady_timer
+  std::map<std::pair<pid_t, uint64_t>, std::shared_ptr<void>> watches;  // pidfd waits
+};
 
 }  // namespace cxlpool

@@ -1,5 +1,6 @@
 #include "lease/thread_priority.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -52,7 +53,12 @@ Result<bool> ThreadIsIdle() {
   return policy == SCHED_IDLE;
 }
 
-Status SetPoolPriority(boost::asio::thread_pool& pool, unsigned threads, int nice, bool idle) {
+Status SetPoolPriority(boost::asio::thread_pool& pool, unsigned threads, int nice, bool idle,
+                       const std::string& name) {
+  if (name.empty() || name.size() > 15) {
+    return Status(Code::kInvalidArgument,
+                  "thread name '" + name + "' is not 1..15 characters (/proc comm)");
+  }
   // Every task blocks until all have started, so each thread takes exactly
   // one of them.
   std::latch started(threads);
@@ -61,7 +67,11 @@ Status SetPoolPriority(boost::asio::thread_pool& pool, unsigned threads, int nic
   Status first = Status::Ok();
   for (unsigned i = 0; i < threads; ++i) {
     boost::asio::post(pool, [&] {
-      Status st = SetThreadNice(nice);
+      Status st = Status::Ok();
+      if (int e = ::pthread_setname_np(::pthread_self(), name.c_str()); e != 0) {
+        st = Status::FromErrno(e, "pthread_setname_np(" + name + ")");
+      }
+      if (st.ok()) st = SetThreadNice(nice);
       if (st.ok() && idle) st = SetThreadIdle(true);
       {
         std::lock_guard<std::mutex> lock(mu);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <boost/asio/thread_pool.hpp>
+#include <string>
 
 #include "cxlpool/common/status.h"
 
@@ -30,7 +31,10 @@ Result<bool> ThreadIsIdle();
 
 // Runs SetThreadNice(nice), then SetThreadIdle(idle), once on each of the
 // `threads` threads of `pool` (a pool built with exactly that many threads)
-// and waits for all of them. Returns the first failure.
-Status SetPoolPriority(boost::asio::thread_pool& pool, unsigned threads, int nice, bool idle);
+// and waits for all of them. Each thread is also named `name` (at most 15
+// characters; /proc/<pid>/task/<tid>/comm), so every one of them can be
+// found and checked from outside. Returns the first failure.
+Status SetPoolPriority(boost::asio::thread_pool& pool, unsigned threads, int nice, bool idle,
+                       const std::string& name = "cxlpool-stock");
 
 }  // namespace cxlpool

@@ -43,9 +43,10 @@ std::optional<uint64_t> NodeMemoryWatch::applied_total(int node) const {
   return it->second.applied_total;
 }
 
-MemoryWatchReport NodeMemoryWatch::Check(const DaemonConfig& config, LeaseManager* leases) {
+MemoryWatchReport NodeMemoryWatch::Check(const DaemonConfig& config,
+                                         const std::vector<Pool*>& pools) {
   MemoryWatchReport r;
-  for (Pool* pool : leases->pools()) {
+  for (Pool* pool : pools) {
     if (!IsMemfd(*pool)) continue;
     int id = pool->numa_node();
     NodeState& st = nodes_[id];
@@ -84,8 +85,6 @@ MemoryWatchReport NodeMemoryWatch::Check(const DaemonConfig& config, LeaseManage
   }
   for (const auto& a : r.applied) CXLPOOL_LOG(kInfo) << a;
   for (const auto& w : r.warnings) CXLPOOL_LOG(kWarning) << w;
-  // Growth leaves room to stock; a shrink may have dropped ready stock.
-  if (r.resized) leases->StartWarmStock();
   return r;
 }
 

@@ -16,8 +16,7 @@
 // the pool alone (one warning until it reads again).
 //
 // Thread safety: not thread-safe; call on the event-loop thread (it changes
-// pool accounting and starts warm-stock refills through the LeaseManager).
-// `fs` must outlive the watch.
+// pool accounting). `fs` must outlive the watch.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +29,6 @@
 #include "cxlpool/common/fs.h"
 #include "cxlpool/common/status.h"
 #include "cxlpool/topology/topology.h"
-#include "lease/lease_manager.h"
 #include "pool/pool.h"
 
 namespace cxlpool {
@@ -41,7 +39,7 @@ struct MemoryWatchReport {
   std::vector<std::string> applied;
   // Refusals and unreadable meminfo files (each reported once per change).
   std::vector<std::string> warnings;
-  bool resized = false;  // some capacity changed: warm-stock refills were restarted
+  bool resized = false;  // some capacity changed: the owner restarts warm-stock refills
   bool grew = false;     // ... and some grew
 };
 
@@ -54,10 +52,10 @@ class NodeMemoryWatch {
   // from the one its capacity was last resolved against (or whose last
   // resize was refused), resolves that node's configured capacity in
   // `config` against the new MemTotal and applies it. Logs every line of
-  // the report (info / warning) and calls leases->StartWarmStock() when a
-  // capacity changed (growth leaves room to stock; a shrink may have dropped
-  // ready stock).
-  MemoryWatchReport Check(const DaemonConfig& config, LeaseManager* leases);
+  // the report (info / warning). When a capacity changed (report.resized)
+  // the caller restarts warm-stock refills: growth leaves room to stock, and
+  // a shrink may have dropped ready stock.
+  MemoryWatchReport Check(const DaemonConfig& config, const std::vector<Pool*>& pools);
 
   // For a config reload: resolves `spec` for `pool` against its node's
   // MemTotal read now (the last known one when the read fails) and applies

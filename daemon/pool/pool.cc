@@ -20,11 +20,12 @@ Result<uint64_t> RoundUp(uint64_t v, uint64_t align) {
 }  // namespace
 
 Pool::Pool(std::string name, int numa_node, std::string kind, std::optional<int> tier,
-           uint64_t capacity)
+           uint64_t capacity, std::string quota_tier)
     : name_(std::move(name)),
       numa_node_(numa_node),
       kind_(std::move(kind)),
       tier_(tier),
+      quota_tier_(std::move(quota_tier)),
       capacity_(capacity) {}
 
 Pool::~Pool() = default;
@@ -198,7 +199,7 @@ uint32_t Pool::warm_ready(uint64_t size) const {
 
 MemfdPool::MemfdPool(const NumaNode& node, uint64_t capacity, const PoolConfig& cfg, Options opts)
     : Pool("node" + std::to_string(node.id), node.id, NodeKindName(node.kind), node.memory_tier,
-           capacity),
+           capacity, NodeKindName(node.kind)),
       cfg_(cfg),
       opts_(opts) {
   SetWarmClasses(cfg.warm_stock);
@@ -258,7 +259,7 @@ DevdaxPool::DevdaxPool(DaxControl* control, const DaxRegionState& region, std::s
                        std::optional<int> tier, uint64_t align)
     : Pool(region.dynamic || region.devices.empty() ? region.name : region.devices.front(),
            region.target_node, std::move(kind), tier,
-           region.dynamic ? region.available_bytes : region.size_bytes),
+           region.dynamic ? region.available_bytes : region.size_bytes, "devdax"),
       control_(control),
       region_(region.name),
       device_(region.devices.empty() ? std::string() : region.devices.front()),

@@ -32,8 +32,10 @@ namespace cxlpool {
 
 class Pool {
  public:
+  // `quota_tier`: what its leases are charged under (lease/quota.h): the
+  // node kind for memfd pools, "devdax" for devdax pools.
   Pool(std::string name, int numa_node, std::string kind, std::optional<int> tier,
-       uint64_t capacity);
+       uint64_t capacity, std::string quota_tier);
   virtual ~Pool();
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
@@ -41,6 +43,8 @@ class Pool {
   const std::string& name() const { return name_; }
   int numa_node() const { return numa_node_; }
   const std::string& kind() const { return kind_; }  // node kind: dram, cxl, ...
+  // The tier quotas charge this pool's leases under (fixed at construction).
+  const std::string& quota_tier() const { return quota_tier_; }
   std::optional<int> memory_tier() const { return tier_; }
   virtual const char* backing() const = 0;  // "memfd" / "devdax"
   virtual uint64_t page_size() const = 0;
@@ -128,6 +132,7 @@ class Pool {
   int numa_node_;
   std::string kind_;
   std::optional<int> tier_;
+  std::string quota_tier_;
   uint64_t capacity_;
   uint64_t leased_ = 0;
   uint64_t warm_ = 0;

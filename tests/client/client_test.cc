@@ -11,7 +11,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
@@ -357,6 +360,92 @@ TEST(ClientTest, ConnectByPath) {
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     EXPECT_EQ(c->protocol_version(), 1u);
   }
+  unlink(path.c_str());
+  rmdir(dir);
+}
+
+// The daemon is gone and the restart watcher is waiting for it to come back
+// (up to $CXLPOOL_RECONNECT_TIMEOUT_MS): a release must not wait with it. It
+// returns at once, and the lease is handed back and released when the
+// daemon is back.
+TEST(ClientTest, ReleaseDoesNotWaitForAReconnect) {
+  char dir[] = "/tmp/cxlpool-client-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/s.sock";
+  setenv("CXLPOOL_RECONNECT_TIMEOUT_MS", "30000", 1);
+  uint64_t id = 0;
+  {
+    FakeServer first;
+    ASSERT_TRUE(first.StartListening(path).ok());
+    auto c = Client::Connect(path);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    AllocOptions o;
+    o.size_bytes = 1 << 20;
+    auto lease = c->Allocate(o);
+    ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+    id = lease->info().id;
+    std::shared_ptr<detail::ClientCore> core = ClientAccess::Core(*c);
+    first.HangUp();  // the watcher sees EOF and starts reconnecting (refused)
+
+    auto release = std::async(std::launch::async, [&] { return lease->Release(); });
+    // Not a timing goal: without the fix this waits out the 30 s reconnect.
+    ASSERT_EQ(release.wait_for(std::chrono::seconds(15)), std::future_status::ready)
+        << "release waited for the reconnect";
+    EXPECT_TRUE(release.get().ok());
+    EXPECT_EQ(core->reconnects(), 0u);
+
+    unlink(path.c_str());
+    FakeServer second;
+    ASSERT_TRUE(second.StartListening(path).ok());
+    for (int i = 0; i < 2000 && second.releases().empty(); ++i) usleep(10000);
+    EXPECT_EQ(core->reconnects(), 1u);
+    EXPECT_EQ(second.reclaims(), std::vector<uint64_t>{id});
+    EXPECT_EQ(second.releases(), std::vector<uint64_t>{id});
+    EXPECT_EQ(second.live_leases(), 0);
+    // Another thread still gets a working connection.
+    auto again = c->Allocate(o);
+    EXPECT_TRUE(again.ok()) << again.status().ToString();
+  }
+  unsetenv("CXLPOOL_RECONNECT_TIMEOUT_MS");
+  unlink(path.c_str());
+  rmdir(dir);
+}
+
+// Open fds of this process whose target names `what` (/proc/self/fd).
+int OpenFdsNaming(const std::string& what) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    auto target = std::filesystem::read_symlink(e.path(), ec);
+    if (!ec && target.string().find(what) != std::string::npos) ++n;
+  }
+  return n;
+}
+
+// A release deferred while the daemon is gone keeps the lease's memfd only
+// until the reconnect gives up.
+TEST(ClientTest, ADeferredReleaseIsDroppedWhenTheDaemonDoesNotComeBack) {
+  char dir[] = "/tmp/cxlpool-client-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/s.sock";
+  setenv("CXLPOOL_RECONNECT_TIMEOUT_MS", "200", 1);
+  {
+    FakeServer server;
+    ASSERT_TRUE(server.StartListening(path).ok());
+    auto c = Client::Connect(path);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    AllocOptions o;
+    o.size_bytes = 1 << 20;
+    auto lease = c->Allocate(o);
+    ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+    server.HangUp();
+    EXPECT_TRUE(lease->Release().ok());
+    // The fake's own memfd went with its connection; what is left is the
+    // client's dup, until the watcher's reconnect gives up.
+    for (int i = 0; i < 1000 && OpenFdsNaming("fake-lease") > 0; ++i) usleep(10000);
+    EXPECT_EQ(OpenFdsNaming("fake-lease"), 0);
+  }
+  unsetenv("CXLPOOL_RECONNECT_TIMEOUT_MS");
   unlink(path.c_str());
   rmdir(dir);
 }

@@ -29,6 +29,17 @@ void FakeServer::Join() {
   if (thread_.joinable()) thread_.join();
 }
 
+void FakeServer::HangUp() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (sock_.valid()) ::shutdown(sock_.get(), SHUT_RDWR);
+  }
+  Join();
+  std::lock_guard<std::mutex> l(mu_);
+  listen_.Reset();
+  sock_.Reset();
+}
+
 UniqueFd FakeServer::StartPair() {
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) return UniqueFd();
@@ -94,6 +105,10 @@ std::vector<uint64_t> FakeServer::releases() {
   std::lock_guard<std::mutex> l(mu_);
   return releases_;
 }
+std::vector<uint64_t> FakeServer::reclaims() {
+  std::lock_guard<std::mutex> l(mu_);
+  return reclaims_;
+}
 int FakeServer::live_leases() {
   std::lock_guard<std::mutex> l(mu_);
   return static_cast<int>(leases_.size());
@@ -108,6 +123,7 @@ void FakeServer::Serve() {
     Result<wire::Frame> f = wire::RecvFrame(sock_.get());
     if (!f.ok()) break;
     std::lock_guard<std::mutex> l(mu_);
+    incoming_fds_ = std::move(f->fds);
     Handle(f->type(), f->request_id(), f->payload);
     if (!sock_.valid()) break;
   }
@@ -294,6 +310,23 @@ void FakeServer::Handle(proto::MsgType type, uint64_t request_id, const std::str
         }
       }
       Send(proto::MSG_RELEASE_REPLY, request_id, *wire::Encode(proto::ReleaseReply()));
+      return;
+    }
+    case proto::MSG_RECLAIM_REQUEST: {
+      proto::ReclaimRequest req;
+      if (!wire::Decode(payload, &req).ok() ||
+          static_cast<size_t>(req.leases_size()) != incoming_fds_.size()) {
+        return SendError(request_id, Code::kProtocol, "reclaim: one fd per lease");
+      }
+      proto::ReclaimReply reply;
+      for (int i = 0; i < req.leases_size(); ++i) {
+        const uint64_t id = req.leases(i).id();
+        reclaims_.push_back(id);
+        leases_[id] = std::move(incoming_fds_[static_cast<size_t>(i)]);
+        holders_[id] = 1;
+        reply.add_accepted(id);
+      }
+      Send(proto::MSG_RECLAIM_REPLY, request_id, *wire::Encode(reply));
       return;
     }
     default:

@@ -45,6 +45,10 @@ class FakeServer {
   Status StartListening(const std::string& path);
   // Waits for the serving thread to end (the client hung up).
   void Join();
+  // Like a daemon that died: closes the connection and the listening
+  // socket (its path stays, so a reconnect is refused), and waits for the
+  // serving thread.
+  void HangUp();
 
   // Knobs.
   void SetHelloVersion(uint32_t v);
@@ -64,6 +68,8 @@ class FakeServer {
   // Record.
   std::vector<proto::AllocRequest> allocs();
   std::vector<uint64_t> releases();
+  // Lease ids handed back with RECLAIM (each accepted, as a fresh holder).
+  std::vector<uint64_t> reclaims();
   int live_leases();
   std::string hello_client_name();
 
@@ -87,6 +93,8 @@ class FakeServer {
   std::vector<std::pair<uint64_t, std::string>> pending_events_;
   std::vector<proto::AllocRequest> allocs_;
   std::vector<uint64_t> releases_;
+  std::vector<uint64_t> reclaims_;
+  std::vector<UniqueFd> incoming_fds_;  // the fds of the frame being handled
   std::string hello_client_name_;
   uint64_t next_id_ = 100;
   uint64_t extent_granule_ = 0;

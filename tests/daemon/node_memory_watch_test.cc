@@ -32,6 +32,14 @@ std::string Joined(const std::vector<std::string>& lines) {
   return out;
 }
 
+// What the daemon does on every tick: check, and restart warm stock when a
+// capacity changed.
+MemoryWatchReport CheckAndRestock(NodeMemoryWatch& watch, const DaemonConfig& cfg, Harness& h) {
+  MemoryWatchReport r = watch.Check(cfg, h.mgr->pools());
+  if (r.resized) h.mgr->StartWarmStock();
+  return r;
+}
+
 class NodeMemoryWatchTest : public ::testing::Test {
  protected:
   // The four memory nodes of TwoSocketCxl, each with `mem` bytes.
@@ -74,7 +82,7 @@ TEST_F(NodeMemoryWatchTest, UnchangedMemTotalDoesNothing) {
   NodeMemoryWatch watch(&fs_, h.topo);
   DaemonConfig cfg = TestConfig({{2 * kMiB, 1}});
   for (int i = 0; i < 2; ++i) {
-    auto r = watch.Check(cfg, h.mgr.get());
+    auto r = CheckAndRestock(watch, cfg, h);
     EXPECT_TRUE(r.applied.empty()) << Joined(r.applied);
     EXPECT_TRUE(r.warnings.empty()) << Joined(r.warnings);
     EXPECT_FALSE(r.resized);
@@ -96,7 +104,7 @@ TEST_F(NodeMemoryWatchTest, GrowthRaisesCapacityAndRefillsWarmStock) {
   NodeMemoryWatch watch(&fs_, h.topo);
 
   SetMemTotal(0, 64 * kMiB);  // memory onlined into node0
-  auto r = watch.Check(cfg, h.mgr.get());
+  auto r = CheckAndRestock(watch, cfg, h);
   ASSERT_EQ(r.applied.size(), 1u) << Joined(r.applied);
   EXPECT_EQ(r.applied[0], "node0: MemTotal 16.0 MiB -> 64.0 MiB, capacity 8.0 MiB -> 32.0 MiB");
   EXPECT_TRUE(r.warnings.empty()) << Joined(r.warnings);
@@ -113,7 +121,7 @@ TEST_F(NodeMemoryWatchTest, GrowthRaisesCapacityAndRefillsWarmStock) {
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   EXPECT_TRUE(g->lease.from_warm_stock);
   // Nothing more to do on the next tick.
-  r = watch.Check(cfg, h.mgr.get());
+  r = CheckAndRestock(watch, cfg, h);
   EXPECT_TRUE(r.applied.empty()) << Joined(r.applied);
 }
 
@@ -125,7 +133,7 @@ TEST_F(NodeMemoryWatchTest, ShrinkBelowUseIsRefusedWarnedOnceAndRetriedAfterRele
   NodeMemoryWatch& watch = loaded->watch;
 
   SetMemTotal(0, 32 * kMiB);  // memory offlined under the lease
-  auto r = watch.Check(cfg, h.mgr.get());
+  auto r = CheckAndRestock(watch, cfg, h);
   EXPECT_TRUE(r.applied.empty()) << Joined(r.applied);
   ASSERT_EQ(r.warnings.size(), 1u) << Joined(r.warnings);
   EXPECT_EQ(r.warnings[0],
@@ -134,12 +142,12 @@ TEST_F(NodeMemoryWatchTest, ShrinkBelowUseIsRefusedWarnedOnceAndRetriedAfterRele
   EXPECT_EQ(h.Pool("node0").capacity_bytes, 64 * kMiB);
   EXPECT_EQ(watch.applied_total(0), 64 * kMiB) << "still pending";
   // The same change is not warned again on the next ticks.
-  r = watch.Check(cfg, h.mgr.get());
+  r = CheckAndRestock(watch, cfg, h);
   EXPECT_TRUE(r.warnings.empty()) << Joined(r.warnings);
   EXPECT_EQ(h.Pool("node0").capacity_bytes, 64 * kMiB);
   // A further change is a new warning.
   SetMemTotal(0, 40 * kMiB);
-  r = watch.Check(cfg, h.mgr.get());
+  r = CheckAndRestock(watch, cfg, h);
   ASSERT_EQ(r.warnings.size(), 1u) << Joined(r.warnings);
   EXPECT_NE(r.warnings[0].find("MemTotal 64.0 MiB -> 40.0 MiB"), std::string::npos)
       << r.warnings[0];
@@ -147,7 +155,7 @@ TEST_F(NodeMemoryWatchTest, ShrinkBelowUseIsRefusedWarnedOnceAndRetriedAfterRele
   // The lease goes: once its memory is reclaimed the retry applies.
   ASSERT_TRUE(h.mgr->Release(1, loaded->lease_id).ok());
   h.Drain();
-  r = watch.Check(cfg, h.mgr.get());
+  r = CheckAndRestock(watch, cfg, h);
   ASSERT_EQ(r.applied.size(), 1u) << Joined(r.applied) << Joined(r.warnings);
   EXPECT_EQ(r.applied[0], "node0: MemTotal 64.0 MiB -> 40.0 MiB, capacity 64.0 MiB -> 40.0 MiB");
   EXPECT_EQ(h.Pool("node0").capacity_bytes, 40 * kMiB);
@@ -171,7 +179,7 @@ TEST_F(NodeMemoryWatchTest, ShrinkAboveUseApplies) {
   auto g = h.Alloc(1, 8 * kMiB, 1);
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   SetMemTotal(1, 32 * kMiB);
-  auto r = watch.Check(cfg, h.mgr.get());
+  auto r = CheckAndRestock(watch, cfg, h);
   ASSERT_EQ(r.applied.size(), 1u) << Joined(r.warnings);
   EXPECT_TRUE(r.resized);
   EXPECT_FALSE(r.grew);
@@ -190,16 +198,16 @@ TEST_F(NodeMemoryWatchTest, ByteCapacityIsClampedToTheNewMemTotal) {
   NodeMemoryWatch watch(&fs_, h.topo);
   ASSERT_EQ(h.Pool("node2").capacity_bytes, 48 * kMiB);
   SetMemTotal(2, 32 * kMiB);
-  watch.Check(cfg, h.mgr.get());
+  CheckAndRestock(watch, cfg, h);
   EXPECT_EQ(h.Pool("node2").capacity_bytes, 32 * kMiB) << "never more than the node has";
   SetMemTotal(2, 128 * kMiB);
-  auto r = watch.Check(cfg, h.mgr.get());
+  auto r = CheckAndRestock(watch, cfg, h);
   EXPECT_EQ(h.Pool("node2").capacity_bytes, 48 * kMiB) << "back to the configured bytes";
   ASSERT_EQ(r.applied.size(), 1u);
   EXPECT_EQ(r.applied[0], "node2: MemTotal 32.0 MiB -> 128.0 MiB, capacity 32.0 MiB -> 48.0 MiB");
   // MemTotal changes again, the capacity does not: recorded, no resize.
   SetMemTotal(2, 256 * kMiB);
-  r = watch.Check(cfg, h.mgr.get());
+  r = CheckAndRestock(watch, cfg, h);
   ASSERT_EQ(r.applied.size(), 1u);
   EXPECT_EQ(r.applied[0], "node2: MemTotal 128.0 MiB -> 256.0 MiB, capacity 48.0 MiB unchanged");
   EXPECT_FALSE(r.resized);
@@ -213,7 +221,7 @@ TEST_F(NodeMemoryWatchTest, GarbledOrUnreadableMeminfoLeavesThePoolAlone) {
   fs_.AddFile("/sys/devices/system/node/node0/meminfo", "Node 0 MemTotal: lots\n\x01garbage");
   fs_.FailPath("/sys/devices/system/node/node1/meminfo",
                Status(Code::kPermissionDenied, "node1/meminfo: permission denied"));
-  auto r = watch.Check(cfg, h.mgr.get());
+  auto r = CheckAndRestock(watch, cfg, h);
   EXPECT_TRUE(r.applied.empty()) << Joined(r.applied);
   ASSERT_EQ(r.warnings.size(), 2u) << Joined(r.warnings);
   EXPECT_NE(r.warnings[0].find("node0: cannot read MemTotal"), std::string::npos) << r.warnings[0];
@@ -223,18 +231,18 @@ TEST_F(NodeMemoryWatchTest, GarbledOrUnreadableMeminfoLeavesThePoolAlone) {
   EXPECT_EQ(h.Pool("node0").capacity_bytes, 64 * kMiB);
   EXPECT_EQ(h.Pool("node1").capacity_bytes, 64 * kMiB);
   // Warned once, not on every tick.
-  r = watch.Check(cfg, h.mgr.get());
+  r = CheckAndRestock(watch, cfg, h);
   EXPECT_TRUE(r.warnings.empty()) << Joined(r.warnings);
   // Readable again with a new value: applied.
   SetMemTotal(0, 96 * kMiB);
-  r = watch.Check(cfg, h.mgr.get());
+  r = CheckAndRestock(watch, cfg, h);
   ASSERT_EQ(r.applied.size(), 1u) << Joined(r.warnings);
   EXPECT_EQ(h.Pool("node0").capacity_bytes, 96 * kMiB);
   // A missing file is the same.
   FakeFileSystem empty;
   NodeMemoryWatch none(&empty, h.topo);
   empty.AddDir("/sys/devices/system/node");
-  r = none.Check(cfg, h.mgr.get());
+  r = CheckAndRestock(none, cfg, h);
   EXPECT_EQ(r.warnings.size(), 4u) << Joined(r.warnings);
   EXPECT_EQ(h.Pool("node2").capacity_bytes, 64 * kMiB);
 }
@@ -250,7 +258,7 @@ TEST_F(NodeMemoryWatchTest, DevdaxPoolsAreNotTouched) {
   uint64_t dax_cap = h.Pool("dax_region0").capacity_bytes;
   ASSERT_EQ(dax_cap, 32 * kMiB);
   SetMemTotal(2, 128 * kMiB);
-  auto r = watch.Check(cfg, h.mgr.get());
+  auto r = CheckAndRestock(watch, cfg, h);
   ASSERT_EQ(r.applied.size(), 1u) << Joined(r.applied);
   EXPECT_EQ(r.applied[0].rfind("node2:", 0), 0u) << r.applied[0];
   EXPECT_EQ(h.Pool("node2").capacity_bytes, 128 * kMiB);
@@ -283,7 +291,7 @@ TEST_F(NodeMemoryWatchTest, ReloadResolvesAgainstTheCurrentMemTotal) {
             std::string::npos)
       << Joined(r.applied);
   // The reload took the change: the next tick has nothing to do.
-  auto c = watch.Check(current, h.mgr.get());
+  auto c = CheckAndRestock(watch, current, h);
   EXPECT_TRUE(c.applied.empty()) << Joined(c.applied);
   // Without a watch the MemTotal discovered at start is used (as before).
   DaemonConfig again = TestConfig();
@@ -307,7 +315,7 @@ TEST_F(NodeMemoryWatchTest, ReloadRefusalWithAMemTotalChangeIsRetriedByTheWatch)
   EXPECT_EQ(h.Pool("node0").capacity_bytes, 64 * kMiB);
   ASSERT_TRUE(h.mgr->Release(1, loaded->lease_id).ok());
   h.Drain();
-  auto c = watch.Check(current, h.mgr.get());
+  auto c = CheckAndRestock(watch, current, h);
   ASSERT_EQ(c.applied.size(), 1u) << Joined(c.warnings);
   EXPECT_EQ(h.Pool("node0").capacity_bytes, 32 * kMiB);
 }

@@ -1,18 +1,26 @@
 // The daemon's warm-stock threads run reniced and SCHED_IDLE
-// (daemon/lease/thread_priority), checked by asking the kernel (getpriority,
-// sched_getscheduler of each thread); and the lease
+// (daemon/lease/thread_priority), checked by asking the kernel for every
+// thread of the pool (/proc/self/task/<tid>/stat, found by name, and
+// getpriority / sched_getscheduler from inside); and the lease
 // manager sends warm-stock refills to the stock executor, not the workers.
 #include "lease/thread_priority.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <filesystem>
+#include <fstream>
 #include <future>
+#include <iterator>
+#include <map>
 #include <mutex>
 #include <set>
+#include <sstream>
+#include <string>
 #include <thread>
 
 #include "test_util.h"
@@ -25,14 +33,46 @@ using testing::TestConfig;
 using testing::TwoSocketCxl;
 constexpr uint64_t kMiB = 1ull << 20;
 
+// nice (field 19) and scheduling policy (field 41) of each thread of this
+// process named `comm`, by tid, as /proc/self/task/<tid>/stat says.
+struct TaskPriority {
+  int nice = 0;
+  int policy = -1;
+};
+std::map<long, TaskPriority> TasksNamed(const std::string& comm) {
+  std::map<long, TaskPriority> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream c(e.path() / "comm");
+    std::string name;
+    std::getline(c, name);
+    if (name != comm) continue;
+    std::ifstream st(e.path() / "stat");
+    std::string line((std::istreambuf_iterator<char>(st)), std::istreambuf_iterator<char>());
+    std::istringstream rest(line.substr(line.rfind(')') + 2));
+    std::vector<std::string> f((std::istream_iterator<std::string>(rest)),
+                               std::istream_iterator<std::string>());
+    if (f.size() < 39) continue;  // fields 3.. follow the comm
+    out[std::stol(e.path().filename().string())] = {std::stoi(f[16]), std::stoi(f[38])};
+  }
+  return out;
+}
+
 TEST(ThreadPriorityTest, EveryThreadOfThePoolIsRenicedAndIdle) {
   constexpr unsigned kThreads = 3;
   boost::asio::thread_pool pool(kThreads);
   auto base = ThreadNice();
   ASSERT_TRUE(base.ok());
   const int target = std::min(*base + 7, 19);
-  ASSERT_TRUE(SetPoolPriority(pool, kThreads, target, true).ok());
-  // Ask the kernel from many tasks; every thread that runs one reports.
+  ASSERT_TRUE(SetPoolPriority(pool, kThreads, target, true, "prio-test").ok());
+  // Every thread of the pool, found by its name through /proc (not only
+  // those that happen to run a task), as the kernel reports it.
+  std::map<long, TaskPriority> tasks = TasksNamed("prio-test");
+  EXPECT_EQ(tasks.size(), kThreads) << "one named thread per pool thread";
+  for (const auto& [tid, p] : tasks) {
+    EXPECT_EQ(p.nice, target) << "thread " << tid;
+    EXPECT_EQ(p.policy, SCHED_IDLE) << "thread " << tid;
+  }
+  // And from inside: every task the pool runs sees the same.
   std::mutex mu;
   std::set<long> tids;
   std::set<int> nices;
@@ -52,13 +92,25 @@ TEST(ThreadPriorityTest, EveryThreadOfThePoolIsRenicedAndIdle) {
     });
   }
   for (auto& f : done) f.wait();
+  for (long tid : tids) EXPECT_EQ(tasks.count(tid), 1u) << "task ran on unnamed thread " << tid;
   pool.join();
   EXPECT_EQ(nices, std::set<int>{target});
   EXPECT_EQ(idle, std::set<bool>{true}) << "sched_getscheduler: SCHED_IDLE on every thread";
-  EXPECT_GE(tids.size(), 1u);
-  // The caller's own priority is untouched.
+  // The caller's own priority is untouched, and so is every other thread.
   EXPECT_EQ(*ThreadNice(), *base);
   EXPECT_FALSE(*ThreadIsIdle());
+  for (const auto& [tid, p] : TasksNamed("daemon_thread_p")) {
+    EXPECT_EQ(p.nice, *base) << "thread " << tid;
+    EXPECT_EQ(p.policy, SCHED_OTHER) << "thread " << tid;
+  }
+}
+
+TEST(ThreadPriorityTest, ABadThreadNameIsRefused) {
+  boost::asio::thread_pool pool(1);
+  EXPECT_EQ(SetPoolPriority(pool, 1, 19, true, "").code(), Code::kInvalidArgument);
+  EXPECT_EQ(SetPoolPriority(pool, 1, 19, true, std::string(16, 'x')).code(),
+            Code::kInvalidArgument);
+  pool.join();
 }
 
 TEST(ThreadPriorityTest, IdleCanBeLeft) {

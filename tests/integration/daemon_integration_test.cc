@@ -3,9 +3,10 @@
 // lease is seen by two processes; revoke pushes an event and the client's
 // mapping SIGBUSes; quota refusals; hostile frames, then a good client is
 // served; a non-admin uid is refused admin operations and cannot open lease
-// fds through /proc/<daemon>/fd.
+// fds through /proc/<daemon>/fd; only the stock threads run reniced and idle.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -14,6 +15,13 @@
 
 #include <csignal>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "cxlpool/proto/codec.h"
 #include "cxlpool/proto/ipc.h"
@@ -80,6 +88,64 @@ max_bytes = "4M"
   testsupport::Daemon daemon_;
   std::string socket_;
 };
+
+// Every thread of a running daemon, as the kernel reports it
+// (/proc/<pid>/task/<tid>/stat: nice field 19, policy field 41): the
+// `stock_workers` threads named cxlpool-stock are reniced and SCHED_IDLE,
+// every other thread keeps the daemon's own priority.
+TEST(DaemonThreadsTest, OnlyTheStockThreadsAreRenicedAndIdle) {
+  testsupport::SkipWithoutDaemon();
+  testsupport::Daemon d;
+  Status st = d.Start(R"(
+[daemon]
+log_level = "warning"
+workers = 2
+stock_workers = 3
+stock_nice = 12
+stock_idle = true
+[pools]
+capacity = "64M"
+warm_stock = []
+)");
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  struct Task {
+    std::string comm;
+    int nice = 0;
+    int policy = -1;
+  };
+  std::map<long, Task> tasks;
+  const std::string dir = "/proc/" + std::to_string(d.pid()) + "/task";
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    std::ifstream c(e.path() / "comm");
+    Task t;
+    std::getline(c, t.comm);
+    std::ifstream sf(e.path() / "stat");
+    std::string line((std::istreambuf_iterator<char>(sf)), std::istreambuf_iterator<char>());
+    std::istringstream rest(line.substr(line.rfind(')') + 2));
+    std::vector<std::string> f((std::istream_iterator<std::string>(rest)),
+                               std::istream_iterator<std::string>());
+    ASSERT_GE(f.size(), 39u) << line;
+    t.nice = std::stoi(f[16]);
+    t.policy = std::stoi(f[38]);
+    tasks[std::stol(e.path().filename().string())] = t;
+  }
+  ASSERT_EQ(tasks.count(d.pid()), 1u);
+  const int base = tasks[d.pid()].nice;
+  int stock = 0;
+  for (const auto& [tid, t] : tasks) {
+    if (t.comm == "cxlpool-stock") {
+      ++stock;
+      EXPECT_EQ(t.nice, 12) << "stock thread " << tid;
+      EXPECT_EQ(t.policy, SCHED_IDLE) << "stock thread " << tid;
+    } else {
+      EXPECT_EQ(t.nice, base) << t.comm << " thread " << tid;
+      EXPECT_EQ(t.policy, SCHED_OTHER) << t.comm << " thread " << tid;
+    }
+  }
+  EXPECT_EQ(stock, 3) << "one named thread per stock worker";
+  EXPECT_GE(tasks.size(), 6u) << "the loop, 2 workers and 3 stock threads";
+  EXPECT_TRUE(d.Stop().ok());
+}
 
 TEST_F(DaemonTest, SigkilledClientsLeasesReturnToZero) {
   int ready[2];

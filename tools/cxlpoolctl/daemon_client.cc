@@ -8,22 +8,14 @@
 
 #include "commands.h"
 #include "cxlpool/client.hpp"
-#include "cxlpool/proto/socket.h"
 
 namespace cxlpool::ctl {
 
 Result<DaemonConnection> DaemonConnection::Open(const std::string& socket_path) {
-  DaemonConnection c;
-  c.path_ = socket_path;
-  auto sock = wire::ConnectUnix(socket_path);
-  if (!sock.ok()) return sock.status();
-  c.sock_ = std::move(*sock);
-  proto::HelloRequest hello;
-  hello.set_min_version(wire::kMinWireVersion);
-  hello.set_max_version(wire::kMaxWireVersion);
-  hello.set_client_name("cxlpoolctl");
-  CXLPOOL_RETURN_IF_ERROR(c.Call(hello, &c.hello_));
-  return c;
+  Result<wire::BlockingClient> c =
+      wire::BlockingClient::Connect(socket_path, {.name = "cxlpoolctl", .timeout_ms = 30000});
+  if (!c.ok()) return c.status();
+  return DaemonConnection(std::move(*c), socket_path);
 }
 
 std::string ResolveSocketPath(const std::string& flag) {

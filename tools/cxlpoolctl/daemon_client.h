@@ -7,12 +7,11 @@
 
 #include <CLI/CLI.hpp>
 #include <string>
+#include <utility>
 
 #include "cxlpool.pb.h"
 #include "cxlpool/common/status.h"
-#include "cxlpool/common/unique_fd.h"
-#include "cxlpool/proto/codec.h"
-#include "cxlpool/proto/ipc.h"
+#include "cxlpool/proto/blocking_client.h"
 
 namespace cxlpool::ctl {
 
@@ -22,32 +21,21 @@ class DaemonConnection {
   // UNAVAILABLE, PROTOCOL.
   static Result<DaemonConnection> Open(const std::string& socket_path);
 
-  // One request, one reply of type Rep (or the daemon's error).
+  // One request, one reply of type Rep (or the daemon's error); pushes
+  // (lease events) on the way are not ours and are skipped.
   template <typename Req, typename Rep>
   Status Call(const Req& req, Rep* rep) {
-    uint64_t id = next_id_++;
-    CXLPOOL_RETURN_IF_ERROR(wire::SendMessage(sock_.get(), req, id, {}, kTimeoutMs));
-    for (;;) {
-      auto frame = wire::RecvFrame(sock_.get(), {}, kTimeoutMs);
-      if (!frame.ok()) return frame.status();
-      if (frame->request_id() == 0) continue;  // a server push (lease event): not ours
-      if (frame->request_id() != id) {
-        return Status(Code::kProtocol, "reply for request " + std::to_string(frame->request_id()) +
-                                           ", expected " + std::to_string(id));
-      }
-      return wire::DecodeReply(*frame, rep);
-    }
+    return client_.Call(req, rep);
   }
 
-  const proto::HelloReply& hello() const { return hello_; }
+  const proto::HelloReply& hello() const { return client_.hello(); }
   const std::string& path() const { return path_; }
 
  private:
-  static constexpr int kTimeoutMs = 30000;
-  UniqueFd sock_;
+  DaemonConnection(wire::BlockingClient client, std::string path)
+      : client_(std::move(client)), path_(std::move(path)) {}
+  wire::BlockingClient client_;  // the tools' and tests' one wire client
   std::string path_;
-  uint64_t next_id_ = 1;
-  proto::HelloReply hello_;
 };
 
 // The global options (--socket, --json): cxlpoolctl's main app owns them,

@@ -1,6 +1,6 @@
 // BlockingClient: one request at a time to cxlpoold over its Unix socket,
-// for tools and tests (the bench, the test support library; cxlpoolctl
-// next). The client library (libcxlpool) has its own connection, with
+// for tools and tests (cxlpoolctl, the bench, the test support library).
+// The client library (libcxlpool) has its own connection, with
 // reconnects and mappings.
 //
 //   auto c = wire::BlockingClient::Connect(path, {.name = "cxlpool-bench"});

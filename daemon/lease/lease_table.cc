@@ -1,0 +1,90 @@
+#include "lease/lease_table.h"
+
+#include <utility>
+
+#include "cxlpool/common/status.h"
+
+namespace cxlpool {
+
+LeaseRecord& LeaseTable::Add(LeaseRecord l) {
+  const uint64_t id = l.id;
+  auto [it, inserted] = leases_.emplace(id, std::move(l));
+  CXLPOOL_CHECK(inserted);
+  LeaseRecord& added = it->second;
+  by_uid_[added.owner.uid].insert(id);
+  if (!added.name.empty()) names_[NameKey(added.owner.uid, added.name)] = id;
+  return added;
+}
+
+void LeaseTable::Unindex(const LeaseRecord& l) {
+  if (!l.name.empty()) names_.erase(NameKey(l.owner.uid, l.name));
+  auto u = by_uid_.find(l.owner.uid);
+  if (u != by_uid_.end()) {
+    u->second.erase(l.id);
+    if (u->second.empty()) by_uid_.erase(u);
+  }
+}
+
+LeaseRecord LeaseTable::Remove(uint64_t id) {
+  auto it = leases_.find(id);
+  CXLPOOL_CHECK(it != leases_.end());
+  LeaseRecord l = std::move(it->second);
+  leases_.erase(it);
+  Unindex(l);
+  return l;
+}
+
+void LeaseTable::SetOwner(LeaseRecord& l, const CallerInfo& owner) {
+  Unindex(l);
+  l.name.clear();
+  l.owner = owner;
+  by_uid_[l.owner.uid].insert(l.id);
+}
+
+bool LeaseTable::SetName(LeaseRecord& l, const std::string& name) {
+  const std::string key = NameKey(l.owner.uid, name);
+  if (names_.count(key) != 0) return false;
+  if (!l.name.empty()) names_.erase(NameKey(l.owner.uid, l.name));
+  l.name = name;
+  names_[key] = l.id;
+  return true;
+}
+
+void LeaseTable::Clear() {
+  leases_.clear();
+  names_.clear();
+  by_uid_.clear();
+}
+
+std::optional<uint64_t> LeaseTable::Named(uid_t owner, const std::string& name) const {
+  auto it = names_.find(NameKey(owner, name));
+  if (it == names_.end()) return std::nullopt;
+  return it->second;
+}
+
+void LeaseTable::HoldName(uid_t owner, const std::string& name) {
+  names_[NameKey(owner, name)] = 0;
+}
+
+void LeaseTable::DropHeldName(uid_t owner, const std::string& name) {
+  auto it = names_.find(NameKey(owner, name));
+  if (it != names_.end() && it->second == 0) names_.erase(it);
+}
+
+const std::unordered_set<uint64_t>& LeaseTable::OwnedBy(uid_t owner) const {
+  static const std::unordered_set<uint64_t> kNone;
+  auto it = by_uid_.find(owner);
+  return it == by_uid_.end() ? kNone : it->second;
+}
+
+void LeaseTable::Revoked(uint64_t id, std::vector<uid_t> uids, size_t max_remembered) {
+  if (revoked_.size() >= max_remembered) revoked_.clear();
+  revoked_[id] = std::move(uids);
+}
+
+const std::vector<uid_t>* LeaseTable::RevokedFor(uint64_t id) const {
+  auto it = revoked_.find(id);
+  return it == revoked_.end() ? nullptr : &it->second;
+}
+
+}  // namespace cxlpool

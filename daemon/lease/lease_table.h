@@ -1,0 +1,120 @@
+// LeaseTable: the daemon's leases and their indexes: by id, by owner uid,
+// by shared name (one namespace per owner uid: NameKey), and the ids an
+// admin revoked with the uids that could see each (so the others get
+// NOT_FOUND for them, as for an id that never existed). Adding, removing and
+// re-owning a lease keep the indexes in step; nothing else does.
+//
+// The lease manager decides; the table only remembers. Its leases' fields
+// other than id, owner and name may be changed through leases().
+//
+// Thread safety: a single-owner value (the lease manager, on its loop).
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "lease/lease_types.h"
+#include "lease/restart.h"
+#include "pool/backing.h"
+
+namespace cxlpool {
+
+class Pool;
+
+struct LeaseRecord {
+  uint64_t id = 0;
+  uint64_t size = 0;
+  uint64_t requested = 0;
+  Pool* pool = nullptr;
+  std::string tier;  // quota tier: node kind or "devdax"
+  std::string label;
+  std::string name;
+  std::vector<uint32_t> acl_uids;
+  std::vector<uint32_t> acl_gids;
+  CallerInfo owner;
+  int64_t created_unix = 0;
+  std::unique_ptr<Backing> backing;
+  bool from_warm = false;
+  std::string placement_reason;
+  std::unordered_map<ConnId, uint32_t> holders;  // connection -> references
+  uint32_t refs = 0;
+  // Restart: journalled holders that have not reclaimed yet. The lease
+  // lives while refs > 0 or anyone awaits; awaited_memory: no fd yet.
+  std::vector<HolderId> awaiting;
+  bool awaited_memory = false;
+  uint64_t inode = 0;
+  uint64_t inode_dev = 0;
+  // Journal damage: accounted again without a journal record (a RECLAIM
+  // of an unknown lease, or an fd-store orphan). Kept through the grace
+  // period even when unheld; any holder of its memfd may reclaim it.
+  bool unjournalled = false;
+  // The owner is only a stand-in (an orphan, or a reclaimer that said it
+  // was not the owner): the first reclaimer whose uid is the owner it was
+  // told takes the lease (and its quota charge and name) over.
+  bool owner_provisional = false;
+  bool long_term_pin = false;
+  // CheckMoved found the pages elsewhere: where the lease was placed, what
+  // was seen, and (when that node has no pool to move it to) where the
+  // pages are while the accounting stays.
+  std::optional<int> placed_node;
+  std::string moved_reason;
+  std::optional<int> pages_node;
+};
+
+class LeaseTable {
+ public:
+  using Map = std::unordered_map<uint64_t, LeaseRecord>;
+
+  // Every lease by id: look up, iterate, change fields (not id, owner, name).
+  Map& leases() { return leases_; }
+  const Map& leases() const { return leases_; }
+
+  // Takes `l` (its id not in the table), indexed by owner and, when it has
+  // one, by name (which must be free or held for it: HoldName).
+  LeaseRecord& Add(LeaseRecord l);
+  // Takes the lease out of every index and hands it back.
+  LeaseRecord Remove(uint64_t id);
+  // A new owner: the lease moves to its uid's index and loses its name.
+  void SetOwner(LeaseRecord& l, const CallerInfo& owner);
+  // Names the lease in its owner's namespace; false (unchanged) when that
+  // name is taken.
+  bool SetName(LeaseRecord& l, const std::string& name);
+  // Forgets every lease and name (hand-over); revocations are kept.
+  void Clear();
+
+  // Shared names: the lease id, 0 while the lease is being built; nullopt
+  // when the owner has no such name.
+  std::optional<uint64_t> Named(uid_t owner, const std::string& name) const;
+  // Holds a name for a lease being built (Named says 0), and lets it go.
+  void HoldName(uid_t owner, const std::string& name);
+  void DropHeldName(uid_t owner, const std::string& name);
+  size_t names() const { return names_.size(); }
+
+  // The ids `owner` owns (none: an empty set).
+  const std::unordered_set<uint64_t>& OwnedBy(uid_t owner) const;
+
+  // An admin revoked `id`; `uids` (owner, holders) may hear REVOKED. Once
+  // `max_remembered` are remembered, all are forgotten and counting starts
+  // again.
+  void Revoked(uint64_t id, std::vector<uid_t> uids, size_t max_remembered);
+  // The uids told of the revocation of `id`; null when it was not revoked.
+  const std::vector<uid_t>* RevokedFor(uint64_t id) const;
+
+ private:
+  void Unindex(const LeaseRecord& l);
+
+  Map leases_;
+  // Shared names by NameKey(owner uid, name); 0: being built.
+  std::unordered_map<std::string, uint64_t> names_;
+  std::unordered_map<uid_t, std::unordered_set<uint64_t>> by_uid_;
+  std::unordered_map<uint64_t, std::vector<uid_t>> revoked_;
+};
+
+}  // namespace cxlpool

@@ -1,0 +1,122 @@
+// The lease layer's values: who a caller is (CallerInfo), what an ALLOC asks
+// for (AllocParams), and what the lease manager reports of a lease or a pool
+// (LeaseSnapshot, Granted and its AllocDone, PoolSnapshot). Nothing here knows protobuf.
+//
+// Thread safety: plain values.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cxlpool/common/status.h"
+#include "lease/quota.h"
+
+namespace cxlpool {
+
+class Pool;
+
+using ConnId = uint64_t;  // the server's ConnectionId
+
+struct CallerInfo {
+  pid_t pid = -1;
+  uid_t uid = static_cast<uid_t>(-1);
+  gid_t gid = static_cast<gid_t>(-1);
+  std::vector<gid_t> groups;  // supplementary groups (for shared-lease ACLs)
+  std::string comm;
+  std::string cgroup;
+  bool is_admin = false;
+  uint64_t start_time = 0;  // /proc/<pid>/stat field 22 (restart: pid reuse); 0 unknown
+};
+
+// The key of a shared name in names_: one namespace per owner uid.
+inline std::string NameKey(uid_t owner, const std::string& name) {
+  return std::to_string(owner) + "/" + name;
+}
+
+// The tenant a caller's leases are charged to (quotas, priority class).
+inline Tenant TenantOf(const CallerInfo& c) {
+  auto cg = NormalizeCgroupPath(c.cgroup);
+  return Tenant{c.uid, c.gid, cg.ok() ? *cg : std::string()};
+}
+
+struct AllocParams {
+  uint64_t size_bytes = 0;
+  std::optional<int> numa_node;
+  std::string gpu;
+  std::vector<std::string> tiers;
+  bool strict = false;
+  bool hugetlb = false;
+  std::string label;
+  std::string name;  // shared name; "" private
+  std::vector<uint32_t> acl_uids;
+  std::vector<uint32_t> acl_gids;
+  std::optional<int> home_node;  // the caller's node (placement without GPU/node)
+  bool long_term_pin = false;    // the holder will pin it long-term (lease/placement.h rule 4)
+  // Set by Allocate itself when a build on a mixed node could not keep the
+  // lease in its kernel zones: those pools are skipped, and why is named.
+  std::vector<const Pool*> exclude_pools;
+  std::string fell_back_from;
+};
+
+struct LeaseSnapshot {
+  uint64_t id = 0;
+  uint64_t size_bytes = 0;
+  uint64_t requested_bytes = 0;
+  int numa_node = -1;
+  std::string kind;
+  std::optional<int> memory_tier;
+  std::string label;
+  std::string name;
+  CallerInfo owner;
+  int64_t created_unix = 0;
+  uint32_t holders = 0;  // references (connections x attaches)
+  std::string backing;
+  uint64_t page_size = 0;
+  bool from_warm_stock = false;
+  std::string placement_reason;
+  std::string pool;
+  bool long_term_pin = false;
+  // Set once the lease's pages were found off the node it was placed on
+  // (CheckMoved): where it was placed, and what the daemon saw. numa_node,
+  // kind and pool are then where the pages are now.
+  std::optional<int> placed_numa_node;
+  std::string moved_reason;
+};
+
+// A granted (or attached) lease and its fd, borrowed: valid until the lease
+// ends; send it before returning to the loop.
+struct Granted {
+  LeaseSnapshot lease;
+  int fd = -1;
+};
+// Called exactly once with an allocation's outcome.
+using AllocDone = std::function<void(Result<Granted>)>;
+
+struct PoolSnapshot {
+  std::string name;
+  int numa_node = -1;
+  std::string kind;
+  std::optional<int> memory_tier;
+  uint64_t capacity_bytes = 0;
+  uint64_t leased_bytes = 0;
+  uint64_t warm_bytes = 0;
+  uint64_t free_bytes = 0;
+  uint64_t page_size = 0;
+  std::string backing;
+  bool dynamic_region = false;
+  uint32_t lease_count = 0;
+  uint64_t reclaiming_bytes = 0;  // ended leases still being reclaimed (not free yet)
+  // The node's zones (memfd pools, when the topology knows them) and what a
+  // long-term pin does there ("yes", "partly", "no"; "" unknown).
+  std::optional<uint64_t> kernel_zone_bytes;
+  std::optional<uint64_t> movable_bytes;
+  std::string long_term_pins;
+  std::string long_term_pin_policy;  // "auto", "allow", "refuse"
+};
+
+}  // namespace cxlpool
