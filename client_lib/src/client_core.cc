@@ -217,9 +217,18 @@ Status ClientCore::HelloOn(int sock, uint64_t id, HelloOutcome* out) {
   if (!payload.ok()) return payload.status();
   Status s = wire::SendFrame(sock, proto::MSG_HELLO_REQUEST, id, *payload, {}, kHelloTimeoutMs,
                              wire::kHelloWireVersion);
-  if (!s.ok()) return s;
+  if (!s.ok()) {
+    // A daemon that refused the connection (a limit) wrote why and closed
+    // before our HELLO went out: read that rather than report EPIPE.
+    Result<wire::Frame> why = wire::RecvFrame(sock, {}, 100);
+    if (why.ok()) {
+      if (std::optional<Status> err = wire::ConnectionError(*why)) return *err;
+    }
+    return s;
+  }
   Result<wire::Frame> frame = wire::RecvFrame(sock, {}, kHelloTimeoutMs);
   if (!frame.ok()) return frame.status();
+  if (std::optional<Status> err = wire::ConnectionError(*frame)) return *err;
   if (frame->request_id() != id) {
     return Status(Code::kProtocol, "hello reply carries request id " +
                                        std::to_string(frame->request_id()) + ", expected " +
@@ -289,6 +298,9 @@ Result<wire::Frame> ClientCore::Call(proto::MsgType type, const std::string& pay
       HandleEvent(frame);
       continue;
     }
+    // The daemon closes this connection and says why (an idle timeout: the
+    // next call reconnects).
+    if (std::optional<Status> err = wire::ConnectionError(frame)) return Broken(*err);
     if (frame.request_id() != id) {
       return Broken(Status(Code::kProtocol, "reply " + wire::MsgTypeName(frame.header.type) +
                                                 " carries request id " +
@@ -730,6 +742,9 @@ void ClientCore::WatchLoop() {
       wire::Frame frame = reader_.TakeFrame();
       if (frame.type() == proto::MSG_LEASE_EVENT && frame.request_id() == 0) {
         HandleEvent(frame);
+      } else if (std::optional<Status> err = wire::ConnectionError(frame)) {
+        (void)Broken(*err);
+        break;
       } else {
         (void)Broken(Status(Code::kProtocol, "unsolicited " + wire::MsgTypeName(frame.header.type) +
                                                  " with no request pending"));
@@ -754,6 +769,7 @@ Result<int> ClientCore::ProcessEvents() {
       return Broken(Status(Code::kUnavailable, "cxlpoold closed the connection"));
     }
     wire::Frame frame = reader_.TakeFrame();
+    if (std::optional<Status> err = wire::ConnectionError(frame)) return Broken(*err);
     if (frame.type() != proto::MSG_LEASE_EVENT || frame.request_id() != 0) {
       return Broken(Status(Code::kProtocol, "unsolicited " + wire::MsgTypeName(frame.header.type) +
                                                 " with no request pending"));

@@ -149,7 +149,8 @@ Result<uint64_t> ParseByteSize(std::string_view s) {
     mult = 1ull << 40;
   else
     return Status(Code::kInvalidArgument, "bad size unit in '" + std::string(s) + "'");
-  if (num.empty() || std::count(num.begin(), num.end(), '.') > 1) {
+  if (num.find_first_of("0123456789") == std::string::npos ||
+      std::count(num.begin(), num.end(), '.') > 1) {
     return Status(Code::kInvalidArgument, "bad size '" + std::string(s) + "'");
   }
   if (num.find('.') == std::string::npos) {

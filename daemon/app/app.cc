@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -29,6 +30,7 @@
 #include "cxlpool/proto/frame.h"
 #include "cxlpool/topology/discover.h"
 #include "handler/daemon_handler.h"
+#include "handler/limit_metrics.h"
 #include "http/http_server.h"
 #include "lease/lease_manager.h"
 #include "lease/restart.h"
@@ -160,26 +162,87 @@ void MakeAbsolute(std::string* path) {
 }
 
 // Raises RLIMIT_NOFILE's soft limit to the hard one (each lease holds an fd)
-// and reads vm.max_map_count (each lease holds a mapping).
-LeaseManager::DaemonLimits DaemonLimitsNow(const FileSystem& proc) {
-  LeaseManager::DaemonLimits l;
+// and returns it (1M for "unlimited").
+uint64_t RaiseFdLimit() {
   struct rlimit rl;
-  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
-    if (rl.rlim_cur < rl.rlim_max) {
-      struct rlimit up = {rl.rlim_max, rl.rlim_max};
-      if (setrlimit(RLIMIT_NOFILE, &up) == 0) rl = up;
-    }
-    if (rl.rlim_cur != RLIM_INFINITY) l.max_fds = rl.rlim_cur;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return 1024;
+  if (rl.rlim_cur < rl.rlim_max) {
+    struct rlimit up = {rl.rlim_max, rl.rlim_max};
+    if (setrlimit(RLIMIT_NOFILE, &up) == 0) rl = up;
   }
+  return rl.rlim_cur == RLIM_INFINITY ? (1u << 20) : static_cast<uint64_t>(rl.rlim_cur);
+}
+
+// The fd table is split: connections and fds in transit take what the
+// server limits allow them (ServerLimits::FdsReserved), leases the rest.
+// Also reads vm.max_map_count (each lease holds a mapping).
+LeaseManager::DaemonLimits DaemonLimitsNow(const FileSystem& proc, uint64_t nofile,
+                                           const ServerLimits& server) {
+  LeaseManager::DaemonLimits l;
+  l.max_fds = nofile - server.FdsReserved();
   if (auto m = proc.ReadTrimmed("/proc/sys/vm/max_map_count"); m.ok()) {
     if (auto v = ParseU64(*m)) l.max_maps = *v;
   }
-  CXLPOOL_LOG(kInfo) << "per-lease limits: RLIMIT_NOFILE " << l.max_fds << ", vm.max_map_count "
-                     << l.max_maps;
+  CXLPOOL_LOG(kInfo) << "fds: RLIMIT_NOFILE " << nofile << ", " << server.FdsReserved()
+                     << " kept for " << server.max_connections << " connections and "
+                     << server.max_fds << " fds in transit, " << l.max_fds
+                     << " for leases; vm.max_map_count " << l.max_maps;
   return l;
 }
 
 }  // namespace
+
+Result<ServerLimits> ResolveLimits(const LimitsConfig& c, uint64_t nofile) {
+  ServerLimits l = ServerLimits::ForFdLimit(nofile);
+  // A whole-daemon limit set alone brings its per-uid share and reserve along.
+  if (c.max_connections) {
+    l.max_connections = *c.max_connections;
+    l.max_connections_per_uid = std::max<uint64_t>(1, l.max_connections / 4);
+    l.reserved_connections = l.max_connections / 16;
+  }
+  if (c.max_requests) {
+    l.max_requests = *c.max_requests;
+    l.max_requests_per_uid = std::max<uint64_t>(1, l.max_requests / 4);
+  }
+  if (c.max_queued_bytes) {
+    l.max_queued_bytes = *c.max_queued_bytes;
+    l.max_queued_bytes_per_uid = l.max_queued_bytes / 4;
+  }
+  if (c.max_fds) {
+    l.max_fds = *c.max_fds;
+    l.max_fds_per_uid = l.max_fds / 4;
+  }
+  auto set = [](const std::optional<uint64_t>& v, uint64_t* out) {
+    if (v) *out = *v;
+  };
+  set(c.max_connections_per_uid, &l.max_connections_per_uid);
+  set(c.reserved_connections, &l.reserved_connections);
+  set(c.max_requests_per_uid, &l.max_requests_per_uid);
+  set(c.max_requests_per_connection, &l.max_requests_per_connection);
+  set(c.max_queued_bytes_per_uid, &l.max_queued_bytes_per_uid);
+  set(c.max_queued_bytes_per_connection, &l.max_queued_bytes_per_connection);
+  set(c.max_fds_per_frame, &l.max_fds_per_frame);
+  if (!c.max_fds_per_uid && c.max_fds) {
+    l.max_fds_per_uid = std::max(l.max_fds_per_uid, l.max_fds_per_frame);
+  }
+  set(c.max_fds_per_uid, &l.max_fds_per_uid);
+  set(c.max_request_bytes, &l.max_request_bytes);
+  if (c.hello_timeout) l.hello_timeout = *c.hello_timeout;
+  if (c.idle_timeout) l.idle_timeout = *c.idle_timeout;
+  if (c.frame_timeout) l.frame_timeout = *c.frame_timeout;
+  if (c.send_timeout) l.send_timeout = *c.send_timeout;
+  CXLPOOL_RETURN_IF_ERROR(l.Validate(wire::kDefaultMaxFrameBytes));
+  // What is left of the fd table must hold some leases.
+  if (l.FdsReserved() + 256 > nofile) {
+    return Status(Code::kInvalidArgument,
+                  "limits: " + std::to_string(l.max_connections) +
+                      " connections (2 fds each) and max_fds = " + std::to_string(l.max_fds) +
+                      " take " + std::to_string(l.FdsReserved()) + " of RLIMIT_NOFILE " +
+                      std::to_string(nofile) +
+                      ", leaving under 256 for leases; lower them or raise LimitNOFILE=");
+  }
+  return l;
+}
 
 std::optional<std::chrono::milliseconds> ParseGracePeriod(const std::string& text) {
   std::string_view t = text;
@@ -216,10 +279,20 @@ int RunDaemon(const DaemonFlags& command_line) {
     return 2;
   }
   SetLogLevel(level);
+  const uint64_t nofile = RaiseFdLimit();
+  Result<ServerLimits> limits = ResolveLimits(cfg->limits, nofile);
+  if (!limits.ok()) {
+    std::fprintf(stderr, "cxlpoold: %s: %s\n",
+                 flags.config.empty() ? "<default>" : flags.config.c_str(),
+                 limits.status().message().c_str());
+    return 2;
+  }
   if (flags.check_config) {
+    for (const auto& w : cfg->warnings) std::fprintf(stderr, "cxlpoold: warning: %s\n", w.c_str());
     std::printf("config OK\n");
     return 0;
   }
+  for (const auto& w : cfg->warnings) CXLPOOL_LOG(kWarning) << "config: " << w;
   std::optional<gid_t> socket_group = ResolveGroup(cfg->socket_group);
   if (!cfg->socket_group.empty() && !socket_group) {
     CXLPOOL_LOG(kError) << "daemon.socket_group: no such group '" << cfg->socket_group
@@ -325,9 +398,10 @@ int RunDaemon(const DaemonFlags& command_line) {
   boost::asio::io_context io;
   LeaseManager leases(&topo, std::move(*pools), QuotaTable(cfg->quotas), io.get_executor(),
                       workers.get_executor(), &SystemClock::Get());
-  leases.SetDaemonLimits(DaemonLimitsNow(*proc));
+  leases.SetDaemonLimits(DaemonLimitsNow(*proc, nofile, *limits));
   leases.SetStockExecutor(stock.get_executor());
   leases.SetInlineMax(cfg->inline_max_bytes);
+  leases.SetBuildConcurrency(cfg->workers);
   // Long-term pinned leases on a mixed node are moved into its kernel zones
   // before the grant; only where the topology is this machine's.
   if (fs->IsThisSystem()) leases.SetPinSettle(proc.get());
@@ -372,6 +446,7 @@ int RunDaemon(const DaemonFlags& command_line) {
   sopts.socket_group = socket_group;
   sopts.fs = proc.get();
   int metrics_fd = -1;  // cxlpoold-metrics.socket's listening TCP socket
+  sopts.limits = *limits;
   for (auto& inh : inherited) {
     if (sopts.listen_fd < 0 && IsListeningUnixSocket(inh.fd.get())) {
       sopts.listen_fd = inh.fd.Release();
@@ -393,6 +468,13 @@ int RunDaemon(const DaemonFlags& command_line) {
   }
   Server* srv = server->get();
   handler.SetPush([srv](ConnectionId c, Reply r) { return srv->Push(c, std::move(r)); });
+  handler.SetExtraStats(
+      [srv](std::map<std::string, uint64_t>* counters, std::map<std::string, uint64_t>* gauges) {
+        ExportLimitStats(srv->stats(), counters, gauges);
+      },
+      [srv](MetricsRegistry* reg) {
+        ExportLimitMetrics(srv->stats(), srv->options().limits, reg);
+      });
 
   // Optional loopback HTTP endpoint for Prometheus: the socket systemd passed
   // (cxlpoold-metrics.socket), else metrics.http_listen.

@@ -12,6 +12,10 @@
 #include <optional>
 #include <string>
 
+#include "config/config.h"
+#include "cxlpool/common/status.h"
+#include "server/limits.h"
+
 namespace cxlpool {
 
 struct DaemonFlags {
@@ -32,6 +36,12 @@ struct DaemonFlags {
 // including a metrics.http_listen address that cannot be bound. The unit
 // does not restart on 2 (RestartPreventExitStatus=2).
 int RunDaemon(const DaemonFlags& flags);
+
+// The server limits for a daemon whose RLIMIT_NOFILE is `nofile`: the
+// [limits] values set, the rest derived (ServerLimits::ForFdLimit; a
+// whole-daemon limit set alone brings its per-uid share and reserve along).
+// INVALID_ARGUMENT naming the `limits.` key when they do not fit together.
+Result<ServerLimits> ResolveLimits(const LimitsConfig& config, uint64_t nofile);
 
 // "30" / "30s" (seconds) or "500ms"; nullopt when garbled or over an hour.
 std::optional<std::chrono::milliseconds> ParseGracePeriod(const std::string& text);

@@ -1,8 +1,11 @@
 #include "config/config.h"
 
+#include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
+#include <sys/stat.h>
 #include <toml++/toml.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <fstream>
@@ -270,19 +273,71 @@ class TableReader {
   Status ReadCapacity(std::string_view key, CapacitySpec* out) {
     const toml::node* n = Get(key);
     if (n == nullptr) return Status::Ok();
+    CapacitySpec c;
     if (n->is_integer()) {
       int64_t v = *n->value<int64_t>();
       if (v < 0) return Bad(Key(key), "negative capacity");
-      out->is_percent = false;
-      out->bytes = static_cast<uint64_t>(v);
-      return Status::Ok();
+      c.is_percent = false;
+      c.bytes = static_cast<uint64_t>(v);
+    } else if (n->is_string()) {
+      auto parsed = ParseCapacity(*n->value<std::string>(), Key(key));
+      if (!parsed.ok()) return parsed.status();
+      c = *parsed;
+    } else {
+      return Bad(Key(key), "expected bytes (\"64G\") or a percent (\"90%\")");
     }
-    if (!n->is_string()) return Bad(Key(key), "expected bytes (\"64G\") or a percent (\"90%\")");
-    auto c = ParseCapacity(*n->value<std::string>(), Key(key));
-    if (!c.ok()) return c.status();
-    *out = *c;
+    if (!c.is_percent && c.bytes < 4096) {
+      return Bad(Key(key), "capacity of " + std::to_string(c.bytes) +
+                               " bytes holds no page (at least 4K; to turn a node's pool off "
+                               "use enabled = false)");
+    }
+    *out = c;
     return Status::Ok();
   }
+  Status ReadDuration(std::string_view key, std::optional<std::chrono::milliseconds>* out) {
+    const toml::node* n = Get(key);
+    if (n == nullptr) return Status::Ok();
+    std::string text;
+    if (n->is_integer()) {
+      int64_t v = *n->value<int64_t>();
+      if (v < 0) return Bad(Key(key), "negative duration");
+      text = std::to_string(v);
+    } else if (n->is_string()) {
+      text = *n->value<std::string>();
+    } else {
+      return Bad(Key(key), "expected a duration (\"30s\", \"500ms\", \"10m\")");
+    }
+    auto d = ParseDuration(text, Key(key));
+    if (!d.ok()) return d.status();
+    *out = *d;
+    return Status::Ok();
+  }
+  // A count 1..max (0 is refused: a limit of nothing).
+  Status ReadCount(std::string_view key, uint64_t max, std::optional<uint64_t>* out) {
+    if (t_.get(key) == nullptr) {
+      Get(key);
+      return Status::Ok();
+    }
+    uint64_t v = 0;
+    CXLPOOL_RETURN_IF_ERROR(ReadUint(key, max, &v));
+    if (v == 0) return Bad(Key(key), "must be at least 1");
+    *out = v;
+    return Status::Ok();
+  }
+  // Bytes min..max.
+  Status ReadByteLimit(std::string_view key, uint64_t min, uint64_t max,
+                       std::optional<uint64_t>* out) {
+    std::optional<uint64_t> v;
+    CXLPOOL_RETURN_IF_ERROR(ReadBytes(key, &v));
+    if (!v) return Status::Ok();
+    if (*v < min || *v > max) {
+      return Bad(Key(key), std::to_string(*v) + " bytes is out of range (" + HumanBytes(min) +
+                               ".." + HumanBytes(max) + ")");
+    }
+    *out = v;
+    return Status::Ok();
+  }
+
   // Everything not consumed is an unknown key.
   Status CheckUnknown() const {
     for (const auto& [k, v] : t_) {
@@ -425,6 +480,59 @@ Status ReadQuota(const toml::table& t, const std::string& key, QuotaRule* q) {
   return r.CheckUnknown();
 }
 
+// [limits]: each value on its own range here; how they fit together (per
+// uid below the whole daemon, ...) is checked once the unset ones are
+// derived (ServerLimits::Validate).
+Status ReadLimits(TableReader& r, LimitsConfig* l) {
+  constexpr uint64_t kMaxCount = 1u << 24;
+  CXLPOOL_RETURN_IF_ERROR(r.ReadCount("max_connections", 1u << 20, &l->max_connections));
+  CXLPOOL_RETURN_IF_ERROR(
+      r.ReadCount("max_connections_per_uid", 1u << 20, &l->max_connections_per_uid));
+  if (r.Get("reserved_connections") != nullptr) {
+    uint64_t v = 0;
+    CXLPOOL_RETURN_IF_ERROR(r.ReadUint("reserved_connections", 1u << 20, &v));
+    l->reserved_connections = v;
+  }
+  CXLPOOL_RETURN_IF_ERROR(r.ReadCount("max_requests", kMaxCount, &l->max_requests));
+  CXLPOOL_RETURN_IF_ERROR(r.ReadCount("max_requests_per_uid", kMaxCount, &l->max_requests_per_uid));
+  CXLPOOL_RETURN_IF_ERROR(
+      r.ReadCount("max_requests_per_connection", 4096, &l->max_requests_per_connection));
+  CXLPOOL_RETURN_IF_ERROR(
+      r.ReadByteLimit("max_queued_bytes", 64ull << 10, 1ull << 40, &l->max_queued_bytes));
+  CXLPOOL_RETURN_IF_ERROR(r.ReadByteLimit("max_queued_bytes_per_uid", 64ull << 10, 1ull << 40,
+                                          &l->max_queued_bytes_per_uid));
+  CXLPOOL_RETURN_IF_ERROR(r.ReadByteLimit("max_queued_bytes_per_connection", 64ull << 10,
+                                          1ull << 40, &l->max_queued_bytes_per_connection));
+  CXLPOOL_RETURN_IF_ERROR(r.ReadCount("max_fds", kMaxCount, &l->max_fds));
+  CXLPOOL_RETURN_IF_ERROR(r.ReadCount("max_fds_per_uid", kMaxCount, &l->max_fds_per_uid));
+  if (r.Get("max_fds_per_frame") != nullptr) {
+    uint64_t v = 0;
+    CXLPOOL_RETURN_IF_ERROR(r.ReadUint("max_fds_per_frame", 253, &v));  // SCM_MAX_FD
+    l->max_fds_per_frame = v;
+  }
+  CXLPOOL_RETURN_IF_ERROR(
+      r.ReadByteLimit("max_request_bytes", 1024, 64ull << 20, &l->max_request_bytes));
+  CXLPOOL_RETURN_IF_ERROR(r.ReadDuration("hello_timeout", &l->hello_timeout));
+  CXLPOOL_RETURN_IF_ERROR(r.ReadDuration("idle_timeout", &l->idle_timeout));
+  CXLPOOL_RETURN_IF_ERROR(r.ReadDuration("frame_timeout", &l->frame_timeout));
+  CXLPOOL_RETURN_IF_ERROR(r.ReadDuration("send_timeout", &l->send_timeout));
+  const std::pair<const char*, const std::optional<std::chrono::milliseconds>*> timeouts[] = {
+      {"hello_timeout", &l->hello_timeout},
+      {"frame_timeout", &l->frame_timeout},
+      {"idle_timeout", &l->idle_timeout},
+      {"send_timeout", &l->send_timeout}};
+  for (const auto& [key, value] : timeouts) {
+    if (!*value) continue;
+    // hello and frame timeouts must exist; idle and send may be off (0).
+    const bool may_be_off = key[0] == 'i' || key[0] == 's';
+    if ((*value)->count() == 0 && may_be_off) continue;
+    if ((*value)->count() < 10) {
+      return Bad(r.Key(key), may_be_off ? "at least 10ms (or 0: never)" : "at least 10ms");
+    }
+  }
+  return r.CheckUnknown();
+}
+
 Status Build(const toml::table& root, DaemonConfig* cfg) {
   TableReader top(root, "");
   if (const toml::node* n = top.Get("daemon")) {
@@ -452,7 +560,17 @@ Status Build(const toml::table& root, DaemonConfig* cfg) {
     if (!mode.empty()) {
       auto m = ParseU64(mode, 8);
       if (!m || *m > 0777) return Bad("daemon.socket_mode", "bad octal mode '" + mode + "'");
+      if ((*m & 0600) != 0600) {
+        return Bad("daemon.socket_mode",
+                   "'" + mode + "' does not let the daemon's own user read and write the socket");
+      }
       cfg->socket_mode = static_cast<uint32_t>(*m);
+      if (*m & 0002) {
+        cfg->warnings.push_back("daemon.socket_mode '" + mode +
+                                "' is world-writable: every local user (and every container "
+                                "that sees the socket) may lease pinned memory; use 0660 with "
+                                "socket_group for a chosen group");
+      }
     }
     CXLPOOL_RETURN_IF_ERROR(r.ReadString("admin_group", &cfg->admin_group));
     if (!cfg->admin_group.empty()) {
@@ -604,6 +722,12 @@ Status Build(const toml::table& root, DaemonConfig* cfg) {
     }
     CXLPOOL_RETURN_IF_ERROR(r.CheckUnknown());
   }
+  if (const toml::node* n = top.Get("limits")) {
+    const toml::table* t = n->as_table();
+    if (t == nullptr) return Bad("limits", "expected a table");
+    TableReader r(*t, "limits");
+    CXLPOOL_RETURN_IF_ERROR(ReadLimits(r, &cfg->limits));
+  }
   return top.CheckUnknown();
 }
 
@@ -669,12 +793,37 @@ std::string QuotaRulesToToml(const std::vector<QuotaRule>& rules) {
 }
 
 Result<DaemonConfig> LoadConfigFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::FromErrno(errno, "config " + path);
-  std::ostringstream os;
-  os << in.rdbuf();
-  if (in.bad()) return Status::FromErrno(errno, "config " + path);
-  return ParseConfig(os.str(), path);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno(errno, "config " + path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    return Status::FromErrno(err, "config " + path);
+  }
+  if (S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    return Status(Code::kInvalidArgument, "config " + path + ": is a directory, not a TOML file");
+  }
+  std::string text;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      int err = errno;
+      ::close(fd);
+      return Status::FromErrno(err, "config " + path);
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > (16u << 20)) {
+      ::close(fd);
+      return Status(Code::kInvalidArgument, "config " + path + ": larger than 16 MiB");
+    }
+  }
+  ::close(fd);
+  return ParseConfig(text, path);
 }
 
 }  // namespace cxlpool

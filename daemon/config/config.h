@@ -95,6 +95,22 @@ Result<std::string> NormalizeCgroupPath(std::string_view path);
 // True when the cgroup `path` is `rule_path` or below it (both normalized).
 bool CgroupCovers(std::string_view rule_path, std::string_view path);
 
+// [limits]: what one client may make the daemon hold, per connection, per
+// uid and in all (docs/daemon.md, "Limits"). An unset value is derived at
+// start (from RLIMIT_NOFILE) or takes the built-in default; the daemon
+// checks the resolved set as a whole (server/limits.h).
+struct LimitsConfig {
+  std::optional<uint64_t> max_connections, max_connections_per_uid, reserved_connections;
+  std::optional<uint64_t> max_requests, max_requests_per_uid, max_requests_per_connection;
+  std::optional<uint64_t> max_queued_bytes, max_queued_bytes_per_uid,
+      max_queued_bytes_per_connection;
+  std::optional<uint64_t> max_fds, max_fds_per_uid, max_fds_per_frame;
+  std::optional<uint64_t> max_request_bytes;
+  std::optional<std::chrono::milliseconds> hello_timeout, idle_timeout, frame_timeout, send_timeout;
+
+  bool operator==(const LimitsConfig&) const = default;
+};
+
 struct DaemonConfig {
   std::string socket_path;  // empty: DefaultSocketPath()
   std::string socket_group;
@@ -133,6 +149,10 @@ struct DaemonConfig {
   std::map<int32_t, CapacitySpec> priority_reserves;
   // [metrics] http_listen: "127.0.0.1:9464"; empty: no HTTP endpoint.
   std::string metrics_http_listen;
+  LimitsConfig limits;
+  // Accepted but dubious settings (a world-writable socket_mode), one
+  // sentence each naming the key; the daemon logs them at start.
+  std::vector<std::string> warnings;
 
   // The effective settings of node `id`'s pool.
   const PoolConfig& ForNode(int id) const;
@@ -143,7 +163,8 @@ std::string_view DefaultConfigText();
 
 // Parses TOML text. `origin` names the source in messages ("<default>", a path).
 Result<DaemonConfig> ParseConfig(std::string_view text, const std::string& origin = "<config>");
-// Reads and parses a file. NOT_FOUND / PERMISSION_DENIED / INVALID_ARGUMENT.
+// Reads and parses a file. NOT_FOUND / PERMISSION_DENIED / INVALID_ARGUMENT
+// (also for a directory: never a silent run on the defaults).
 Result<DaemonConfig> LoadConfigFile(const std::string& path);
 
 // The [[quota]] tables of a file that holds nothing else (the state

@@ -186,6 +186,12 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
       ProcessFacts facts = ReadProcessFacts();
       (*out.mutable_gauges())["dumpable"] = facts.dumpable ? 1 : 0;
       (*out.mutable_gauges())["memlock_limit_bytes"] = facts.memlock_limit_bytes;
+      if (extra_stats_) {
+        std::map<std::string, uint64_t> counters, gauges;
+        extra_stats_(&counters, &gauges);
+        for (const auto& [k, v] : counters) (*out.mutable_counters())[k] = v;
+        for (const auto& [k, v] : gauges) (*out.mutable_gauges())[k] = v;
+      }
       return Encoded(out);
     }
     case proto::MSG_REVOKE_REQUEST: {

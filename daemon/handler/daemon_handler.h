@@ -13,6 +13,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <unordered_set>
@@ -45,10 +46,19 @@ class DaemonHandler final : public RequestHandler {
 
   DaemonHandler(LeaseManager* leases, const FileSystem* proc, HandlerOptions options);
   void SetPush(PushFn push) { push_ = std::move(push); }
+  // Entries from outside the lease manager (the server's limits) for STATS
+  // and for the metrics text.
+  using StatsFn = std::function<void(std::map<std::string, uint64_t>* counters,
+                                     std::map<std::string, uint64_t>* gauges)>;
+  void SetExtraStats(StatsFn stats, std::function<void(MetricsRegistry*)> metrics) {
+    extra_stats_ = std::move(stats);
+    metrics_.SetExtra(std::move(metrics));
+  }
 
   void OnConnect(ConnectionId conn, const PeerInfo& peer) override;
   void OnRequest(ConnectionId conn, Request request, ReplyFn reply) override;
   void OnDisconnect(ConnectionId conn) override;
+  bool HoldsResources(ConnectionId conn) const override { return leases_->HoldsLeases(conn); }
 
   // The Prometheus exposition (MSG_METRICS_REQUEST, the HTTP endpoint).
   // `tenants`: with the per-tenant families (quota rules and usage), which
@@ -64,6 +74,7 @@ class DaemonHandler final : public RequestHandler {
   const FileSystem* proc_;
   HandlerOptions options_;
   PushFn push_;
+  StatsFn extra_stats_;
   DaemonMetrics metrics_;  // lives as long as the handler
   // The topology never changes after start (the lease manager holds it by
   // const pointer), so its JSON is rendered once, on the first TOPOLOGY.

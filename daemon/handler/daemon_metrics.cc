@@ -278,6 +278,7 @@ std::string DaemonMetrics::Render(const LeaseManager& leases, const ProcessFacts
            facts.memlock_limit_bytes == std::numeric_limits<uint64_t>::max()
                ? std::numeric_limits<double>::infinity()
                : static_cast<double>(facts.memlock_limit_bytes));
+  if (extra_) extra_(&reg_);
   return reg_.Render();
 }
 

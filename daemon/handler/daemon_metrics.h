@@ -23,6 +23,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <unordered_map>
 
@@ -57,9 +58,13 @@ class DaemonMetrics {
   std::string Render(const LeaseManager& leases, const ProcessFacts& facts, bool tenants = true);
 
   const MetricsRegistry& registry() const { return reg_; }
+  // Called by Render after its own families, to add families from outside
+  // the lease manager (the server's limits).
+  void SetExtra(std::function<void(MetricsRegistry*)> extra) { extra_ = std::move(extra); }
 
  private:
   MetricsRegistry reg_;
+  std::function<void(MetricsRegistry*)> extra_;
   // grants_total and grant_latency_seconds cells by pool (a pool's kind never
   // changes), [0] cold, [1] warm: a grant updates both without building labels.
   struct GrantCells {

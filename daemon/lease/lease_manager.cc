@@ -71,6 +71,11 @@ const CallerInfo* LeaseManager::Caller(ConnId conn) const {
   return it == conns_.end() ? nullptr : &it->second.caller;
 }
 
+bool LeaseManager::HoldsLeases(ConnId conn) const {
+  auto it = conns_.find(conn);
+  return it != conns_.end() && !it->second.held.empty();
+}
+
 bool LeaseManager::IsAdmin(ConnId conn) const {
   const CallerInfo* c = Caller(conn);
   return c != nullptr && c->is_admin;
@@ -312,6 +317,8 @@ void LeaseManager::StartBuild(BuildJob job) {
   if (!job.params.name.empty()) table_.HoldName(job.owner.uid, job.params.name);
   Count("warm_misses");
   ++pending_builds_;
+  const uid_t uid = job.owner.uid;
+  const uint32_t owner_builds = ++pending_builds_by_uid_[uid];
   Pool* pool = job.pool;
   const uint64_t sz = job.size;
   const bool hugetlb = job.params.hugetlb;
@@ -324,10 +331,11 @@ void LeaseManager::StartBuild(BuildJob job) {
     if (!a || !*a) return;  // manager gone; `built` reclaims itself
     FinishBuild(std::move(job), std::move(built));
   };
-  if (sz <= inline_max_ && pending_builds_ == 1 && settle == nullptr) {
-    // Small, and no other build in flight (a sign the loop is not busy):
-    // a few syscalls here cost less than a hand-off to a worker and back.
-    // Under load the workers build in parallel while the loop serves. The
+  if (sz <= inline_max_ && owner_builds == 1 && settle == nullptr) {
+    // Small, and no other build of this uid in flight: a few syscalls here
+    // cost less than a hand-off to a worker and back, and need not wait
+    // behind other uids' builds. A uid with builds in flight has the rest
+    // built on the workers, so one uid's flood does not take the loop. The
     // completion is posted, as it would be from a worker.
     auto built = std::make_shared<Result<std::unique_ptr<Backing>>>(
         pool->Build(sz, hugetlb, Pool::BuildFor::kRequest));
@@ -335,23 +343,30 @@ void LeaseManager::StartBuild(BuildJob job) {
         loop_, [complete = std::move(complete), built]() mutable { complete(std::move(*built)); });
     return;
   }
-  boost::asio::post(workers_, [this, pool, sz, hugetlb, settle,
-                               complete = std::move(complete)]() mutable {
-    // A long-term pin on a mixed node: only where its
-    // kernel zones have room, then moved there.
-    Status zone_room =
-        settle != nullptr ? CheckKernelZoneRoom(sz, pool->numa_node(), *settle) : Status::Ok();
-    auto built = std::make_shared<Result<std::unique_ptr<Backing>>>(
-        zone_room.ok() ? pool->Build(sz, hugetlb, Pool::BuildFor::kRequest)
-                       : Result<std::unique_ptr<Backing>>(zone_room));
-    if (built->ok() && settle != nullptr) {
-      const Backing& b = ***built;
-      Status st =
-          SettleInKernelZones(b.daemon_addr(), b.size_bytes(), b.page_size(), pool->numa_node());
-      if (!st.ok()) *built = st;  // the backing reclaims itself
-    }
-    boost::asio::post(
-        loop_, [complete = std::move(complete), built]() mutable { complete(std::move(*built)); });
+  // On a worker when the owner's turn comes (BuildQueue); the completion
+  // on the loop frees its turn.
+  auto on_loop = std::make_shared<decltype(complete)>(std::move(complete));
+  auto finish = [this, alive, on_loop, uid](Result<std::unique_ptr<Backing>> built) {
+    if (auto a = alive.lock(); a && *a) build_queue_.Done(uid);
+    (*on_loop)(std::move(built));
+  };
+  build_queue_.Submit(uid, [this, pool, sz, hugetlb, settle, finish]() {
+    boost::asio::post(workers_, [this, pool, sz, hugetlb, settle, finish]() mutable {
+      // A long-term pin on a mixed node: only where its
+      // kernel zones have room, then moved there.
+      Status zone_room =
+          settle != nullptr ? CheckKernelZoneRoom(sz, pool->numa_node(), *settle) : Status::Ok();
+      auto built = std::make_shared<Result<std::unique_ptr<Backing>>>(
+          zone_room.ok() ? pool->Build(sz, hugetlb, Pool::BuildFor::kRequest)
+                         : Result<std::unique_ptr<Backing>>(zone_room));
+      if (built->ok() && settle != nullptr) {
+        const Backing& b = ***built;
+        Status st =
+            SettleInKernelZones(b.daemon_addr(), b.size_bytes(), b.page_size(), pool->numa_node());
+        if (!st.ok()) *built = st;  // the backing reclaims itself
+      }
+      boost::asio::post(loop_, [finish, built]() mutable { finish(std::move(*built)); });
+    });
   });
 }
 
@@ -364,6 +379,9 @@ void LeaseManager::UndoBuildHold(const BuildJob& job) {
 
 void LeaseManager::FinishBuild(BuildJob job, Result<std::unique_ptr<Backing>> built) {
   --pending_builds_;
+  if (auto b = pending_builds_by_uid_.find(job.owner.uid); --b->second == 0) {
+    pending_builds_by_uid_.erase(b);
+  }
   const bool connected = conns_.count(job.conn) != 0;
   if (!built.ok() && job.settle != nullptr && !job.params.strict && connected && !stopping_) {
     // The mixed node's kernel zones could not keep it: try the next

@@ -58,6 +58,7 @@
 #include "cxlpool/common/clock.h"
 #include "cxlpool/common/status.h"
 #include "cxlpool/topology/topology.h"
+#include "lease/build_queue.h"
 #include "lease/lease_table.h"
 #include "lease/lease_types.h"
 #include "lease/placement.h"
@@ -141,6 +142,9 @@ class LeaseManager {
   std::map<std::string, uint64_t> Gauges() const;
   bool IsAdmin(ConnId conn) const;
   const CallerInfo* Caller(ConnId conn) const;
+  // True while `conn` holds a lease or an attachment (the server never
+  // closes such a connection for being idle).
+  bool HoldsLeases(ConnId conn) const;
   const Topology& topology() const { return *topo_; }
 
   // Starts filling every pool's warm stock in the background.
@@ -169,6 +173,10 @@ class LeaseManager {
     inline_max_ = bytes;
     reclaims_.set_inline_max(bytes);
   }
+  // At most `n` cold builds for requests run at once (the worker count);
+  // the rest wait, the owners' uids taking turns (lease/build_queue.h).
+  // Default: no limit, in the order asked.
+  void SetBuildConcurrency(size_t n) { build_queue_.set_max_running(n); }
   // Stops refills and reclaims every lease and all stock (daemon exit).
   void Shutdown();
 
@@ -353,11 +361,13 @@ class LeaseManager {
   Executor workers_;
   std::optional<Executor> stock_;
   uint64_t inline_max_ = 0;
+  BuildQueue build_queue_;
   const FileSystem* settle_fs_ = nullptr;
   const Clock* clock_;
   bool stopping_ = false;
   uint64_t next_id_ = 1;
   uint32_t pending_builds_ = 0;
+  std::unordered_map<uid_t, uint32_t> pending_builds_by_uid_;  // request builds
   DaemonLimits limits_;
   // Flipped when the manager dies so late completions do nothing.
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

@@ -41,6 +41,7 @@ ReloadReport ApplyConfig(const DaemonConfig& next, const Topology& topo, LeaseMa
   restart("daemon.state_dir", next.state_dir != current->state_dir);
   restart("metrics.http_listen", next.metrics_http_listen != current->metrics_http_listen);
   restart("devdax", next.devdax.size() != current->devdax.size());
+  restart("limits", next.limits != current->limits);
 
   QuotaTable* q = leases->mutable_quotas();
   q->SetConfigRules(next.quotas);
@@ -112,6 +113,7 @@ ReloadReport ApplyConfig(const DaemonConfig& next, const Topology& topo, LeaseMa
   merged.state_dir = current->state_dir;
   merged.metrics_http_listen = current->metrics_http_listen;
   merged.devdax = current->devdax;
+  merged.limits = current->limits;
   if (options.log_level_from_flag) merged.log_level = current->log_level;
   *current = std::move(merged);
   return r;

@@ -63,6 +63,13 @@ class RequestHandler {
   // The connection is gone (EOF, error, or dropped for misbehaving). Release
   // everything it held. Called exactly once per OnConnect.
   virtual void OnDisconnect(ConnectionId conn) = 0;
+  // True while the connection holds something (a lease, an attachment) that
+  // closing it would take away: the server's idle timeout then never closes
+  // it, however long it stays silent.
+  virtual bool HoldsResources(ConnectionId conn) const {
+    (void)conn;
+    return false;
+  }
 };
 
 // Builds an error reply frame payload (MSG_ERROR_REPLY) from a Status.

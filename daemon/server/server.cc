@@ -15,6 +15,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <utility>
@@ -45,23 +46,55 @@ std::string FirstLine(std::string s) {
 
 }  // namespace
 
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// Names of the four shared resources' limits (server/limits.h).
+constexpr ShareNames kConnNames{"max_connections", "max_connections_per_uid",
+                                "reserved_connections", "connections"};
+constexpr ShareNames kRequestNames{"max_requests", "max_requests_per_uid", "max_requests",
+                                   "requests in flight"};
+constexpr ShareNames kQueueNames{"max_queued_bytes", "max_queued_bytes_per_uid", "max_queued_bytes",
+                                 "queued reply bytes"};
+constexpr ShareNames kFdNames{"max_fds", "max_fds_per_uid", "max_fds", "fds"};
+
+// A frame waiting in a send queue, with what it was charged.
+struct Queued {
+  wire::OutFrame frame;
+  uint64_t cost = 0;  // bytes + kFrameOverhead
+  size_t fds = 0;     // fds charged (0 once the kernel took them)
+};
+
+std::string Ms(std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; }
+
+}  // namespace
+
 struct Connection {
   Connection(asio::io_context& io, ConnectionId id_in, wire::RecvLimits limits)
-      : id(id_in), socket(io), reader(limits), frame_timer(io), hello_timer(io) {}
+      : id(id_in), socket(io), reader(limits), frame_timer(io), idle_timer(io), send_timer(io) {}
 
   ConnectionId id;
   stream_protocol::socket socket;
   PeerInfo peer;
   UniqueFd pidfd;
   wire::FrameReader reader;
-  std::deque<wire::OutFrame> queue;
-  size_t queued_bytes = 0;
-  asio::steady_timer frame_timer;  // read deadline; flush bound while closing
+  std::deque<Queued> queue;
+  uint64_t queued_bytes = 0;  // sum of queue[].cost
+  uint64_t reader_fds = 0;    // the reader's fds charged to fd_share_
+  // The limit (a kFdNames key) that set the reader's fd allowance below
+  // max_fds_per_frame for the current read; nullptr when it did not.
+  const char* fd_allowance_limit = nullptr;
+  asio::steady_timer frame_timer;  // frame timeout; flush bound while closing
   uint64_t frame_timer_gen = 0;
   bool frame_timer_armed = false;
-  asio::steady_timer hello_timer;
-  bool reading = false;  // an async_wait(wait_read) is outstanding
-  bool writing = false;  // an async_wait(wait_write) is outstanding
+  asio::steady_timer idle_timer;  // hello timeout, then idle timeout
+  asio::steady_timer send_timer;  // send timeout while replies are queued
+  bool send_timer_armed = false;
+  SteadyClock::time_point last_input;     // last frame received
+  SteadyClock::time_point last_progress;  // last queued byte the client took
+  bool reading = false;                   // an async_wait(wait_read) is outstanding
+  bool writing = false;                   // an async_wait(wait_write) is outstanding
   bool closed = false;
   bool closing = false;  // close once the queue is flushed
   std::string closing_reason;
@@ -74,6 +107,7 @@ struct Connection {
   size_t inflight = 0;
 
   int fd() { return socket.native_handle(); }
+  uid_t uid() const { return peer.uid; }
 };
 
 class Server::Impl : public std::enable_shared_from_this<Server::Impl> {
@@ -83,7 +117,14 @@ class Server::Impl : public std::enable_shared_from_this<Server::Impl> {
         options_(std::move(options)),
         handler_(handler),
         acceptor_(io),
-        backoff_timer_(io) {}
+        backoff_timer_(io) {
+    const ServerLimits& l = options_.limits;
+    conn_share_ = FairShare(l.max_connections, l.max_connections_per_uid, l.reserved_connections);
+    request_share_ = FairShare(l.max_requests, l.max_requests_per_uid, l.max_requests / 16);
+    queue_share_ =
+        FairShare(l.max_queued_bytes, l.max_queued_bytes_per_uid, l.max_queued_bytes / 16);
+    fd_share_ = FairShare(l.max_fds, l.max_fds_per_uid, l.max_fds / 16);
+  }
 
   Status Init();
   void Stop();
@@ -91,10 +132,12 @@ class Server::Impl : public std::enable_shared_from_this<Server::Impl> {
   Result<ConnectionId> Admit(UniqueFd fd);
   Status Push(ConnectionId id, Reply reply);
   Status MarkHelloDone(ConnectionId id, uint32_t version);
-  void CompleteRequest(ConnectionId id, uint64_t request_id, uint16_t request_type, Reply reply);
+  void CompleteRequest(ConnectionId id, uid_t uid, uint64_t request_id, uint16_t request_type,
+                       Reply reply);
   // Runs owed OnDisconnects now, or posts that for when no handler callback
   // is on the stack.
   void ScheduleDisconnectFlush();
+  ServerStats Stats() const;
 
   const Connection* Find(ConnectionId id) const {
     auto it = conns_.find(id);
@@ -114,29 +157,59 @@ class Server::Impl : public std::enable_shared_from_this<Server::Impl> {
   bool stopped_ = false;
   ConnectionId next_id_ = 1;
   std::map<ConnectionId, std::shared_ptr<Connection>> conns_;
-  std::unordered_map<uid_t, size_t> per_uid_;
+  FairShare conn_share_, request_share_, queue_share_, fd_share_;
   std::vector<ConnectionId> pending_disconnects_;
   bool disconnect_flush_posted_ = false;
   int callback_depth_ = 0;  // > 0 while inside a handler callback
   ServerStats stats_;
+  // Limit warnings: at most one line per limit and second.
+  struct LogGate {
+    SteadyClock::time_point last;
+    uint64_t suppressed = 0;
+  };
+  std::map<std::string, LogGate> log_gates_;
 
  private:
+  const ServerLimits& limits() const { return options_.limits; }
   void StartAccept();
   void AcceptReady();
   void StartRead(const std::shared_ptr<Connection>& c);
   void DoRead(const std::shared_ptr<Connection>& c);
   void HandleFrame(const std::shared_ptr<Connection>& c, wire::Frame frame);
-  void ArmFrameTimer(const std::shared_ptr<Connection>& c, std::chrono::milliseconds after,
-                     const char* why);
+  void ArmFrameTimer(const std::shared_ptr<Connection>& c, std::chrono::milliseconds after);
+  void OnFrameTimer(const std::shared_ptr<Connection>& c);
   void CancelFrameTimer(Connection* c);
-  // Queues a frame; false if the connection is (now) closed.
+  void ArmIdleTimer(const std::shared_ptr<Connection>& c, std::chrono::milliseconds after);
+  void OnIdleTimer(const std::shared_ptr<Connection>& c);
+  void ArmSendTimer(const std::shared_ptr<Connection>& c, std::chrono::milliseconds after);
+  void OnSendTimer(const std::shared_ptr<Connection>& c);
+  // Sends at once what fits, queues the rest (within the queue limits);
+  // false if the connection is (now) closed or closing.
   bool Enqueue(const std::shared_ptr<Connection>& c, proto::MsgType type, uint64_t request_id,
                const std::string& payload, std::span<const int> fds);
+  bool QueueChecked(const std::shared_ptr<Connection>& c, wire::OutFrame f);
+  void QueueUnchecked(const std::shared_ptr<Connection>& c, wire::OutFrame f);
+  void Uncharge(Connection* c, Queued& q);
+  // Frees the queue except a frame already partly sent (the stream must stay
+  // framed).
+  void DiscardQueue(Connection* c);
   void QueueError(const std::shared_ptr<Connection>& c, uint64_t request_id, const Status& st);
+  // Closes `c` for breaking `limit` (nullptr: a protocol error): counts the
+  // hit, drops what is queued, sends `st` as an ERROR_REPLY, then closes.
+  void Abort(const std::shared_ptr<Connection>& c, uint64_t request_id, const Status& st,
+             const char* limit);
   void Flush(const std::shared_ptr<Connection>& c);
   void CloseAfterFlush(const std::shared_ptr<Connection>& c, std::string reason);
   void Drop(const std::shared_ptr<Connection>& c, const std::string& reason);
-  ReplyFn MakeReplyFn(ConnectionId id, uint64_t request_id, uint16_t request_type);
+  void SetFdAllowance(Connection* c);
+  void SyncReaderFds(Connection* c);
+  void RefuseFds(const std::shared_ptr<Connection>& c);
+  // The open connection (not closing) with the most bytes queued, of `uid`
+  // only when given; nullptr if none has any.
+  std::shared_ptr<Connection> LargestQueue(std::optional<uid_t> uid);
+  void Hit(const char* limit) { ++stats_.limit_hits[limit]; }
+  void LogLimit(const std::string& limit, const std::string& line);
+  ReplyFn MakeReplyFn(ConnectionId id, uid_t uid, uint64_t request_id, uint16_t request_type);
 
   std::shared_ptr<Connection> Get(ConnectionId id) {
     auto it = conns_.find(id);
@@ -160,19 +233,8 @@ Status Server::Impl::Init() {
     return Status(Code::kInvalidArgument,
                   "server: max_frame_bytes must be 1.." + std::to_string(wire::kHardMaxFrameBytes));
   }
-  if (options_.max_fds_per_frame > wire::kHardMaxFdsPerFrame) {
-    return Status(Code::kInvalidArgument, "server: max_fds_per_frame must be <= " +
-                                              std::to_string(wire::kHardMaxFdsPerFrame));
-  }
-  if (options_.max_connections == 0 || options_.max_send_queue_frames == 0 ||
-      options_.max_inflight_requests == 0 || options_.read_deadline.count() <= 0) {
-    return Status(Code::kInvalidArgument,
-                  "server: max_connections, max_send_queue_frames, max_inflight_requests and "
-                  "read_deadline must be positive");
-  }
-  if (options_.max_send_queue_bytes < wire::kFrameHeaderSize + options_.max_frame_bytes) {
-    return Status(Code::kInvalidArgument,
-                  "server: max_send_queue_bytes must hold at least one maximum frame");
+  if (Status st = limits().Validate(options_.max_frame_bytes); !st.ok()) {
+    return Status(st.code(), "server: " + st.message());
   }
   if (options_.fs == nullptr) {
     own_fs_ = MakeRootedFileSystem("/");
@@ -266,6 +328,21 @@ void Server::Impl::ScheduleDisconnectFlush() {
   });
 }
 
+void Server::Impl::LogLimit(const std::string& limit, const std::string& line) {
+  LogGate& g = log_gates_[limit];
+  const auto now = SteadyClock::now();
+  if (g.last != SteadyClock::time_point() && now - g.last < std::chrono::seconds(1)) {
+    ++g.suppressed;
+    return;
+  }
+  CXLPOOL_LOG(kWarning) << "server: " << line << " (limits." << limit << ")"
+                        << (g.suppressed > 0 ? "; " + std::to_string(g.suppressed) +
+                                                   " more like it in the last second"
+                                             : std::string());
+  g.last = now;
+  g.suppressed = 0;
+}
+
 // ---- accept ------------------------------------------------------------------
 
 void Server::Impl::StartAccept() {
@@ -321,28 +398,27 @@ void Server::Impl::AcceptReady() {
 
 Result<ConnectionId> Server::Impl::Admit(UniqueFd fd) {
   if (stopped_) return Status(Code::kUnavailable, "server stopped");
-  if (conns_.size() >= options_.max_connections) {
-    ++stats_.refused_max_connections;
-    CXLPOOL_LOG(kWarning) << "server: refusing connection: " << conns_.size()
-                          << " open, max_connections is " << options_.max_connections;
-    return Status(Code::kResourceExhausted,
-                  "connection limit of " + std::to_string(options_.max_connections) + " reached");
-  }
   Result<wire::PeerCred> cred = wire::GetPeerCred(fd.get());
   if (!cred.ok()) return cred.status();
-  if (options_.max_connections_per_uid > 0 &&
-      per_uid_[cred->uid] >= options_.max_connections_per_uid) {
-    ++stats_.refused_per_uid;
-    CXLPOOL_LOG(kWarning) << "server: refusing connection from uid " << cred->uid << ": "
-                          << per_uid_[cred->uid] << " open, per-uid limit is "
-                          << options_.max_connections_per_uid;
-    return Status(Code::kResourceExhausted, "per-uid connection limit of " +
-                                                std::to_string(options_.max_connections_per_uid) +
-                                                " reached for uid " + std::to_string(cred->uid));
+  if (FairShare::Verdict v = conn_share_.Check(cred->uid, 1); v != FairShare::Verdict::kOk) {
+    const char* limit = LimitName(kConnNames, v);
+    Hit(limit);
+    Status st(Code::kResourceExhausted,
+              "connection refused: " + Explain(conn_share_, kConnNames, v, cred->uid, 1));
+    LogLimit(limit, st.message() + " (pid " + std::to_string(cred->pid) + ")");
+    // The client reads this as the answer to its HELLO (request id 0: the
+    // connection's own error), then EOF. Its socket buffer is empty, so the
+    // frame fits; if not, the close alone has to say it.
+    std::string frame = wire::EncodeFrame(proto::MSG_ERROR_REPLY, 0, wire::EncodeErrorPayload(st),
+                                          wire::kHelloWireVersion);
+    (void)!::send(fd.get(), frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    return st;
   }
 
   auto c = std::make_shared<Connection>(
-      io_, next_id_, wire::RecvLimits{options_.max_frame_bytes, options_.max_fds_per_frame});
+      io_, next_id_,
+      wire::RecvLimits{static_cast<uint32_t>(limits().max_request_bytes),
+                       limits().max_fds_per_frame});
   c->peer.pid = cred->pid;
   c->peer.uid = cred->uid;
   c->peer.gid = cred->gid;
@@ -368,31 +444,137 @@ Result<ConnectionId> Server::Impl::Admit(UniqueFd fd) {
 
   const ConnectionId id = next_id_++;
   conns_[id] = c;
-  ++per_uid_[c->peer.uid];
+  conn_share_.Add(c->uid(), 1);
   ++stats_.accepted;
+  c->last_input = SteadyClock::now();
   CXLPOOL_LOG(kDebug) << "server: " << Describe(*c) << " connected";
   ++callback_depth_;
   handler_->OnConnect(id, c->peer);
   --callback_depth_;
-  if (!c->closed && options_.hello_deadline.count() > 0 && !c->hello_done) {
-    c->hello_timer.expires_after(options_.hello_deadline);
-    c->hello_timer.async_wait([weak = weak_from_this(), c](const error_code& e) {
-      auto self = weak.lock();
-      if (!self || e || c->closed || c->hello_done) return;
-      ++self->stats_.dropped_deadline;
-      self->Drop(c, "no successful HELLO within " +
-                        std::to_string(self->options_.hello_deadline.count()) + " ms");
-    });
-  }
+  if (!c->closed && !c->hello_done) ArmIdleTimer(c, limits().hello_timeout);
   StartRead(c);
   ScheduleDisconnectFlush();
   return id;
 }
 
+// ---- timers ------------------------------------------------------------------
+
+void Server::Impl::ArmIdleTimer(const std::shared_ptr<Connection>& c,
+                                std::chrono::milliseconds after) {
+  c->idle_timer.expires_after(after);
+  c->idle_timer.async_wait([weak = weak_from_this(), c](const error_code& e) {
+    auto self = weak.lock();
+    if (!self || e || c->closed) return;
+    self->OnIdleTimer(c);
+    self->ScheduleDisconnectFlush();
+  });
+}
+
+void Server::Impl::OnIdleTimer(const std::shared_ptr<Connection>& c) {
+  if (c->closing) return;
+  if (!c->hello_done) {
+    Abort(c, 0,
+          Status(Code::kUnavailable, "no successful HELLO within " + Ms(limits().hello_timeout) +
+                                         " (limits.hello_timeout)"),
+          "hello_timeout");
+    return;
+  }
+  const auto idle = limits().idle_timeout;
+  if (idle.count() == 0) return;
+  const auto quiet =
+      std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - c->last_input);
+  if (quiet < idle) {
+    ArmIdleTimer(c, idle - quiet);
+    return;
+  }
+  // Holding a lease, a request in flight, a reply queued or a frame begun is
+  // not idle: a client that holds memory and says nothing keeps it.
+  if (c->inflight > 0 || !c->queue.empty() || c->reader.mid_frame() ||
+      handler_->HoldsResources(c->id)) {
+    ArmIdleTimer(c, idle);
+    return;
+  }
+  Abort(c, 0,
+        Status(Code::kUnavailable, "closed after " + Ms(idle) +
+                                       " without a request while holding no lease "
+                                       "(limits.idle_timeout); connect again to continue"),
+        "idle_timeout");
+}
+
+void Server::Impl::ArmSendTimer(const std::shared_ptr<Connection>& c,
+                                std::chrono::milliseconds after) {
+  c->send_timer_armed = true;
+  c->send_timer.expires_after(after);
+  c->send_timer.async_wait([weak = weak_from_this(), c](const error_code& e) {
+    c->send_timer_armed = false;
+    auto self = weak.lock();
+    if (!self || e || c->closed) return;
+    self->OnSendTimer(c);
+    self->ScheduleDisconnectFlush();
+  });
+}
+
+void Server::Impl::OnSendTimer(const std::shared_ptr<Connection>& c) {
+  if (c->queue.empty() || c->closing) return;
+  const auto limit = limits().send_timeout;
+  const auto stuck =
+      std::chrono::duration_cast<std::chrono::milliseconds>(SteadyClock::now() - c->last_progress);
+  if (stuck < limit) {
+    ArmSendTimer(c, limit - stuck);
+    return;
+  }
+  Abort(c, 0,
+        Status(Code::kResourceExhausted,
+               "replies not read for " + Ms(limit) + " (" + std::to_string(c->queued_bytes) +
+                   " bytes queued; limits.send_timeout); read the socket"),
+        "send_timeout");
+}
+
+void Server::Impl::ArmFrameTimer(const std::shared_ptr<Connection>& c,
+                                 std::chrono::milliseconds after) {
+  c->frame_timer_armed = true;
+  uint64_t gen = ++c->frame_timer_gen;
+  c->frame_timer.expires_after(after);
+  c->frame_timer.async_wait([weak = weak_from_this(), c, gen](const error_code& ec) {
+    auto self = weak.lock();
+    if (!self || ec || c->closed || gen != c->frame_timer_gen || !c->frame_timer_armed) {
+      return;
+    }
+    c->frame_timer_armed = false;
+    self->OnFrameTimer(c);
+    self->ScheduleDisconnectFlush();
+  });
+}
+
+void Server::Impl::OnFrameTimer(const std::shared_ptr<Connection>& c) {
+  const std::string within = Ms(limits().frame_timeout) + " (limits.frame_timeout)";
+  if (c->closing) {
+    // Its error reply (or the replies before it) not taken within the bound.
+    Drop(c, c->closing_reason + "; error reply not read within " + within);
+    return;
+  }
+  const wire::FrameHeader& h = c->reader.header();
+  uint64_t rid = c->reader.have_header() && h.magic == wire::kFrameMagic ? h.request_id : 0;
+  Abort(c, rid, Status(Code::kUnavailable, "frame not completed within " + within),
+        "frame_timeout");
+}
+
+void Server::Impl::CancelFrameTimer(Connection* c) {
+  if (!c->frame_timer_armed) return;
+  c->frame_timer_armed = false;
+  ++c->frame_timer_gen;
+  c->frame_timer.cancel();
+}
+
 // ---- reading -----------------------------------------------------------------
 
+// Reading stops while the connection's replies are queued (the client does
+// not take them: it gets no more to not read), while it has its maximum of
+// requests in flight, and once it is closing. Flush and CompleteRequest
+// start it again.
 void Server::Impl::StartRead(const std::shared_ptr<Connection>& c) {
-  if (c->closed || c->closing || c->reading || c->inflight >= options_.max_inflight_requests) {
+  if (c->closed || c->closing || c->reading || !c->queue.empty() ||
+      c->inflight >= limits().max_requests_per_connection) {
     return;
   }
   c->reading = true;
@@ -410,9 +592,70 @@ void Server::Impl::StartRead(const std::shared_ptr<Connection>& c) {
                        });
 }
 
+void Server::Impl::SetFdAllowance(Connection* c) {
+  const uint64_t avail = fd_share_.Available(c->uid());
+  const uint64_t allowance = c->reader_fds + avail;
+  c->fd_allowance_limit = nullptr;
+  if (allowance < limits().max_fds_per_frame) {
+    c->fd_allowance_limit = LimitName(kFdNames, fd_share_.Check(c->uid(), avail + 1));
+  }
+  c->reader.set_fd_allowance(allowance);
+}
+
+void Server::Impl::SyncReaderFds(Connection* c) {
+  const uint64_t now = c->reader.fds_held();
+  if (now > c->reader_fds) fd_share_.Add(c->uid(), now - c->reader_fds);
+  if (now < c->reader_fds) fd_share_.Sub(c->uid(), c->reader_fds - now);
+  c->reader_fds = now;
+}
+
+void Server::Impl::RefuseFds(const std::shared_ptr<Connection>& c) {
+  const wire::FrameReader& r = c->reader;
+  const wire::FrameHeader& h = r.header();
+  const bool header = r.have_header() && h.magic == wire::kFrameMagic;
+  const uint64_t rid = header ? h.request_id : 0;
+  const size_t per_frame = limits().max_fds_per_frame;
+  const size_t type_max = header ? wire::MaxFdsForType(h.type, per_frame) : per_frame;
+  const std::string what = header ? wire::MsgTypeName(h.type) : std::string("a frame");
+  const size_t refused = r.fds_refused();
+  if (r.control_truncated() || refused > type_max || c->fd_allowance_limit == nullptr) {
+    ++stats_.protocol_errors;
+    if (type_max == 0) {
+      Abort(c, rid,
+            Status(Code::kProtocol, what + " may carry no fds; the " + std::to_string(refused) +
+                                        " that arrived were closed"),
+            nullptr);
+    } else {
+      Abort(c, rid,
+            Status(Code::kProtocol, what + " carried more than " + std::to_string(type_max) +
+                                        " fds (limits.max_fds_per_frame is " +
+                                        std::to_string(per_frame) +
+                                        "); all were closed as they arrived"),
+            "max_fds_per_frame");
+    }
+    return;
+  }
+  FairShare::Verdict v = fd_share_.Check(c->uid(), refused);
+  const char* limit = v == FairShare::Verdict::kOk ? c->fd_allowance_limit : LimitName(kFdNames, v);
+  std::string why = v == FairShare::Verdict::kOk
+                        ? std::string("the daemon's fd budget for clients was used up")
+                        : Explain(fd_share_, kFdNames, v, c->uid(), refused);
+  Abort(c, rid,
+        Status(Code::kResourceExhausted,
+               what + " refused: its fds were closed as they arrived: " + why),
+        limit);
+}
+
 void Server::Impl::DoRead(const std::shared_ptr<Connection>& c) {
-  while (!c->closed && !c->closing && c->inflight < options_.max_inflight_requests) {
+  while (!c->closed && !c->closing && c->queue.empty() &&
+         c->inflight < limits().max_requests_per_connection) {
+    SetFdAllowance(c.get());
     Result<wire::FrameReader::Progress> p = c->reader.Read(c->fd(), 0);
+    SyncReaderFds(c.get());
+    if (p.ok() && c->reader.fds_refused() > 0) {
+      RefuseFds(c);
+      return;
+    }
     if (!p.ok()) {
       const Status& st = p.status();
       if (st.code() == Code::kProtocol) {
@@ -420,8 +663,16 @@ void Server::Impl::DoRead(const std::shared_ptr<Connection>& c) {
         // Echo the request id only from a header that is ours (magic ok).
         const wire::FrameHeader& h = c->reader.header();
         uint64_t rid = c->reader.have_header() && h.magic == wire::kFrameMagic ? h.request_id : 0;
-        QueueError(c, rid, st);
-        CloseAfterFlush(c, st.message());
+        std::string msg = st.message();
+        const char* limit = nullptr;
+        // The length is checked last: a bad magic, version or flags is that.
+        if (c->reader.have_header() && h.magic == wire::kFrameMagic &&
+            h.length > limits().max_request_bytes &&
+            wire::ValidateFrameHeader(h, UINT32_MAX).ok()) {
+          msg += " (limits.max_request_bytes)";
+          limit = "max_request_bytes";
+        }
+        Abort(c, rid, Status(st.code(), msg), limit);
       } else {
         Drop(c, st.ToString());
       }
@@ -430,9 +681,7 @@ void Server::Impl::DoRead(const std::shared_ptr<Connection>& c) {
     switch (*p) {
       case wire::FrameReader::Progress::kWouldBlock:
         if (c->reader.mid_frame()) {
-          if (!c->frame_timer_armed) {
-            ArmFrameTimer(c, options_.read_deadline, "frame not completed");
-          }
+          if (!c->frame_timer_armed) ArmFrameTimer(c, limits().frame_timeout);
         }
         StartRead(c);
         return;
@@ -442,6 +691,7 @@ void Server::Impl::DoRead(const std::shared_ptr<Connection>& c) {
       case wire::FrameReader::Progress::kFrame:
         CancelFrameTimer(c.get());
         HandleFrame(c, c->reader.TakeFrame());
+        SyncReaderFds(c.get());  // the request's fds are closed by now
         // Answered at once: CompleteRequest re-armed the wait for input, and
         // Asio's re-arm (EPOLL_CTL_MOD) reports input already queued. Reading
         // on would only cost a recvmsg that finds nothing (a client waiting
@@ -450,34 +700,16 @@ void Server::Impl::DoRead(const std::shared_ptr<Connection>& c) {
         break;
     }
   }
-  // Paused (in-flight limit) or closing: CompleteRequest restarts reading.
-}
-
-void Server::Impl::ArmFrameTimer(const std::shared_ptr<Connection>& c,
-                                 std::chrono::milliseconds after, const char* why) {
-  c->frame_timer_armed = true;
-  uint64_t gen = ++c->frame_timer_gen;
-  c->frame_timer.expires_after(after);
-  c->frame_timer.async_wait([weak = weak_from_this(), c, gen, why, after](const error_code& ec) {
-    auto self = weak.lock();
-    if (!self || ec || c->closed || gen != c->frame_timer_gen || !c->frame_timer_armed) {
-      return;
-    }
-    c->frame_timer_armed = false;
-    ++self->stats_.dropped_deadline;
-    self->Drop(c, std::string(why) + " within " + std::to_string(after.count()) + " ms");
-  });
-}
-
-void Server::Impl::CancelFrameTimer(Connection* c) {
-  if (!c->frame_timer_armed) return;
-  c->frame_timer_armed = false;
-  ++c->frame_timer_gen;
-  c->frame_timer.cancel();
+  // Paused (in-flight limit, replies queued) or closing: CompleteRequest and
+  // Flush restart reading.
+  if (!c->closed && !c->closing && c->inflight >= limits().max_requests_per_connection) {
+    Hit("max_requests_per_connection");
+  }
 }
 
 void Server::Impl::HandleFrame(const std::shared_ptr<Connection>& c, wire::Frame frame) {
   ++stats_.frames_in;
+  c->last_input = SteadyClock::now();
   const uint16_t type = frame.header.type;
   const uint64_t rid = frame.header.request_id;
   if (!wire::IsKnownType(type)) {
@@ -488,16 +720,6 @@ void Server::Impl::HandleFrame(const std::shared_ptr<Connection>& c, wire::Frame
   if (!wire::IsRequestType(type)) {
     ++stats_.protocol_errors;
     QueueError(c, rid, Status(Code::kProtocol, wire::MsgTypeName(type) + " is not a request"));
-    return;
-  }
-  if (frame.fds_dropped > 0) {
-    ++stats_.protocol_errors;
-    QueueError(c, rid,
-               Status(Code::kProtocol,
-                      wire::MsgTypeName(type) + " carried " + std::to_string(frame.fds_dropped) +
-                          " fd(s); it may carry at most " +
-                          std::to_string(wire::MaxFdsForType(type, options_.max_fds_per_frame)) +
-                          "; all were closed"));
     return;
   }
   if (!c->hello_done) {
@@ -512,7 +734,6 @@ void Server::Impl::HandleFrame(const std::shared_ptr<Connection>& c, wire::Frame
       QueueError(c, rid, Status(Code::kProtocol, "a HELLO is already being answered"));
       return;
     }
-    c->hello_pending = true;
   } else if (type == proto::MSG_HELLO_REQUEST) {
     QueueError(
         c, rid,
@@ -525,14 +746,25 @@ void Server::Impl::HandleFrame(const std::shared_ptr<Connection>& c, wire::Frame
                                     "; this connection negotiated " + std::to_string(c->version)));
     return;
   }
-
+  if (FairShare::Verdict v = request_share_.Check(c->uid(), 1); v != FairShare::Verdict::kOk) {
+    const char* limit = LimitName(kRequestNames, v);
+    Hit(limit);
+    Status st(Code::kResourceExhausted, wire::MsgTypeName(type) + " refused: " +
+                                            Explain(request_share_, kRequestNames, v, c->uid(), 1) +
+                                            "; retry once replies arrive");
+    LogLimit(limit, Describe(*c) + ": " + st.message());
+    QueueError(c, rid, st);
+    return;
+  }
+  if (type == proto::MSG_HELLO_REQUEST) c->hello_pending = true;
+  request_share_.Add(c->uid(), 1);
   ++c->inflight;
   Request req;
   req.type = static_cast<proto::MsgType>(type);
   req.request_id = rid;
   req.payload = std::move(frame.payload);
   req.fds = std::move(frame.fds);
-  ReplyFn reply = MakeReplyFn(c->id, rid, type);
+  ReplyFn reply = MakeReplyFn(c->id, c->uid(), rid, type);
   ++callback_depth_;
   handler_->OnRequest(c->id, std::move(req), std::move(reply));
   --callback_depth_;
@@ -549,16 +781,17 @@ struct ReplyState {
   std::weak_ptr<Server::Impl> impl;
   asio::io_context* io = nullptr;
   ConnectionId conn = 0;
+  uid_t uid = 0;
   uint64_t request_id = 0;
   uint16_t request_type = 0;
   std::atomic<bool> replied{false};
 
   ~ReplyState() {
     if (replied.load()) return;
-    asio::post(*io, [impl = impl, conn = conn, rid = request_id, type = request_type] {
+    asio::post(*io, [impl = impl, conn = conn, uid = uid, rid = request_id, type = request_type] {
       if (auto self = impl.lock()) {
         self->CompleteRequest(
-            conn, rid, type,
+            conn, uid, rid, type,
             MakeErrorReply(Status(Code::kInternal, "the daemon dropped this request unanswered")));
       }
     });
@@ -567,11 +800,13 @@ struct ReplyState {
 
 }  // namespace
 
-ReplyFn Server::Impl::MakeReplyFn(ConnectionId id, uint64_t request_id, uint16_t request_type) {
+ReplyFn Server::Impl::MakeReplyFn(ConnectionId id, uid_t uid, uint64_t request_id,
+                                  uint16_t request_type) {
   auto state = std::make_shared<ReplyState>();
   state->impl = weak_from_this();
   state->io = &io_;
   state->conn = id;
+  state->uid = uid;
   state->request_id = request_id;
   state->request_type = request_type;
   return [state](Reply reply) {
@@ -582,7 +817,7 @@ ReplyFn Server::Impl::MakeReplyFn(ConnectionId id, uint64_t request_id, uint16_t
     }
     if (state->io->get_executor().running_in_this_thread()) {
       if (auto self = state->impl.lock()) {
-        self->CompleteRequest(state->conn, state->request_id, state->request_type,
+        self->CompleteRequest(state->conn, state->uid, state->request_id, state->request_type,
                               std::move(reply));
         self->ScheduleDisconnectFlush();
       }
@@ -603,7 +838,7 @@ ReplyFn Server::Impl::MakeReplyFn(ConnectionId id, uint64_t request_id, uint16_t
     asio::post(*state->io, [state, reply = std::move(reply), owned]() mutable {
       for (const UniqueFd& fd : *owned) reply.fds.push_back(fd.get());
       if (auto self = state->impl.lock()) {
-        self->CompleteRequest(state->conn, state->request_id, state->request_type,
+        self->CompleteRequest(state->conn, state->uid, state->request_id, state->request_type,
                               std::move(reply));
         self->ScheduleDisconnectFlush();
       }
@@ -611,8 +846,10 @@ ReplyFn Server::Impl::MakeReplyFn(ConnectionId id, uint64_t request_id, uint16_t
   };
 }
 
-void Server::Impl::CompleteRequest(ConnectionId id, uint64_t request_id, uint16_t request_type,
-                                   Reply reply) {
+void Server::Impl::CompleteRequest(ConnectionId id, uid_t uid, uint64_t request_id,
+                                   uint16_t request_type, Reply reply) {
+  // The request counted against its uid until now, connection or not.
+  request_share_.Sub(uid, 1);
   std::shared_ptr<Connection> c = Get(id);
   if (!c || c->closed) return;  // the client is gone; nothing to answer
   if (c->inflight > 0) --c->inflight;
@@ -625,7 +862,7 @@ void Server::Impl::CompleteRequest(ConnectionId id, uint64_t request_id, uint16_
         Code::kInternal,
         "reply too large for one frame (" + std::to_string(reply.payload.size()) + " bytes)"));
   } else if (reply.fds.size() >
-             wire::MaxFdsForType(reply.type, options_.max_fds_per_frame, c->frame_version)) {
+             wire::MaxFdsForType(reply.type, limits().max_fds_per_frame, c->frame_version)) {
     CXLPOOL_LOG(kError) << "server: " << wire::MsgTypeName(reply.type) << " reply with "
                         << reply.fds.size() << " fds refused";
     reply = MakeErrorReply(Status(Code::kInternal, "daemon built a " +
@@ -641,9 +878,15 @@ void Server::Impl::CompleteRequest(ConnectionId id, uint64_t request_id, uint16_
       Status st = wire::Decode(reply.payload, &hr);
       if (st.ok() && hr.version() >= wire::kMinWireVersion &&
           hr.version() <= wire::kMaxWireVersion) {
-        c->hello_done = true;
-        c->version = hr.version();
-        c->hello_timer.cancel();
+        if (!c->hello_done) {
+          c->hello_done = true;
+          c->version = hr.version();
+          if (limits().idle_timeout.count() > 0) {
+            ArmIdleTimer(c, limits().idle_timeout);
+          } else {
+            c->idle_timer.cancel();
+          }
+        }
       } else {
         reply = MakeErrorReply(Status(Code::kInternal, "daemon built an invalid HelloReply"));
         close_after = true;
@@ -665,7 +908,7 @@ void Server::Impl::CompleteRequest(ConnectionId id, uint64_t request_id, uint16_
 bool Server::Impl::Enqueue(const std::shared_ptr<Connection>& c, proto::MsgType type,
                            uint64_t request_id, const std::string& payload,
                            std::span<const int> fds) {
-  if (c->closed) return false;
+  if (c->closed || c->closing) return false;
   // Nothing queued ahead: send at once with the caller's fds, which are then
   // never duplicated (a lease grant's common case). Only a frame that has to
   // wait keeps duplicates of them.
@@ -675,7 +918,7 @@ bool Server::Impl::Enqueue(const std::shared_ptr<Connection>& c, proto::MsgType 
     fds = {};
   }
   Result<wire::OutFrame> f = wire::MakeOutFrame(type, request_id, payload, fds, c->frame_version);
-  if (f.ok() && !borrowed.empty()) {
+  if (f.ok() && c->queue.empty()) {
     Result<bool> sent = wire::SendSome(c->fd(), &*f, borrowed);
     if (!sent.ok()) {
       Drop(c, sent.status().ToString());
@@ -685,7 +928,7 @@ bool Server::Impl::Enqueue(const std::shared_ptr<Connection>& c, proto::MsgType 
       ++stats_.frames_out;
       return true;
     }
-    if (f->sent == 0) {
+    if (f->sent == 0 && !borrowed.empty()) {
       Status kept = wire::KeepFds(&*f, borrowed);
       if (!kept.ok()) f = kept;
     }
@@ -701,18 +944,98 @@ bool Server::Impl::Enqueue(const std::shared_ptr<Connection>& c, proto::MsgType 
       return false;
     }
   }
-  const size_t size = f->bytes.size();
-  if (c->queue.size() + 1 > options_.max_send_queue_frames ||
-      c->queued_bytes + size > options_.max_send_queue_bytes) {
-    ++stats_.dropped_slow_reader;
-    Drop(c, "send queue full (" + std::to_string(c->queue.size()) + " frames, " +
-                std::to_string(c->queued_bytes) + " bytes): the client is not reading replies");
+  return QueueChecked(c, std::move(*f));
+}
+
+std::shared_ptr<Connection> Server::Impl::LargestQueue(std::optional<uid_t> uid) {
+  std::shared_ptr<Connection> best;
+  for (auto& [id, c] : conns_) {
+    if (c->closing || c->queued_bytes == 0 || (uid && c->uid() != *uid)) continue;
+    if (!best || c->queued_bytes > best->queued_bytes) best = c;
+  }
+  return best;
+}
+
+bool Server::Impl::QueueChecked(const std::shared_ptr<Connection>& c, wire::OutFrame f) {
+  if (f.sent > 0) {
+    // Partly on the wire already (the queue was empty): the rest must
+    // follow whatever happens, or the stream loses its framing.
+    c->last_progress = SteadyClock::now();
+    QueueUnchecked(c, std::move(f));
+    return !c->closed;
+  }
+  const uint64_t cost = f.bytes.size() + kFrameOverhead;
+  const size_t nfds = f.fds.size();
+  if (nfds > 0) {
+    if (FairShare::Verdict v = fd_share_.Check(c->uid(), nfds); v != FairShare::Verdict::kOk) {
+      Abort(c, 0,
+            Status(Code::kResourceExhausted,
+                   "a reply's fds cannot wait for a client that does not read: " +
+                       Explain(fd_share_, kFdNames, v, c->uid(), nfds)),
+            LimitName(kFdNames, v));
+      return false;
+    }
+  }
+  const uint64_t per_conn = limits().max_queued_bytes_per_connection;
+  if (c->queued_bytes + cost > per_conn) {
+    Abort(c, 0,
+          Status(Code::kResourceExhausted,
+                 std::to_string(c->queued_bytes + cost) +
+                     " reply bytes would be queued for a client that does not read; "
+                     "limits.max_queued_bytes_per_connection is " +
+                     std::to_string(per_conn)),
+          "max_queued_bytes_per_connection");
     return false;
   }
-  c->queued_bytes += size;
-  c->queue.push_back(std::move(*f));
-  Flush(c);
+  for (;;) {
+    FairShare::Verdict v = queue_share_.Check(c->uid(), cost);
+    if (v == FairShare::Verdict::kOk) break;
+    // Make room by dropping the largest queue: the uid's own (per-uid
+    // limit), or the daemon's. A client that reads has none.
+    std::shared_ptr<Connection> victim = LargestQueue(
+        v == FairShare::Verdict::kPerUid ? std::optional<uid_t>(c->uid()) : std::nullopt);
+    const char* limit = LimitName(kQueueNames, v);
+    Status st(Code::kResourceExhausted,
+              "dropped: this connection held the largest queue of unread replies (" +
+                  std::to_string(victim ? victim->queued_bytes : c->queued_bytes) +
+                  " bytes) when " + Explain(queue_share_, kQueueNames, v, c->uid(), cost));
+    if (!victim || victim == c) {
+      Abort(c, 0, st, limit);
+      return false;
+    }
+    Abort(victim, 0, st, limit);
+  }
+  if (c->queue.empty()) c->last_progress = SteadyClock::now();
+  QueueUnchecked(c, std::move(f));
   return !c->closed;
+}
+
+void Server::Impl::QueueUnchecked(const std::shared_ptr<Connection>& c, wire::OutFrame f) {
+  Queued q;
+  q.cost = f.bytes.size() + kFrameOverhead;
+  q.fds = f.fds.size();
+  q.frame = std::move(f);
+  c->queued_bytes += q.cost;
+  queue_share_.Add(c->uid(), q.cost);
+  fd_share_.Add(c->uid(), q.fds);
+  c->queue.push_back(std::move(q));
+  Flush(c);
+}
+
+void Server::Impl::Uncharge(Connection* c, Queued& q) {
+  c->queued_bytes -= q.cost;
+  queue_share_.Sub(c->uid(), q.cost);
+  fd_share_.Sub(c->uid(), q.fds);
+  q.cost = 0;
+  q.fds = 0;
+}
+
+void Server::Impl::DiscardQueue(Connection* c) {
+  size_t keep = !c->queue.empty() && c->queue.front().frame.sent > 0 ? 1 : 0;
+  while (c->queue.size() > keep) {
+    Uncharge(c, c->queue.back());
+    c->queue.pop_back();  // closes its fds
+  }
 }
 
 void Server::Impl::QueueError(const std::shared_ptr<Connection>& c, uint64_t request_id,
@@ -721,15 +1044,50 @@ void Server::Impl::QueueError(const std::shared_ptr<Connection>& c, uint64_t req
   Enqueue(c, proto::MSG_ERROR_REPLY, request_id, wire::EncodeErrorPayload(st), {});
 }
 
+void Server::Impl::Abort(const std::shared_ptr<Connection>& c, uint64_t request_id,
+                         const Status& st, const char* limit) {
+  if (c->closed || c->closing) return;
+  if (limit != nullptr) {
+    Hit(limit);
+    LogLimit(limit, "closing " + Describe(*c) + ": " + st.message());
+  } else {
+    CXLPOOL_LOG(kInfo) << "server: closing " << Describe(*c) << ": " << st.ToString();
+  }
+  DiscardQueue(c.get());
+  Result<wire::OutFrame> f = wire::MakeOutFrame(proto::MSG_ERROR_REPLY, request_id,
+                                                wire::EncodeErrorPayload(st), {}, c->frame_version);
+  if (!f.ok()) {
+    Drop(c, st.message());
+    return;
+  }
+  if (c->queue.empty()) c->last_progress = SteadyClock::now();
+  c->closing = true;  // nothing more is read or queued
+  c->closing_reason = st.message();
+  QueueUnchecked(c, std::move(*f));  // Flush closes once the queue is out
+  if (c->closed) return;
+  // Do not wait forever for a client that does not read its error.
+  CancelFrameTimer(c.get());
+  ArmFrameTimer(c, limits().frame_timeout);
+}
+
 void Server::Impl::Flush(const std::shared_ptr<Connection>& c) {
   while (!c->closed && !c->queue.empty()) {
-    wire::OutFrame& f = c->queue.front();
-    Result<bool> done = wire::SendSome(c->fd(), &f);
+    Queued& q = c->queue.front();
+    const size_t before = q.frame.sent;
+    Result<bool> done = wire::SendSome(c->fd(), &q.frame);
     if (!done.ok()) {
       Drop(c, done.status().ToString());
       return;
     }
+    if (q.frame.sent != before) c->last_progress = SteadyClock::now();
+    if (q.fds > 0 && q.frame.fds.empty()) {  // the kernel took them
+      fd_share_.Sub(c->uid(), q.fds);
+      q.fds = 0;
+    }
     if (!*done) {
+      if (limits().send_timeout.count() > 0 && !c->send_timer_armed) {
+        ArmSendTimer(c, limits().send_timeout);
+      }
       if (!c->writing) {
         c->writing = true;
         c->socket.async_wait(stream_protocol::socket::wait_write,
@@ -747,11 +1105,16 @@ void Server::Impl::Flush(const std::shared_ptr<Connection>& c) {
       }
       return;
     }
-    c->queued_bytes -= f.bytes.size();
+    Uncharge(c.get(), q);
     c->queue.pop_front();
     ++stats_.frames_out;
   }
-  if (!c->closed && c->closing && c->queue.empty()) Drop(c, c->closing_reason);
+  if (c->closed) return;
+  if (c->closing) {
+    if (c->queue.empty()) Drop(c, c->closing_reason);
+    return;
+  }
+  StartRead(c);  // the queue drained: read requests again
 }
 
 void Server::Impl::CloseAfterFlush(const std::shared_ptr<Connection>& c, std::string reason) {
@@ -764,7 +1127,7 @@ void Server::Impl::CloseAfterFlush(const std::shared_ptr<Connection>& c, std::st
   }
   // Do not wait forever for a client that does not read its error.
   CancelFrameTimer(c.get());
-  ArmFrameTimer(c, options_.read_deadline, "error reply not read");
+  ArmFrameTimer(c, limits().frame_timeout);
 }
 
 void Server::Impl::Drop(const std::shared_ptr<Connection>& c, const std::string& reason) {
@@ -775,13 +1138,15 @@ void Server::Impl::Drop(const std::shared_ptr<Connection>& c, const std::string&
   c->socket.close(ec);  // outstanding waits complete with operation_aborted
   c->frame_timer_armed = false;
   c->frame_timer.cancel();
-  c->hello_timer.cancel();
-  c->queue.clear();  // closes queued fds
-  c->queued_bytes = 0;
+  c->idle_timer.cancel();
+  c->send_timer.cancel();
+  for (Queued& q : c->queue) Uncharge(c.get(), q);
+  c->queue.clear();                                   // closes queued fds
+  c->reader = wire::FrameReader(c->reader.limits());  // closes fds of a frame begun
+  SyncReaderFds(c.get());
   c->pidfd.Reset();
   c->peer.pidfd = -1;
-  auto uit = per_uid_.find(c->peer.uid);
-  if (uit != per_uid_.end() && --uit->second == 0) per_uid_.erase(uit);
+  conn_share_.Sub(c->uid(), 1);
   conns_.erase(c->id);
   pending_disconnects_.push_back(c->id);
   ScheduleDisconnectFlush();
@@ -813,11 +1178,26 @@ Status Server::Impl::MarkHelloDone(ConnectionId id, uint32_t version) {
     return Status(Code::kInvalidArgument,
                   "version " + std::to_string(version) + " is not one this server speaks");
   }
-  c->hello_done = true;
-  c->version = version;
-  c->frame_version = static_cast<uint16_t>(version);
-  c->hello_timer.cancel();
+  if (!c->hello_done) {
+    c->hello_done = true;
+    c->version = version;
+    c->frame_version = static_cast<uint16_t>(version);
+    if (limits().idle_timeout.count() > 0) {
+      ArmIdleTimer(c, limits().idle_timeout);
+    } else {
+      c->idle_timer.cancel();
+    }
+  }
   return Status::Ok();
+}
+
+ServerStats Server::Impl::Stats() const {
+  ServerStats s = stats_;
+  s.connections = conns_.size();
+  s.requests_in_flight = request_share_.used();
+  s.queued_bytes = queue_share_.used();
+  s.fds_held = fd_share_.used();
+  return s;
 }
 
 // ---- Server ------------------------------------------------------------------
@@ -901,11 +1281,7 @@ std::optional<uint32_t> Server::NegotiatedVersion(ConnectionId conn) const {
 
 size_t Server::connection_count() const { return impl_->conns_.size(); }
 
-ServerStats Server::stats() const {
-  ServerStats s = impl_->stats_;
-  s.connections = impl_->conns_.size();
-  return s;
-}
+ServerStats Server::stats() const { return impl_->Stats(); }
 
 const ServerOptions& Server::options() const { return impl_->options_; }
 const std::string& Server::socket_path() const { return impl_->options_.socket_path; }

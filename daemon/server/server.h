@@ -5,13 +5,28 @@
 // One Boost.Asio io_context thread runs everything. Reads are
 // async_wait(wait_read) followed by non-blocking recvmsg (so fds arrive with
 // their bytes); writes are non-blocking sendmsg with the reply's fds, queued
-// when the socket is full. Hostile clients are bounded: bad header => error
-// reply and close; oversize => error and close; EOF mid-frame => close; a
-// frame that does not finish within read_deadline => close; unknown type =>
-// error reply, keep serving; too many fds => fds closed, error reply; a
-// client that does not read => send queue bound, then close; too many
-// connections (total or per uid) => accepted and closed at once; requests
-// before a successful HELLO => refused with an error reply.
+// when the socket is full.
+//
+// What one client may make the daemon hold is bounded by ServerLimits
+// (server/limits.h), per connection, per uid and for the whole daemon, and
+// every refusal names its `limits.` key, in the client's error and in
+// stats().limit_hits:
+//   * connections: over a limit, the connection is accepted, sent one
+//     ERROR_REPLY (request id 0) naming the limit, and closed;
+//   * requests in flight: per connection the server stops reading; per uid
+//     and in all the request is answered RESOURCE_EXHAUSTED;
+//   * queued reply bytes: a connection whose replies are queued is not read
+//     from until they drain; beyond a limit the largest queue is dropped;
+//   * fds: an fd over a limit is closed as it arrives, and the connection is
+//     refused its frame and closed;
+//   * time: hello, idle (after HELLO, holding nothing: see
+//     RequestHandler::HoldsResources), frame and send timeouts.
+// A connection closed for a limit gets an ERROR_REPLY naming it first (a
+// bad frame's reply echoes its request id, the others carry id 0) and is
+// closed once that is sent, or after frame_timeout. Other misbehaviour: bad
+// header => error reply and close; EOF mid-frame => close; unknown type =>
+// error reply, keep serving; requests before a successful HELLO => refused
+// with an error reply.
 //
 // The handler learns of a successful hello when it answers a HELLO request
 // with MSG_HELLO_REPLY (the server reads the version from it), or when it
@@ -32,6 +47,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +57,7 @@
 #include "cxlpool/common/unique_fd.h"
 #include "cxlpool/proto/frame.h"
 #include "server/handler.h"
+#include "server/limits.h"
 
 namespace cxlpool {
 
@@ -55,25 +72,13 @@ struct ServerOptions {
   std::optional<gid_t> socket_group;
   int backlog = 128;
 
-  // Framing limits (see docs/protocol.md).
+  // Largest reply payload (see docs/protocol.md); requests are bounded by
+  // limits.max_request_bytes.
   uint32_t max_frame_bytes = wire::kDefaultMaxFrameBytes;  // payload, <= kHardMaxFrameBytes
-  size_t max_fds_per_frame = wire::kDefaultMaxFdsPerFrame;
 
-  // Connection limits. Extra connections are accepted and closed at once.
-  size_t max_connections = 1024;
-  size_t max_connections_per_uid = 0;  // 0: no per-uid limit
+  // What clients may make the server hold (server/limits.h).
+  ServerLimits limits;
 
-  // A frame whose first byte has arrived must be complete within this.
-  std::chrono::milliseconds read_deadline{5000};
-  // A connection must finish HELLO within this (0: no limit).
-  std::chrono::milliseconds hello_deadline{30000};
-  // Per-connection send queue bounds; beyond either, the connection is dropped.
-  size_t max_send_queue_bytes = 8u << 20;
-  size_t max_send_queue_frames = 1024;
-  // Requests handed to the handler and not yet answered, per connection.
-  // At the limit the server stops reading from that connection until a
-  // reply goes out (backpressure, not an error).
-  size_t max_inflight_requests = 64;
   // After accept fails for lack of fds (EMFILE/ENFILE), wait this long
   // before accepting again (never spin).
   std::chrono::milliseconds accept_backoff{100};
@@ -84,15 +89,23 @@ struct ServerOptions {
 
 struct ServerStats {
   uint64_t accepted = 0;  // connections admitted (OnConnect called)
-  uint64_t refused_max_connections = 0;
-  uint64_t refused_per_uid = 0;
   uint64_t accept_errors = 0;
   uint64_t frames_in = 0;
   uint64_t frames_out = 0;
-  uint64_t protocol_errors = 0;      // bad header, truncated, bad fds, unknown type
-  uint64_t dropped_slow_reader = 0;  // send queue overflow
-  uint64_t dropped_deadline = 0;     // read or hello deadline
-  uint64_t connections = 0;          // open now
+  uint64_t protocol_errors = 0;  // bad header, truncated, bad fds, unknown type
+  // Refusals and drops by the limit that caused them, keyed by its name
+  // without "limits." ("max_connections_per_uid", "idle_timeout", ...).
+  std::map<std::string, uint64_t> limit_hits;
+  // Now.
+  uint64_t connections = 0;
+  uint64_t requests_in_flight = 0;  // also those of connections already closed
+  uint64_t queued_bytes = 0;        // with kFrameOverhead per frame
+  uint64_t fds_held = 0;            // received with unhandled frames, and queued
+
+  uint64_t hits(const std::string& limit) const {
+    auto it = limit_hits.find(limit);
+    return it == limit_hits.end() ? 0 : it->second;
+  }
 };
 
 class Server {

@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "cxlpool/proto/extents.h"
 #include "cxlpool/proto/ipc.h"
@@ -71,10 +72,21 @@ Result<Frame> BlockingClient::Exchange(proto::MsgType type, const Result<std::st
   if (!payload.ok()) return payload.status();
   const uint64_t id = next_id_++;
   const uint16_t version = type == proto::MSG_HELLO_REQUEST ? kHelloWireVersion : version_;
-  CXLPOOL_RETURN_IF_ERROR(
-      SendFrame(sock_.get(), type, id, *payload, send_fds, options_.timeout_ms, version));
+  if (Status sent =
+          SendFrame(sock_.get(), type, id, *payload, send_fds, options_.timeout_ms, version);
+      !sent.ok()) {
+    // A daemon that refused the connection (a limit) wrote why and closed
+    // before this request went out: that is the answer, not EPIPE.
+    Result<Frame> why = RecvFrame(sock_.get(), {}, 100);
+    if (why.ok()) {
+      if (std::optional<Status> err = ConnectionError(*why)) return Broken(*err);
+    }
+    return sent;
+  }
   Result<Frame> f = NextReplyFrame();
   if (!f.ok()) return f.status();
+  // The connection's own error (request id 0): the daemon closes it.
+  if (std::optional<Status> err = ConnectionError(*f)) return Broken(*err);
   if (f->request_id() != id) {
     return Broken(Status(Code::kProtocol, "reply for request " + std::to_string(f->request_id()) +
                                               ", expected " + std::to_string(id)));

@@ -81,6 +81,18 @@ void FrameReader::TakeFds(std::vector<int>& fds) {
   fds.clear();
 }
 
+void FrameReader::EnforceFdLimit() {
+  size_t limit = std::min(limits_.max_fds, fd_allowance_);
+  if (have_header_) {
+    limit =
+        std::min(limit, MaxFdsForType(frame_.header.type, limits_.max_fds, frame_.header.version));
+  }
+  if (fds_refused_ == 0 && !ctrunc_ && frame_.fds.size() <= limit) return;
+  // Over: nothing of this frame is kept, now or when more fds arrive.
+  fds_refused_ += frame_.fds.size();
+  frame_.fds.clear();
+}
+
 ssize_t FrameReader::RecvOnce(int sock, void* buf, size_t len) {
   struct iovec iov = {buf, len};
   struct msghdr msg = {};
@@ -108,10 +120,14 @@ ssize_t FrameReader::RecvOnce(int sock, void* buf, size_t len) {
       }
     }
   }
-  // Ownership first, judgement later: every fd received is now closed
-  // exactly once, by the frame or by the checks at the frame's end.
+  // Ownership first: every fd received is now closed exactly once, by the
+  // frame or here, at once, when it is one too many.
   TakeFds(fds);
-  if (msg.msg_flags & MSG_CTRUNC) ctrunc_ = true;
+  if ((msg.msg_flags & MSG_CTRUNC) && !ctrunc_) {
+    ctrunc_ = true;
+    ++fds_refused_;  // at least one fd the kernel could not hand over
+  }
+  EnforceFdLimit();
   return n;
 }
 
@@ -121,12 +137,8 @@ Result<FrameReader::Progress> FrameReader::Read(int sock, int timeout_ms) {
       SteadyClock::now() + std::chrono::milliseconds(std::max(timeout_ms, 0));
   for (;;) {
     if (have_header_ && got_ == kFrameHeaderSize + frame_.header.length) {
-      // Frame complete: judge its fds.
-      size_t allowed = MaxFdsForType(frame_.header.type, limits_.max_fds, frame_.header.version);
-      if (ctrunc_ || frame_.fds.size() > allowed) {
-        frame_.fds_dropped = frame_.fds.size() + (ctrunc_ ? 1 : 0);
-        frame_.fds.clear();  // closes them
-      }
+      // Frame complete; its fds were judged as they arrived.
+      frame_.fds_dropped = fds_refused_;
       return Progress::kFrame;
     }
     void* buf;
@@ -165,7 +177,11 @@ Result<FrameReader::Progress> FrameReader::Read(int sock, int timeout_ms) {
     if (!have_header_ && got_ == kFrameHeaderSize) {
       frame_.header = DecodeFrameHeader(std::span<const uint8_t, kFrameHeaderSize>(header_buf_));
       have_header_ = true;
-      CXLPOOL_RETURN_IF_ERROR(ValidateFrameHeader(frame_.header, limits_.max_payload_bytes));
+      if (Status st = ValidateFrameHeader(frame_.header, limits_.max_payload_bytes); !st.ok()) {
+        frame_.fds.clear();  // the frame is dead: nothing of it is kept
+        return st;
+      }
+      EnforceFdLimit();  // the type's own limit applies from here
     }
   }
 }
@@ -176,6 +192,7 @@ Frame FrameReader::TakeFrame() {
   got_ = 0;
   have_header_ = false;
   ctrunc_ = false;
+  fds_refused_ = 0;
   return out;
 }
 

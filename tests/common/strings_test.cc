@@ -44,6 +44,13 @@ TEST(StringsTest, ByteSizes) {
   EXPECT_FALSE(ParseByteSize("1X").ok());
   EXPECT_FALSE(ParseByteSize("").ok());
   EXPECT_FALSE(ParseByteSize("99999999999999999999").ok());
+  // Signs, no digit, and anything over 2^64-1 are refused, never wrapped.
+  for (const char* bad : {"-1", "-1K", "+1", ".", ".K", "18446744073709551616", "16385P",
+                          "16777216T", "1e3", "0x10", "1..5G"}) {
+    EXPECT_FALSE(ParseByteSize(bad).ok()) << bad;
+  }
+  EXPECT_EQ(*ParseByteSize("18446744073709551615"), UINT64_MAX);
+  EXPECT_EQ(*ParseByteSize("0"), 0u);
   EXPECT_EQ(HumanBytes(1ull << 30), "1.0 GiB");
 }
 
@@ -52,6 +59,9 @@ TEST(StringsTest, Integers) {
   EXPECT_EQ(*ParseU64("0x1f", 0), 31u);
   EXPECT_FALSE(ParseU64("12abc").has_value());
   EXPECT_FALSE(ParseU64("-1").has_value());
+  EXPECT_FALSE(ParseU64("+1").has_value());
+  EXPECT_FALSE(ParseU64("18446744073709551616").has_value());
+  EXPECT_EQ(*ParseU64("18446744073709551615"), UINT64_MAX);
   EXPECT_EQ(*ParseI64("-1"), -1);
 }
 

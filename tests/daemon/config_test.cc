@@ -190,6 +190,91 @@ TEST(ConfigTest, MemoryWatchInterval) {
             "\"500ms\", \"2m\" or \"0\"; at most 24h)");
 }
 
+TEST(ConfigTest, StrictValues) {
+  // A capacity of nothing is refused, as bytes or as an integer.
+  ExpectError("[pools]\ncapacity = \"0\"\n", "pools.capacity");
+  ExpectError("[pools]\ncapacity = 0\n", "pools.capacity");
+  ExpectError("[pools]\ncapacity = \"100\"\n", "pools.capacity");
+  ExpectError("[pools.node.1]\ncapacity = \"0\"\n", "pools.node.1.capacity");
+  ExpectError("[pools]\ncapacity = \"-1\"\n", "pools.capacity");
+  ExpectError("[pools]\ncapacity = \"18446744073709551616\"\n", "pools.capacity");
+  ExpectError("[pools]\ncapacity = -5\n", "pools.capacity");
+  EXPECT_TRUE(ParseConfig("[pools]\ncapacity = \"4K\"\n").ok());
+  ExpectError("[[quota]]\nuid = 1\nmax_bytes = \"-1\"\n", "quota[0].max_bytes");
+  ExpectError("[[quota]]\nuid = 1\nmax_bytes = -1\n", "quota[0].max_bytes");
+  ExpectError("[[quota]]\nuid = 1\nmax_leases = -1\n", "quota[0].max_leases");
+  ExpectError("[[quota]]\nuid = -1\n", "quota[0].uid");
+  ExpectError("[daemon]\ngrace_period = 3601\n", "daemon.grace_period");
+  // A mode the daemon itself could not use is refused; a world-writable one
+  // is accepted with a warning that names the key.
+  ExpectError("[daemon]\nsocket_mode = \"0066\"\n", "daemon.socket_mode");
+  ExpectError("[daemon]\nsocket_mode = \"-1\"\n", "daemon.socket_mode");
+  auto world = ParseConfig("[daemon]\nsocket_mode = \"0777\"\n");
+  ASSERT_TRUE(world.ok()) << world.status().ToString();
+  ASSERT_EQ(world->warnings.size(), 1u);
+  EXPECT_NE(world->warnings[0].find("daemon.socket_mode '0777' is world-writable"),
+            std::string::npos)
+      << world->warnings[0];
+  auto group = ParseConfig("[daemon]\nsocket_mode = \"0660\"\n");
+  ASSERT_TRUE(group.ok());
+  EXPECT_TRUE(group->warnings.empty());
+}
+
+TEST(ConfigTest, Limits) {
+  auto dflt = ParseConfig(DefaultConfigText(), "<default>");
+  ASSERT_TRUE(dflt.ok());
+  // The shipped file leaves the fd-derived limits unset.
+  EXPECT_FALSE(dflt->limits.max_connections.has_value());
+  EXPECT_FALSE(dflt->limits.max_fds.has_value());
+  EXPECT_EQ(dflt->limits.max_requests_per_uid, 256u);
+  EXPECT_EQ(dflt->limits.max_queued_bytes, 64ull << 20);
+  EXPECT_EQ(dflt->limits.idle_timeout, std::chrono::minutes(10));
+  auto cfg = ParseConfig(R"(
+[limits]
+max_connections = 100
+max_connections_per_uid = 10
+reserved_connections = 0
+max_queued_bytes_per_connection = "2M"
+max_fds_per_frame = 0
+idle_timeout = "0"
+send_timeout = 5
+frame_timeout = "250ms"
+)");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_EQ(cfg->limits.max_connections, 100u);
+  EXPECT_EQ(cfg->limits.max_connections_per_uid, 10u);
+  EXPECT_EQ(cfg->limits.reserved_connections, 0u);
+  EXPECT_EQ(cfg->limits.max_queued_bytes_per_connection, 2u << 20);
+  EXPECT_EQ(cfg->limits.max_fds_per_frame, 0u);
+  EXPECT_EQ(cfg->limits.idle_timeout, std::chrono::milliseconds(0));
+  EXPECT_EQ(cfg->limits.send_timeout, std::chrono::seconds(5));
+  EXPECT_EQ(cfg->limits.frame_timeout, std::chrono::milliseconds(250));
+  ExpectError("[limits]\nmax_connections = 0\n", "limits.max_connections");
+  ExpectError("[limits]\nmax_connections = -1\n", "limits.max_connections");
+  ExpectError("[limits]\nmax_connections = \"many\"\n", "limits.max_connections");
+  ExpectError("[limits]\nmax_connections = 99999999999\n", "limits.max_connections");
+  ExpectError("[limits]\nmax_fds_per_frame = 254\n", "limits.max_fds_per_frame");
+  ExpectError("[limits]\nmax_queued_bytes = \"-1\"\n", "limits.max_queued_bytes");
+  ExpectError("[limits]\nmax_queued_bytes = \"1K\"\n", "limits.max_queued_bytes");
+  ExpectError("[limits]\nmax_queued_bytes = \"18446744073709551616\"\n", "limits.max_queued_bytes");
+  ExpectError("[limits]\nmax_request_bytes = 100\n", "limits.max_request_bytes");
+  ExpectError("[limits]\nhello_timeout = \"0\"\n", "limits.hello_timeout");
+  ExpectError("[limits]\nframe_timeout = \"5ms\"\n", "limits.frame_timeout");
+  ExpectError("[limits]\nidle_timeout = \"-1s\"\n", "limits.idle_timeout");
+  ExpectError("[limits]\nidle_timeout = -1\n", "limits.idle_timeout");
+  ExpectError("[limits]\nsend_timeout = \"25h\"\n", "limits.send_timeout");
+  ExpectError("[limits]\nmax_connection = 5\n", "limits.max_connection: unknown key");
+  ExpectError("limits = 5\n", "limits");
+}
+
+TEST(ConfigTest, DirectoryIsNotAConfig) {
+  auto cfg = LoadConfigFile("/tmp");
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_EQ(cfg.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(cfg.status().message().find("is a directory"), std::string::npos)
+      << cfg.status().message();
+}
+
 TEST(ConfigTest, MissingFileIsNotFound) {
   auto cfg = LoadConfigFile("/nonexistent/cxlpoold.toml");
   ASSERT_FALSE(cfg.ok());

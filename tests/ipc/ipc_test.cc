@@ -8,11 +8,13 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace cxlpool::wire {
 namespace {
@@ -112,6 +114,92 @@ TEST(Ipc, UnexpectedFdsAreClosed) {
   EXPECT_TRUE(probe.ReadEndSeesEof());  // no copy of the write end survives
   proto::StatReply out;
   EXPECT_EQ(DecodeReply(*f, &out).code(), Code::kProtocol);
+}
+
+bool SendAll(int fd, const std::string& bytes) {
+  return ::write(fd, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size());
+}
+
+// Sends byte `off` of `frame` alone, with `n` copies of `fd`.
+void SendByteWithFds(int sock, const std::string& frame, size_t off, int fd, size_t n) {
+  struct iovec iov = {const_cast<char*>(frame.data()) + off, 1};
+  struct msghdr msg = {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * 64)];
+  std::vector<int> fds(n, fd);
+  msg.msg_control = control;
+  msg.msg_controllen = CMSG_SPACE(sizeof(int) * n);
+  struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int) * n);
+  std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * n);
+  ASSERT_EQ(::sendmsg(sock, &msg, MSG_NOSIGNAL), 1);
+}
+
+TEST(Ipc, FdsOverTheLimitAreClosedAsTheyArriveAcrossPartialReads) {
+  Pair p = MakePair();
+  Probe probe;
+  std::string frame = EncodeFrame(proto::MSG_RECLAIM_REQUEST, 8, std::string(100, '\0'));
+  RecvLimits limits;
+  limits.max_fds = 8;
+  FrameReader reader(limits);
+  // 5 fds with each of the first bytes: 5 held, then 10 > 8 -> all closed,
+  // and the ones after are closed on arrival, long before the frame ends.
+  SendByteWithFds(p.a.get(), frame, 0, probe.w.get(), 5);
+  ASSERT_TRUE(reader.Read(p.b.get(), 0).ok());
+  EXPECT_EQ(reader.fds_held(), 5u);
+  EXPECT_EQ(reader.fds_refused(), 0u);
+  for (size_t i = 1; i < 20; ++i) {
+    SendByteWithFds(p.a.get(), frame, i, probe.w.get(), 5);
+    Result<FrameReader::Progress> r = reader.Read(p.b.get(), 0);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(*r, FrameReader::Progress::kWouldBlock);
+    EXPECT_EQ(reader.fds_held(), 0u) << "after byte " << i;
+  }
+  EXPECT_EQ(reader.fds_refused(), 100u);
+  probe.w.Reset();
+  EXPECT_TRUE(probe.ReadEndSeesEof()) << "the reader kept an fd of a frame over its limit";
+  // The rest of the frame: it comes out failed, with no fd.
+  ASSERT_TRUE(SendAll(p.a.get(), frame.substr(20)));
+  Result<FrameReader::Progress> r = reader.Read(p.b.get(), 1000);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(*r, FrameReader::Progress::kFrame);
+  Frame f = reader.TakeFrame();
+  EXPECT_TRUE(f.fds.empty());
+  EXPECT_EQ(f.fds_dropped, 100u);
+}
+
+TEST(Ipc, FdAllowanceAndTypeLimitApplyMidFrame) {
+  Pair p = MakePair();
+  Probe probe;
+  FrameReader reader;
+  reader.set_fd_allowance(3);
+  std::string reclaim = EncodeFrame(proto::MSG_RECLAIM_REQUEST, 1, "xy");
+  SendByteWithFds(p.a.get(), reclaim, 0, probe.w.get(), 3);
+  ASSERT_TRUE(reader.Read(p.b.get(), 0).ok());
+  EXPECT_EQ(reader.fds_held(), 3u);  // at the allowance: kept
+  SendByteWithFds(p.a.get(), reclaim, 1, probe.w.get(), 1);
+  ASSERT_TRUE(reader.Read(p.b.get(), 0).ok());
+  EXPECT_EQ(reader.fds_held(), 0u);
+  EXPECT_EQ(reader.fds_refused(), 4u);
+  ASSERT_TRUE(SendAll(p.a.get(), reclaim.substr(2)));
+  ASSERT_TRUE(reader.Read(p.b.get(), 1000).ok());
+  EXPECT_EQ(reader.TakeFrame().fds_dropped, 4u);
+  // A STAT takes none: its fds go the moment its header is in.
+  reader.set_fd_allowance(SIZE_MAX);
+  std::string stat = EncodeFrame(proto::MSG_STAT_REQUEST, 2, std::string(10, 'z'));
+  SendByteWithFds(p.a.get(), stat, 0, probe.w.get(), 2);
+  ASSERT_TRUE(reader.Read(p.b.get(), 0).ok());
+  EXPECT_EQ(reader.fds_held(), 2u);  // header not in yet
+  ASSERT_TRUE(SendAll(p.a.get(), stat.substr(1, 23)));
+  ASSERT_TRUE(reader.Read(p.b.get(), 0).ok());
+  EXPECT_TRUE(reader.have_header());
+  EXPECT_EQ(reader.fds_held(), 0u);
+  EXPECT_EQ(reader.fds_refused(), 2u);
+  probe.w.Reset();
+  EXPECT_TRUE(probe.ReadEndSeesEof());
 }
 
 TEST(Ipc, ControlTruncationClosesEverything) {

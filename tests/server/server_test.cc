@@ -3,7 +3,9 @@
 // oversize, truncated, never finished, unknown type, too many fds) each
 // followed by a good client that is still served, a non-reading client
 // dropped without stalling others, connection floods, pushes, replies from
-// other threads, and OnDisconnect exactly once per connection.
+// other threads, and OnDisconnect exactly once per connection. Then every
+// limit of server/limits.h: what hitting it looks like to the client (an
+// error naming the limit), that the rest keep being served, and its count.
 #include "server/server.h"
 
 #include <fcntl.h>
@@ -11,16 +13,19 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <condition_variable>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <future>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "cxlpool/proto/codec.h"
@@ -98,6 +103,25 @@ class TestHandler : public RequestHandler {
       }
       case proto::MSG_RELEASE_REQUEST:
         return;  // drops the ReplyFn unanswered
+      case proto::MSG_QUOTA_SET_REQUEST: {
+        // Kept in flight until the test answers (AnswerHeld).
+        std::lock_guard<std::mutex> l(mu_);
+        held_.push_back(std::move(reply));
+        cv_.notify_all();
+        return;
+      }
+      case proto::MSG_LIST_LEASES_REQUEST: {
+        // A big reply from another thread: many of them can be in flight.
+        size_t n = big_reply_bytes_;
+        std::thread([reply, n] {
+          // Late, so that every request sent at once is in flight first.
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          proto::ListLeasesReply out;
+          out.add_leases()->set_label(std::string(n, 'l'));
+          reply(Reply{proto::MSG_LIST_LEASES_REPLY, *wire::Encode(out, 64u << 20), {}});
+        }).detach();
+        return;
+      }
       default:
         return reply(MakeErrorReply(Status(Code::kUnsupported, "not in this test")));
     }
@@ -111,9 +135,24 @@ class TestHandler : public RequestHandler {
   bool WaitDisconnects(size_t n) {
     return WaitFor([&] { return disconnects_.size() >= n; });
   }
+  bool HoldsResources(ConnectionId conn) const override {
+    std::lock_guard<std::mutex> l(mu_);
+    return holders_.count(conn) > 0;
+  }
+  // Answers every request held in flight (MSG_QUOTA_SET_REQUEST).
+  void AnswerHeld() {
+    std::vector<ReplyFn> held;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      held.swap(held_);
+    }
+    for (auto& r : held) r(Reply{proto::MSG_QUOTA_SET_REPLY, "", {}});
+  }
 
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
+  std::set<ConnectionId> holders_;
+  std::vector<ReplyFn> held_;
   std::map<ConnectionId, int> connects_, disconnects_;
   std::map<ConnectionId, PeerInfo> peers_;
   std::map<ConnectionId, bool> pidfd_valid_;
@@ -128,7 +167,7 @@ class ServerTest : public ::testing::Test {
     dir_ = tmpl;
     path_ = dir_ + "/cxlpool.sock";
     options_.socket_path = path_;
-    options_.read_deadline = std::chrono::milliseconds(5000);
+    options_.limits.frame_timeout = std::chrono::milliseconds(5000);
   }
 
   void Start() {
@@ -159,6 +198,15 @@ class ServerTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
 
+  // Polls `pred` on the loop thread until it holds (bounded).
+  bool PollStat(const std::function<bool()>& pred) {
+    for (int i = 0; i < kWaitMs / 5; ++i) {
+      if (OnLoop([&] { return pred(); })) return true;
+      ::usleep(5000);
+    }
+    return false;
+  }
+
   // Runs fn on the loop thread and waits for it.
   template <typename F>
   auto OnLoop(F fn) -> decltype(fn()) {
@@ -177,7 +225,12 @@ class ServerTest : public ::testing::Test {
   static Result<wire::Frame> Call(int fd, proto::MsgType type, uint64_t rid,
                                   const std::string& payload, std::span<const int> fds = {}) {
     Status st = wire::SendFrame(fd, type, rid, payload, fds, kWaitMs);
-    if (!st.ok()) return st;
+    if (!st.ok()) {
+      // Refused and closed before the request went out: the reason waits.
+      Result<wire::Frame> why = wire::RecvFrame(fd, {}, 100);
+      if (why.ok()) return why;
+      return st;
+    }
     return wire::RecvFrame(fd, {}, kWaitMs);
   }
 
@@ -343,6 +396,8 @@ TEST_F(ServerTest, AVersionOneClientIsServedInVersionOne) {
 
 TEST_F(ServerTest, BadVersionAndOversizeAreClosed) {
   options_.max_frame_bytes = 4096;
+  options_.limits.max_request_bytes = 4096;
+  options_.limits.max_queued_bytes_per_connection = 64 << 10;
   Start();
   {
     UniqueFd fd = Connect();
@@ -378,16 +433,18 @@ TEST_F(ServerTest, TruncatedFrameClosesTheConnection) {
   ExpectGoodClientServed();
 }
 
-TEST_F(ServerTest, FrameThatNeverFinishesHitsTheReadDeadline) {
-  options_.read_deadline = std::chrono::milliseconds(100);
+TEST_F(ServerTest, FrameThatNeverFinishesHitsTheFrameTimeout) {
+  options_.limits.frame_timeout = std::chrono::milliseconds(100);
   Start();
   UniqueFd fd = Connect();
   ASSERT_TRUE(Hello(fd.get()).ok());
   std::string f = wire::EncodeFrame(proto::MSG_STAT_REQUEST, 8, "");
   ASSERT_EQ(10, ::write(fd.get(), f.data(), 10));  // never the rest
+  ExpectError(wire::RecvFrame(fd.get(), {}, kWaitMs), Code::kUnavailable, 0,
+              "limits.frame_timeout");
   ExpectClosed(fd.get());
   ASSERT_TRUE(handler_.WaitDisconnects(1));
-  EXPECT_EQ(OnLoop([&] { return server_->stats().dropped_deadline; }), 1u);
+  EXPECT_EQ(OnLoop([&] { return server_->stats().hits("frame_timeout"); }), 1u);
   ExpectGoodClientServed();
 }
 
@@ -401,7 +458,7 @@ TEST_F(ServerTest, UnknownAndNonRequestTypesAreAnsweredAndServingContinues) {
   ExpectStatWorks(fd.get(), 33);
 }
 
-TEST_F(ServerTest, TooManyFdsAreClosedAndAnswered) {
+TEST_F(ServerTest, FdsWhereNoneBelongAreClosedAndTheConnectionToo) {
   Start();
   UniqueFd fd = Connect();
   ASSERT_TRUE(Hello(fd.get()).ok());
@@ -411,11 +468,12 @@ TEST_F(ServerTest, TooManyFdsAreClosedAndAnswered) {
   int fds[] = {w.get(), w.get()};
   proto::StatRequest sr;
   ExpectError(Call(fd.get(), proto::MSG_STAT_REQUEST, 40, *wire::Encode(sr), fds), Code::kProtocol,
-              40, "fd");
+              40, "may carry no fds");
   w.Reset();
   char c;
   EXPECT_EQ(0, ::read(r.get(), &c, 1));  // the server kept no copy
-  ExpectStatWorks(fd.get(), 41);
+  ExpectClosed(fd.get());
+  ExpectGoodClientServed();
 }
 
 TEST_F(ServerTest, ReplyFdsArriveFromTheLoopAndFromWorkers) {
@@ -457,30 +515,44 @@ TEST_F(ServerTest, DroppedReplyFnStillAnswersInternal) {
 
 TEST_F(ServerTest, NonReadingClientIsDroppedWithoutStallingOthers) {
   options_.max_frame_bytes = 256u << 10;
-  options_.max_send_queue_bytes = 1u << 20;
-  options_.max_send_queue_frames = 8;
+  options_.limits.max_queued_bytes_per_connection = 1u << 20;
+  options_.limits.send_timeout = std::chrono::milliseconds(300);
   Start();
   UniqueFd slow = Connect();
   ASSERT_TRUE(Hello(slow.get()).ok());
   UniqueFd good = Connect();
   ASSERT_TRUE(Hello(good.get()).ok());
   // 200 KiB replies the slow client never reads: its socket buffer fills,
-  // then the server's queue, then the server drops it.
+  // a reply waits in the server's queue, the server stops reading requests
+  // from it, and after send_timeout drops it.
   proto::MetricsRequest mr;
   std::string payload = *wire::Encode(mr);
   for (int i = 0; i < 200; ++i) {
-    if (!wire::SendFrame(slow.get(), proto::MSG_METRICS_REQUEST, 100 + i, payload, {}, kWaitMs)
-             .ok()) {
-      break;  // dropped already
+    if (!wire::SendFrame(slow.get(), proto::MSG_METRICS_REQUEST, 100 + i, payload, {}, 1000).ok()) {
+      break;  // the server stopped reading (or dropped it already)
     }
   }
-  ASSERT_TRUE(handler_.WaitDisconnects(1));
-  EXPECT_EQ(OnLoop([&] { return server_->stats().dropped_slow_reader; }), 1u);
+  ASSERT_TRUE(PollStat([&] { return server_->stats().hits("send_timeout") == 1; }));
   ExpectStatWorks(good.get(), 70);
+  // Reading now (within frame_timeout), the slow client finds its replies
+  // up to the one being sent, then the error, then EOF.
+  bool named = false;
+  for (;;) {
+    Result<wire::Frame> f = wire::RecvFrame(slow.get(), {256u << 10, 64}, kWaitMs);
+    if (!f.ok()) break;
+    if (auto err = wire::ConnectionError(*f)) {
+      named = err->message().find("limits.send_timeout") != std::string::npos;
+    }
+  }
+  EXPECT_TRUE(named) << "the dropped client was not told which limit";
+  ASSERT_TRUE(handler_.WaitDisconnects(1));
+  EXPECT_TRUE(PollStat([&] { return server_->stats().queued_bytes == 0; }));
 }
 
 TEST_F(ServerTest, ConnectionFloodIsCappedAndRecovers) {
-  options_.max_connections = 3;
+  options_.limits.max_connections = 3;
+  options_.limits.max_connections_per_uid = 3;
+  options_.limits.reserved_connections = 0;
   Start();
   std::vector<UniqueFd> held;
   for (int i = 0; i < 3; ++i) {
@@ -488,22 +560,29 @@ TEST_F(ServerTest, ConnectionFloodIsCappedAndRecovers) {
     ASSERT_TRUE(Hello(held.back().get()).ok());
   }
   UniqueFd extra = Connect();  // the kernel accepts into the backlog...
-  ExpectClosed(extra.get());   // ...and the server closes it at once
-  EXPECT_EQ(OnLoop([&] { return server_->stats().refused_max_connections; }), 1u);
+  // ...and the server says why, then closes it at once.
+  ExpectError(wire::RecvFrame(extra.get(), {}, kWaitMs), Code::kResourceExhausted, 0,
+              "limits.max_connections");
+  ExpectClosed(extra.get());
+  EXPECT_EQ(OnLoop([&] { return server_->stats().hits("max_connections"); }), 1u);
   held.pop_back();
   ASSERT_TRUE(handler_.WaitDisconnects(1));
   ExpectGoodClientServed();
 }
 
 TEST_F(ServerTest, PerUidLimit) {
-  options_.max_connections_per_uid = 2;
+  options_.limits.max_connections_per_uid = 2;
   Start();
   UniqueFd a = Connect(), b = Connect();
   ASSERT_TRUE(Hello(a.get()).ok());
   ASSERT_TRUE(Hello(b.get()).ok());
   UniqueFd c = Connect();
-  ExpectClosed(c.get());
-  EXPECT_EQ(OnLoop([&] { return server_->stats().refused_per_uid; }), 1u);
+  // A client that says HELLO reads the refusal as its answer.
+  Status st = Hello(c.get());
+  EXPECT_EQ(st.code(), Code::kResourceExhausted) << st.ToString();
+  EXPECT_NE(st.message().find("limits.max_connections_per_uid is 2"), std::string::npos)
+      << st.message();
+  EXPECT_EQ(OnLoop([&] { return server_->stats().hits("max_connections_per_uid"); }), 1u);
 }
 
 TEST_F(ServerTest, PushReachesTheClient) {
@@ -585,6 +664,336 @@ TEST_F(ServerTest, RefusesToStartOverALiveSocketOrABadFd) {
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), Code::kInvalidArgument);
   EXPECT_EQ(::fcntl(p[0], F_GETFD), -1);
+}
+
+// ---- limits (server/limits.h) ------------------------------------------------
+
+// A pipe whose read end sees EOF once every copy of the write end is gone:
+// the test's own, and any the server took from a frame.
+struct FdProbe {
+  FdProbe() {
+    int p[2];
+    EXPECT_EQ(0, ::pipe2(p, O_CLOEXEC | O_NONBLOCK));
+    r.Reset(p[0]);
+    w.Reset(p[1]);
+  }
+  // True once no copy of the write end is left (polled, bounded).
+  bool WriteEndGone() {
+    w.Reset();
+    for (int i = 0; i < kWaitMs; ++i) {
+      char c;
+      if (::read(r.get(), &c, 1) == 0) return true;
+      ::usleep(1000);
+    }
+    return false;
+  }
+  UniqueFd r, w;
+};
+
+// Sends `bytes` of `frame` from `off` in one sendmsg carrying `n` copies of `fd`.
+ssize_t SendPiece(int sock, const std::string& frame, size_t off, size_t bytes, int fd, int n) {
+  struct iovec iov = {const_cast<char*>(frame.data()) + off, bytes};
+  struct msghdr msg = {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int) * 253)];
+  std::vector<int> fds(static_cast<size_t>(n), fd);
+  if (n > 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
+    struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  }
+  return ::sendmsg(sock, &msg, MSG_NOSIGNAL);
+}
+
+TEST_F(ServerTest, FdsOverTheFrameLimitAreClosedWhileTheFrameIsRead) {
+  options_.limits.max_fds_per_frame = 16;
+  Start();
+  UniqueFd fd = Connect();
+  ASSERT_TRUE(Hello(fd.get()).ok());
+  FdProbe probe;
+  // A RECLAIM frame whose bytes come one sendmsg at a time, 10 fds on each:
+  // the second piece takes it past 16, while the frame is still unfinished.
+  std::string frame = wire::EncodeFrame(proto::MSG_RECLAIM_REQUEST, 77, std::string(40, '\0'));
+  ASSERT_EQ(SendPiece(fd.get(), frame, 0, 1, probe.w.get(), 10), 1);
+  ASSERT_EQ(SendPiece(fd.get(), frame, 1, 1, probe.w.get(), 10), 1);
+  EXPECT_TRUE(probe.WriteEndGone()) << "the server still holds fds of an unfinished frame";
+  Result<wire::Frame> f = wire::RecvFrame(fd.get(), {}, kWaitMs);
+  // Only one byte of the header had arrived: no request id to echo.
+  ExpectError(std::move(f), Code::kProtocol, 0, "limits.max_fds_per_frame is 16");
+  ExpectClosed(fd.get());
+  EXPECT_EQ(OnLoop([&] { return server_->stats().hits("max_fds_per_frame"); }), 1u);
+  EXPECT_EQ(OnLoop([&] { return server_->stats().fds_held; }), 0u);
+  ExpectGoodClientServed();
+}
+
+TEST_F(ServerTest, FdsOverTheUidBudgetAreClosedAndNamed) {
+  options_.limits.max_fds_per_frame = 8;
+  options_.limits.max_fds_per_uid = 10;
+  options_.limits.max_fds = 64;
+  Start();
+  UniqueFd a = Connect(), b = Connect();
+  ASSERT_TRUE(Hello(a.get()).ok());
+  ASSERT_TRUE(Hello(b.get()).ok());
+  FdProbe pa, pb;
+  // A holds 6 fds in a RECLAIM it has not finished; B's 6 would make 12.
+  std::string fa = wire::EncodeFrame(proto::MSG_RECLAIM_REQUEST, 5, std::string(6, '\0'));
+  ASSERT_EQ(SendPiece(a.get(), fa, 0, fa.size() - 1, pa.w.get(), 6),
+            static_cast<ssize_t>(fa.size() - 1));
+  ASSERT_TRUE(PollStat([&] { return server_->stats().fds_held == 6; }));
+  std::string fb = wire::EncodeFrame(proto::MSG_RECLAIM_REQUEST, 6, std::string(6, '\0'));
+  ASSERT_EQ(SendPiece(b.get(), fb, 0, fb.size(), pb.w.get(), 6), static_cast<ssize_t>(fb.size()));
+  ExpectError(wire::RecvFrame(b.get(), {}, kWaitMs), Code::kResourceExhausted, 6,
+              "limits.max_fds_per_uid is 10");
+  ExpectClosed(b.get());
+  EXPECT_TRUE(pb.WriteEndGone());
+  EXPECT_EQ(OnLoop([&] { return server_->stats().hits("max_fds_per_uid"); }), 1u);
+  // A finishes its frame and is answered (the handler refuses RECLAIM).
+  ASSERT_EQ(::write(a.get(), fa.data() + fa.size() - 1, 1), 1);
+  ExpectError(wire::RecvFrame(a.get(), {}, kWaitMs), Code::kUnsupported, 5);
+  EXPECT_TRUE(pa.WriteEndGone());
+  EXPECT_TRUE(PollStat([&] { return server_->stats().fds_held == 0; }));
+  ExpectStatWorks(a.get(), 7);
+}
+
+TEST_F(ServerTest, RefusedConnectionIsToldWhichLimit) {
+  options_.limits.max_connections = 4;
+  options_.limits.max_connections_per_uid = 2;
+  options_.limits.reserved_connections = 0;
+  Start();
+  UniqueFd a = Connect(), b = Connect();
+  ASSERT_TRUE(Hello(a.get()).ok());
+  ASSERT_TRUE(Hello(b.get()).ok());
+  for (int i = 0; i < 5; ++i) {
+    UniqueFd c = Connect();
+    Status st = Hello(c.get());
+    EXPECT_EQ(st.code(), Code::kResourceExhausted) << st.ToString();
+    EXPECT_NE(st.message().find("limits.max_connections_per_uid is 2"), std::string::npos)
+        << st.message();
+  }
+  EXPECT_EQ(OnLoop([&] { return server_->stats().hits("max_connections_per_uid"); }), 5u);
+  a.Reset();
+  ASSERT_TRUE(handler_.WaitDisconnects(1));
+  ExpectGoodClientServed();
+}
+
+TEST_F(ServerTest, HelloTimeoutSaysSo) {
+  options_.limits.hello_timeout = std::chrono::milliseconds(100);
+  Start();
+  UniqueFd fd = Connect();
+  ExpectError(wire::RecvFrame(fd.get(), {}, kWaitMs), Code::kUnavailable, 0,
+              "limits.hello_timeout");
+  ExpectClosed(fd.get());
+  EXPECT_EQ(OnLoop([&] { return server_->stats().hits("hello_timeout"); }), 1u);
+}
+
+TEST_F(ServerTest, IdleTimeoutSparesConnectionsThatHoldSomething) {
+  options_.limits.idle_timeout = std::chrono::milliseconds(150);
+  Start();
+  UniqueFd idle = Connect();
+  ASSERT_TRUE(handler_.WaitFor([&] { return handler_.connects_.size() == 1; }));
+  UniqueFd holder = Connect();
+  ASSERT_TRUE(handler_.WaitFor([&] { return handler_.connects_.size() == 2; }));
+  {
+    std::lock_guard<std::mutex> l(handler_.mu_);
+    handler_.holders_.insert(std::prev(handler_.connects_.end())->first);  // the holder
+  }
+  ASSERT_TRUE(Hello(idle.get()).ok());
+  ASSERT_TRUE(Hello(holder.get()).ok());
+  ExpectError(wire::RecvFrame(idle.get(), {}, kWaitMs), Code::kUnavailable, 0,
+              "limits.idle_timeout");
+  ExpectClosed(idle.get());
+  // The holder sent nothing for many idle periods and is still served.
+  ::usleep(600 * 1000);
+  ExpectStatWorks(holder.get(), 12);
+  EXPECT_EQ(OnLoop([&] { return server_->stats().hits("idle_timeout"); }), 1u);
+  // A request is activity: a connection that keeps asking is not idle.
+  UniqueFd busy = Connect();
+  ASSERT_TRUE(Hello(busy.get()).ok());
+  for (int i = 0; i < 8; ++i) {
+    ::usleep(50 * 1000);
+    ExpectStatWorks(busy.get(), 20 + i);
+  }
+}
+
+TEST_F(ServerTest, RequestsInFlightPerUidAreRefusedAndCountUntilAnswered) {
+  options_.limits.max_requests_per_uid = 3;
+  options_.limits.max_requests_per_connection = 2;
+  Start();
+  UniqueFd a = Connect(), a2 = Connect(), b = Connect();
+  ASSERT_TRUE(Hello(a.get()).ok());
+  ASSERT_TRUE(Hello(a2.get()).ok());
+  ASSERT_TRUE(Hello(b.get()).ok());
+  // A and A2 keep 3 requests in flight (the handler holds QUOTA_SET replies).
+  for (uint64_t i = 0; i < 2; ++i) {
+    ASSERT_TRUE(wire::SendFrame(a.get(), proto::MSG_QUOTA_SET_REQUEST, 100 + i, "").ok());
+  }
+  ASSERT_TRUE(wire::SendFrame(a2.get(), proto::MSG_QUOTA_SET_REQUEST, 102, "").ok());
+  ASSERT_TRUE(handler_.WaitFor([&] { return handler_.held_.size() == 3; }));
+  // B, same uid: refused, naming the limit; served again once A's answers go.
+  proto::StatRequest sr;
+  ExpectError(Call(b.get(), proto::MSG_STAT_REQUEST, 200, *wire::Encode(sr)),
+              Code::kResourceExhausted, 200, "limits.max_requests_per_uid is 3");
+  // A request keeps counting after its connection closed (its work goes on).
+  // (A2 is below its own limit, so the server is reading it and sees EOF.)
+  a2.Reset();
+  ASSERT_TRUE(handler_.WaitDisconnects(1));
+  ExpectError(Call(b.get(), proto::MSG_STAT_REQUEST, 201, *wire::Encode(sr)),
+              Code::kResourceExhausted, 201, "max_requests_per_uid");
+  EXPECT_EQ(OnLoop([&] { return server_->stats().requests_in_flight; }), 3u);
+  handler_.AnswerHeld();
+  EXPECT_TRUE(PollStat([&] { return server_->stats().requests_in_flight == 0; }));
+  ExpectStatWorks(b.get(), 202);
+  EXPECT_EQ(OnLoop([&] { return server_->stats().hits("max_requests_per_uid"); }), 2u);
+}
+
+TEST_F(ServerTest, PerConnectionRequestLimitIsBackpressure) {
+  options_.limits.max_requests_per_connection = 2;
+  Start();
+  UniqueFd a = Connect();
+  ASSERT_TRUE(Hello(a.get()).ok());
+  for (uint64_t i = 0; i < 2; ++i) {
+    ASSERT_TRUE(wire::SendFrame(a.get(), proto::MSG_QUOTA_SET_REQUEST, 100 + i, "").ok());
+  }
+  ASSERT_TRUE(handler_.WaitFor([&] { return handler_.held_.size() == 2; }));
+  // The third waits unread: no error, no reply, until one is answered.
+  proto::StatRequest sr;
+  sr.set_lease_id(5);
+  ASSERT_TRUE(wire::SendFrame(a.get(), proto::MSG_STAT_REQUEST, 300, *wire::Encode(sr)).ok());
+  EXPECT_FALSE(wire::RecvFrame(a.get(), {}, 200).ok());
+  handler_.AnswerHeld();
+  for (int i = 0; i < 3; ++i) {
+    Result<wire::Frame> f = wire::RecvFrame(a.get(), {}, kWaitMs);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    EXPECT_NE(f->type(), proto::MSG_ERROR_REPLY);
+  }
+  EXPECT_GE(OnLoop([&] { return server_->stats().hits("max_requests_per_connection"); }), 1u);
+}
+
+TEST_F(ServerTest, QueuedBytesPerConnectionAreBounded) {
+  options_.max_frame_bytes = 256u << 10;
+  options_.limits.max_queued_bytes_per_connection = 1u << 20;
+  options_.limits.frame_timeout = std::chrono::milliseconds(300);  // its error, unread
+  handler_.big_reply_bytes_ = 100 * 1024;
+  Start();
+  UniqueFd deaf = Connect();
+  ASSERT_TRUE(Hello(deaf.get()).ok());
+  // 40 big replies produced off the loop, all in flight at once: far more
+  // than the kernel buffer and 1 MiB of queue.
+  for (uint64_t i = 0; i < 40; ++i) {
+    ASSERT_TRUE(wire::SendFrame(deaf.get(), proto::MSG_LIST_LEASES_REQUEST, 10 + i, "").ok());
+  }
+  ASSERT_TRUE(handler_.WaitDisconnects(1));
+  EXPECT_EQ(OnLoop([&] { return server_->stats().hits("max_queued_bytes_per_connection"); }), 1u);
+  EXPECT_TRUE(PollStat([&] { return server_->stats().queued_bytes == 0; }));
+  ExpectGoodClientServed();
+}
+
+TEST_F(ServerTest, QueuedBytesPerUidDropTheLargestQueue) {
+  options_.limits.max_queued_bytes_per_connection = 2u << 20;
+  options_.limits.max_queued_bytes_per_uid = 5u << 19;
+  options_.limits.frame_timeout = std::chrono::milliseconds(300);
+  options_.limits.max_requests_per_connection = 16;
+  handler_.big_reply_bytes_ = 200 * 1024;
+  Start();
+  UniqueFd big = Connect(), small = Connect(), good = Connect();
+  ASSERT_TRUE(Hello(big.get()).ok());
+  ASSERT_TRUE(Hello(small.get()).ok());
+  ASSERT_TRUE(Hello(good.get()).ok());
+  // `big` gets ~1.6 MiB queued (under its own 2 MiB), then `small` pushes
+  // the uid past 2.5 MiB: the largest queue, big's, goes.
+  for (uint64_t i = 0; i < 9; ++i) {
+    ASSERT_TRUE(wire::SendFrame(big.get(), proto::MSG_LIST_LEASES_REQUEST, 10 + i, "").ok());
+  }
+  ASSERT_TRUE(PollStat([&] { return server_->stats().queued_bytes > (1u << 20); }));
+  for (uint64_t i = 0; i < 8; ++i) {
+    ASSERT_TRUE(wire::SendFrame(small.get(), proto::MSG_LIST_LEASES_REQUEST, 50 + i, "").ok());
+  }
+  ASSERT_TRUE(handler_.WaitDisconnects(1));
+  EXPECT_GE(OnLoop([&] { return server_->stats().hits("max_queued_bytes_per_uid"); }), 1u);
+  // The first to go was the largest; the reader that reads is never touched.
+  std::lock_guard<std::mutex> l(handler_.mu_);
+  EXPECT_EQ(handler_.disconnects_.count(handler_.connects_.begin()->first), 1u);
+  EXPECT_EQ(handler_.disconnects_.count(std::prev(handler_.connects_.end())->first), 0u);
+}
+
+TEST_F(ServerTest, OversizeRequestNamesMaxRequestBytes) {
+  options_.limits.max_request_bytes = 2048;
+  Start();
+  UniqueFd fd = Connect();
+  ASSERT_TRUE(Hello(fd.get()).ok());
+  ExpectError(Call(fd.get(), proto::MSG_STAT_REQUEST, 9, std::string(4096, 'x')), Code::kProtocol,
+              9, "limits.max_request_bytes");
+  ExpectClosed(fd.get());
+  EXPECT_EQ(OnLoop([&] { return server_->stats().hits("max_request_bytes"); }), 1u);
+  ExpectGoodClientServed();
+}
+
+TEST_F(ServerTest, LimitsThatDoNotFitTogetherAreRefused) {
+  options_.limits.max_connections_per_uid = options_.limits.max_connections + 1;
+  Result<std::unique_ptr<Server>> s = Server::Create(io_, options_, &handler_);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("limits.max_connections_per_uid"), std::string::npos)
+      << s.status().message();
+}
+
+TEST(FairShare, PerUidTotalAndTheReserveForNewcomers) {
+  FairShare share(10, 4, 2);
+  EXPECT_EQ(share.Check(1, 4), FairShare::Verdict::kOk);
+  EXPECT_EQ(share.Check(1, 5), FairShare::Verdict::kPerUid);
+  share.Add(1, 4);
+  share.Add(2, 4);
+  // 8 of 10 held: the last 2 are for uids that hold none.
+  EXPECT_EQ(share.Check(1, 1), FairShare::Verdict::kPerUid);
+  EXPECT_EQ(share.Check(2, 1), FairShare::Verdict::kPerUid);
+  share.Sub(2, 1);
+  EXPECT_EQ(share.Check(2, 1), FairShare::Verdict::kOk);  // 7 held: 3 left, 1 above the reserve
+  share.Add(2, 1);
+  EXPECT_EQ(share.Available(3), 2u);
+  EXPECT_EQ(share.Check(3, 1), FairShare::Verdict::kOk);
+  share.Add(3, 1);
+  // Uid 3 now holds one: the reserve is not for it any more.
+  EXPECT_EQ(share.Check(3, 1), FairShare::Verdict::kReserve);
+  EXPECT_EQ(share.Available(3), 0u);
+  EXPECT_EQ(share.Check(4, 1), FairShare::Verdict::kOk);
+  share.Add(4, 1);
+  EXPECT_EQ(share.Check(5, 1), FairShare::Verdict::kTotal);
+  EXPECT_EQ(share.used(), 10u);
+  std::string why = Explain(share,
+                            ShareNames{"max_connections", "max_connections_per_uid",
+                                       "reserved_connections", "connections"},
+                            FairShare::Verdict::kReserve, 3, 1);
+  EXPECT_NE(why.find("limits.reserved_connections"), std::string::npos) << why;
+}
+
+TEST(ServerLimits, DerivedFromTheFdLimitAndValidated) {
+  ServerLimits small = ServerLimits::ForFdLimit(1024);
+  EXPECT_EQ(small.max_connections, 64u);
+  EXPECT_EQ(small.max_connections_per_uid, 16u);
+  EXPECT_EQ(small.reserved_connections, 4u);
+  EXPECT_EQ(small.max_fds, 128u);
+  EXPECT_LE(small.FdsReserved(), 1024u / 4);
+  EXPECT_TRUE(small.Validate(wire::kDefaultMaxFrameBytes).ok());
+  ServerLimits big = ServerLimits::ForFdLimit(1u << 20);
+  EXPECT_EQ(big.max_connections, 4096u);
+  EXPECT_EQ(big.max_fds, 65536u);
+  EXPECT_TRUE(big.Validate(wire::kDefaultMaxFrameBytes).ok());
+  ServerLimits bad = big;
+  bad.reserved_connections = bad.max_connections;
+  EXPECT_NE(bad.Validate(wire::kDefaultMaxFrameBytes).message().find("reserved_connections"),
+            std::string::npos);
+  bad = big;
+  bad.max_queued_bytes_per_connection = 4096;
+  EXPECT_NE(bad.Validate(wire::kDefaultMaxFrameBytes).message().find("largest size"),
+            std::string::npos);
+  bad = big;
+  bad.max_fds_per_frame = 254;
+  EXPECT_FALSE(bad.Validate(wire::kDefaultMaxFrameBytes).ok());
 }
 
 }  // namespace

@@ -112,6 +112,8 @@ thp = false
 warm_stock = []
 [pools.node.1]
 capacity = "4M"
+[limits]
+max_requests = 10
 )");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(h_.Pool("node1").capacity_bytes, 64 * kMiB) << "kept: 6 MiB are leased";
@@ -121,6 +123,8 @@ capacity = "4M"
   EXPECT_NE(kept.find("daemon.socket changed: needs a restart"), std::string::npos) << kept;
   EXPECT_NE(kept.find("daemon.workers changed"), std::string::npos) << kept;
   EXPECT_NE(kept.find("daemon.stock_idle changed"), std::string::npos) << kept;
+  EXPECT_NE(kept.find("limits changed: needs a restart"), std::string::npos) << kept;
+  EXPECT_FALSE(current_.limits.max_requests.has_value()) << "the running limits are kept";
   EXPECT_EQ(current_.workers, TestConfig().workers) << "the running value is kept";
   EXPECT_TRUE(current_.stock_idle) << "the running value is kept";
   // The quota rule the file no longer has is gone.

@@ -28,7 +28,9 @@ std::string_view TrimSysfsValue(std::string_view s);
 bool StartsWith(std::string_view s, std::string_view prefix);
 bool EndsWith(std::string_view s, std::string_view suffix);
 
-// Decimal (or 0x-prefixed hex when base is 0) integers, whole string only.
+// Decimal (or 0x-prefixed hex when base is 0) integers, whole string only:
+// nullopt for a sign on ParseU64 ("-1", "+1"), for anything out of range
+// ("18446744073709551616") and for trailing text.
 std::optional<uint64_t> ParseU64(std::string_view s, int base = 10);
 std::optional<int64_t> ParseI64(std::string_view s, int base = 10);
 
@@ -44,6 +46,8 @@ Result<std::vector<int>> ParseCpuList(std::string_view s, int max_id = kMaxCpuLi
 std::string FormatCpuList(const std::vector<int>& cpus);
 
 // "4096", "64K", "2M", "1G", "1GiB", "1.5G", "1T" -> bytes (binary units).
+// INVALID_ARGUMENT for a sign ("-1"), no digit, an unknown unit, or a value
+// over 2^64-1 ("18446744073709551616", "16385P").
 Result<uint64_t> ParseByteSize(std::string_view s);
 // 1073741824 -> "1.0 GiB".
 std::string HumanBytes(uint64_t bytes);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -111,6 +112,19 @@ Status DecodeReply(const Frame& frame, M* out) {
                                        MsgTypeName(frame.header.type));
   }
   return Decode(frame.payload, out);
+}
+
+// A connection's own error: an ERROR_REPLY with request id 0, which the
+// server sends just before it closes a connection (a limit refused it, a
+// timeout). Returns the status it carries (never OK), or nullopt for any
+// other frame. docs/protocol.md, "Connection errors".
+inline std::optional<Status> ConnectionError(const Frame& frame) {
+  if (frame.type() != proto::MSG_ERROR_REPLY || frame.request_id() != 0) return std::nullopt;
+  proto::ErrorReply err;
+  Status st = Decode(frame.payload, &err);
+  if (st.ok()) st = FromErrorReply(err);
+  if (st.ok()) st = Status(Code::kProtocol, "connection error frame without a code");
+  return st;
 }
 
 // Picks the highest version in both [client_min, client_max] and

@@ -5,8 +5,11 @@
 //     kernel attaches them to the frame's first byte.
 //   * Receive uses MSG_CMSG_CLOEXEC, checks MSG_CTRUNC, and never reads past
 //     the end of the current frame, so fds can only belong to that frame.
-//     Fds beyond what the frame's type allows (MaxFdsForType) are closed and
-//     counted in Frame::fds_dropped.
+//     Fds beyond what the frame may carry (RecvLimits::max_fds, the type's
+//     MaxFdsForType once the header is in, the reader's fd allowance) are
+//     closed as they arrive, while the frame is still being read: once one
+//     is over, every fd of the frame is closed and counted in
+//     Frame::fds_dropped, however many sendmsg calls carried them.
 //   * Nothing spins on EAGAIN: the non-blocking calls return kWouldBlock and
 //     the caller waits for readiness (poll or an event loop); the blocking
 //     calls poll(2) with the caller's timeout.
@@ -58,7 +61,8 @@ class FrameReader {
   // Reads until a frame is complete, the socket would block (timeout_ms ==
   // 0), the timeout passes (UNAVAILABLE), or an error. timeout_ms < 0 waits
   // forever. After a non-OK result the stream is unusable, except that
-  // header() still shows what was decoded (for an error reply's request id).
+  // header() still shows what was decoded (for an error reply's request id);
+  // after a bad header the reader holds no fd of the frame.
   // PROTOCOL: header invalid (see ValidateFrameHeader), EOF mid-frame.
   Result<Progress> Read(int sock, int timeout_ms);
 
@@ -67,6 +71,18 @@ class FrameReader {
 
   // True if some, but not all, bytes of a frame have arrived.
   bool mid_frame() const { return got_ > 0; }
+  // At most `n` fds for the current frame and the next ones (below
+  // RecvLimits::max_fds and the type's limit); one more and the frame's fds
+  // are all closed at once. A server sets it from its fd budget before each
+  // Read. Default: no allowance beyond the limits.
+  void set_fd_allowance(size_t n) { fd_allowance_ = n; }
+  // Fds of the current frame held now, and fds of it closed on arrival
+  // (non-zero: the frame will come out with fds_dropped, and no fd).
+  size_t fds_held() const { return frame_.fds.size(); }
+  size_t fds_refused() const { return fds_refused_; }
+  // MSG_CTRUNC was seen for the current frame (the kernel had more fds than
+  // the control buffer holds).
+  bool control_truncated() const { return ctrunc_; }
   // True once the current frame's header is complete.
   bool have_header() const { return have_header_; }
   const FrameHeader& header() const { return frame_.header; }
@@ -77,6 +93,8 @@ class FrameReader {
   // Returns bytes read, 0 on EOF, -1 with errno on failure.
   ssize_t RecvOnce(int sock, void* buf, size_t len);
   void TakeFds(std::vector<int>& fds);
+  // Closes every fd of the frame once one is over the limit in force.
+  void EnforceFdLimit();
 
   RecvLimits limits_;
   Frame frame_;
@@ -84,6 +102,8 @@ class FrameReader {
   size_t got_ = 0;  // bytes of the current frame (header + payload) read so far
   bool have_header_ = false;
   bool ctrunc_ = false;
+  size_t fd_allowance_ = SIZE_MAX;
+  size_t fds_refused_ = 0;
 };
 
 // One outgoing frame that owns its bytes and its fds (dup'ed), so it can sit
