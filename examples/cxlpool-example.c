@@ -1,20 +1,74 @@
 /* cxlpool-example: the smallest useful libcxlpool client, in C.
  *
- *   cxlpool-example [--socket PATH] [--size BYTES] [--node N | --gpu G] [--cuda]
+ *   cxlpool-example [--socket PATH] [--size SIZE] [--node N | --gpu G] [--cuda]
+ *   cxlpool-example --help | --version
  *
  * Connects to cxlpoold, leases memory near GPU 0 (or on node N, or near GPU
- * G; without GPUs the daemon places it), writes a pattern over all of it and reads it back, prints
- * the lease's id, node, size and placement, and releases it. Exit status 0 on success.
+ * G; without GPUs the daemon places it), writes a pattern over all of it and
+ * reads it back, prints the lease's id, node, size and placement, and
+ * releases it. SIZE is bytes with an optional binary suffix: 4096, 64K, 64M,
+ * 1G (KiB, MiB, GiB too); anything else is refused.
+ * Exit status: 0 success, 1 the daemon refused or could not be reached,
+ * 2 bad command line.
  */
 #include <cxlpool/cxlpool.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void usage(void) {
-  fprintf(stderr,
-          "usage: cxlpool-example [--socket PATH] [--size BYTES] [--node N | --gpu G] [--cuda]\n");
+static void usage(FILE* out) {
+  fprintf(out,
+          "usage: cxlpool-example [--socket PATH] [--size SIZE] [--node N | --gpu G] [--cuda]\n"
+          "  SIZE: bytes, or with a suffix K, M, G, T (KiB, MiB, GiB, TiB); default 64M\n"
+          "  exit status: 0 ok, 1 refused or no daemon, 2 bad command line\n");
+}
+
+/* "64M" -> 67108864; 0 when the text is not a size. */
+static uint64_t parse_size(const char* text) {
+  char* end = NULL;
+  uint64_t v, mult = 1;
+  if (text[0] < '0' || text[0] > '9') return 0;
+  errno = 0;
+  v = strtoull(text, &end, 10);
+  if (errno != 0) return 0;
+  if (*end != '\0') {
+    switch (*end) {
+      case 'K':
+      case 'k':
+        mult = 1ull << 10;
+        break;
+      case 'M':
+      case 'm':
+        mult = 1ull << 20;
+        break;
+      case 'G':
+      case 'g':
+        mult = 1ull << 30;
+        break;
+      case 'T':
+      case 't':
+        mult = 1ull << 40;
+        break;
+      default:
+        return 0;
+    }
+    ++end;
+    if (strcmp(end, "") != 0 && strcmp(end, "iB") != 0 && strcmp(end, "B") != 0) return 0;
+  }
+  if (v > UINT64_MAX / mult) return 0;
+  return v * mult;
+}
+
+/* A non-negative decimal integer; -1 when the text is not one. */
+static int parse_index(const char* text) {
+  char* end = NULL;
+  long v;
+  errno = 0;
+  v = strtol(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || v < 0 || v > 1000000) return -1;
+  return (int)v;
 }
 
 int main(int argc, char** argv) {
@@ -29,27 +83,54 @@ int main(int argc, char** argv) {
   uint64_t n, k, dptr;
 
   for (i = 1; i < argc; ++i) {
-    if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      usage(stdout);
+      return 0;
+    } else if (strcmp(argv[i], "--version") == 0) {
+      printf("cxlpool-example %s\n", cxlpool_version());
+      return 0;
+    } else if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc) {
       socket_path = argv[++i];
     } else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
-      size = strtoull(argv[++i], NULL, 0);
-    } else if (strcmp(argv[i], "--node") == 0 && i + 1 < argc) {
-      node = atoi(argv[++i]);
-      gpu = -1;
-    } else if (strcmp(argv[i], "--gpu") == 0 && i + 1 < argc) {
-      gpu = atoi(argv[++i]);
-      gpu_given = 1;
+      size = parse_size(argv[++i]);
+      if (size == 0) {
+        fprintf(stderr, "cxlpool-example: --size: '%s' is not a size (e.g. 4096, 64M, 1G)\n",
+                argv[i]);
+        return 2;
+      }
+    } else if ((strcmp(argv[i], "--node") == 0 || strcmp(argv[i], "--gpu") == 0) && i + 1 < argc) {
+      int v = parse_index(argv[i + 1]);
+      if (v < 0) {
+        fprintf(stderr, "cxlpool-example: %s: '%s' is not a number\n", argv[i], argv[i + 1]);
+        return 2;
+      }
+      if (argv[i][2] == 'n') {
+        node = v;
+        gpu = -1;
+      } else {
+        gpu = v;
+        gpu_given = 1;
+      }
+      ++i;
     } else if (strcmp(argv[i], "--cuda") == 0) {
       cuda = 1;
     } else {
-      usage();
+      fprintf(stderr, "cxlpool-example: unknown argument '%s'\n", argv[i]);
+      usage(stderr);
       return 2;
     }
+  }
+  if (node >= 0 && gpu_given) {
+    fprintf(stderr, "cxlpool-example: --node and --gpu exclude each other\n");
+    return 2;
   }
 
   rc = cxlpool_connect(socket_path, &client);
   if (rc != CXLPOOL_OK) {
-    fprintf(stderr, "connect: %s: %s\n", cxlpool_strerror(rc), cxlpool_last_error_message());
+    fprintf(stderr,
+            "connect: %s: %s\n"
+            "  is cxlpoold running? Pass its socket with --socket PATH or $CXLPOOL_SOCKET.\n",
+            cxlpool_strerror(rc), cxlpool_last_error_message());
     return 1;
   }
 

@@ -21,13 +21,16 @@ pkgs=(
   libgtest-dev libgmock-dev
   libbenchmark-dev
   jq ccache
-  file                        # CPack's shlibdeps (dpkg-shlibdeps) runs it on every binary
+  file                        # dpkg-shlibdeps and the package test run it on every binary
   prometheus
+  debhelper dh-python lintian # scripts/build-debs.sh (dpkg-buildpackage) and the package test
+  groff-base mandoc           # the man pages are checked with groff -ww and mandoc -Tlint
   python3-dev pybind11-dev    # the cxlpool Python package
   python3-numpy python3-pytest python3-torch   # its tests (Debian's PyTorch 1.13)
 )
 if [[ " $* " == *" --vm "* ]]; then
-  pkgs+=(qemu-system-x86 busybox-static ndctl daxctl cpio kmod)
+  pkgs+=(qemu-system-x86 busybox-static ndctl daxctl cpio kmod
+         debootstrap e2fsprogs)   # the systemd guest's root (debootstrap, mke2fs -d)
 fi
 
 missing=()

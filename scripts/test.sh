@@ -1,46 +1,67 @@
 #!/usr/bin/env bash
 # Builds cxlpool and runs the whole test suite with ctest, in stages:
-#   main   RelWithDebInfo build (gcc, -Werror); every ctest label: unit,
-#          integration, topology, systemd, vm (QEMU), stress, bench, package
-#   asan   ASan+UBSan build; unit and integration tests
-#   fuzz   clang libFuzzer+ASan+UBSan build; each fuzz target for
-#          CXLPOOL_FUZZ_SECONDS (default 60)
-#   tsan   TSan build of the threaded code's tests (server, client, lease
-#          manager with its worker and stock threads, handler, a real daemon)
-# Knobs: CXLPOOL_TEST_STAGES ("main asan tsan fuzz"), CXLPOOL_JOBS (nproc),
-#        CXLPOOL_FUZZ_SECONDS, BUILD_DIR (main build folder, default build).
+#   main     RelWithDebInfo build (gcc); every ctest label: unit, integration,
+#            cli, topology, systemd, vm (QEMU, incl. the systemd guest),
+#            stress, bench, package (the Debian packages, lintian)
+#   release  Release build (gcc, -O3: the optimiser's own warnings); unit,
+#            integration and cli tests
+#   asan     ASan+UBSan build; unit and integration tests
+#   tsan     TSan build of the threaded code's tests (server, client, lease
+#            manager with its worker and stock threads, handler, a real daemon)
+#   fuzz     clang libFuzzer+ASan+UBSan build; each fuzz target for
+#            CXLPOOL_FUZZ_SECONDS (default 60)
+# Every build has warnings as errors (CXLPOOL_WERROR=ON; a user's build has
+# it off). Each step's time is printed as it ends and all of them at the end.
+# Knobs: CXLPOOL_TEST_STAGES ("main release asan tsan fuzz"), CXLPOOL_JOBS
+#        (nproc), CXLPOOL_FUZZ_SECONDS, BUILD_DIR (main build folder, default
+#        build), CXLPOOL_CMAKE_ARGS (extra arguments for the main build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${CXLPOOL_JOBS:-$(nproc)}
-STAGES=${CXLPOOL_TEST_STAGES:-main asan tsan fuzz}
+STAGES=${CXLPOOL_TEST_STAGES:-main release asan tsan fuzz}
 BUILD_DIR=${BUILD_DIR:-build}
 export CCACHE_BASEDIR=$PWD
 
-stage() { printf '\n==== %s (%s)\n' "$1" "$(date +%T)"; }
+# shellcheck source=lib/steps.sh
+source scripts/lib/steps.sh
+stage() { printf '\n'; step "$1"; }
+trap 'step_summary $?' EXIT
 has() { [[ " $STAGES " == *" $1 "* ]]; }
+werror=-DCXLPOOL_WERROR=ON
 
 if has main; then
-  stage "main: build"
-  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${CXLPOOL_CMAKE_ARGS:-}
+  stage "main: build (RelWithDebInfo)"
+  cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $werror \
+    ${CXLPOOL_CMAKE_ARGS:-}
   cmake --build "$BUILD_DIR" -j "$JOBS"
-  stage "main: ctest"
+  stage "main: ctest (every label)"
   ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS"
+fi
+
+if has release; then
+  stage "release: build (Release, -O3)"
+  cmake -S . -B build-release -G Ninja -DCMAKE_BUILD_TYPE=Release $werror \
+    -DCXLPOOL_BUILD_BENCH=OFF
+  cmake --build build-release -j "$JOBS"
+  stage "release: ctest (unit, integration, cli)"
+  ctest --test-dir build-release --output-on-failure -j "$JOBS" -L 'unit|integration|cli' \
+    -LE 'vm|package|stress|bench'
 fi
 
 if has asan; then
   stage "asan: build (address,undefined)"
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $werror \
     -DCXLPOOL_SANITIZE=address,undefined -DCXLPOOL_BUILD_BENCH=OFF
   cmake --build build-asan -j "$JOBS"
   stage "asan: ctest (unit, integration)"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:handle_sigbus=0 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j "$JOBS" -L 'unit|integration' \
-    -LE 'vm|package|stress|bench'
+    -LE 'vm|package|stress|bench|cli'
 fi
 
 if has fuzz; then
   stage "fuzz: build (clang, libFuzzer, address,undefined)"
-  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $werror \
     -DCXLPOOL_FUZZ=ON -DCXLPOOL_SANITIZE=address,undefined -DCXLPOOL_BUILD_BENCH=OFF \
     -DCXLPOOL_BUILD_TESTS=ON -DCXLPOOL_FUZZ_SECONDS="${CXLPOOL_FUZZ_SECONDS:-60}"
   # Build exactly the targets behind the fuzz-labelled tests (each test is
@@ -55,7 +76,7 @@ fi
 
 if has tsan; then
   stage "tsan: build (thread)"
-  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $werror \
     -DCXLPOOL_SANITIZE=thread -DCXLPOOL_BUILD_BENCH=OFF
   # The code with threads: the Asio server, the client (mutex + watcher), the
   # lease manager with its worker pool, and real daemons under load.
@@ -70,4 +91,5 @@ if has tsan; then
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:handle_sigbus=0 \
     ctest --test-dir build-tsan --output-on-failure -R "$regex"
 fi
-stage "done"
+end_step
+echo "==== done"

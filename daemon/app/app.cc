@@ -15,6 +15,7 @@
 #include <boost/asio/thread_pool.hpp>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <future>
 #include <map>
 #include <optional>
@@ -115,8 +116,12 @@ std::optional<gid_t> ResolveGroup(const std::string& name) {
   return res->gr_gid;
 }
 
-// Without --foreground: fork, the child carries on in a new session, the
-// parent exits 0 once the child is serving (1 if it failed to start).
+// Background mode (no --foreground, not under systemd): fork; the child
+// carries on in a new session with its working directory at / and stdin and
+// stdout on /dev/null; the parent exits 0 once the child is serving, 1 if it
+// failed to start. The child keeps the launcher's stderr until it is ready, so
+// a start-up error still reaches the terminal; FinishDaemonize then moves
+// logging to syslog and stderr to /dev/null.
 int Daemonize(int* ready_fd) {
   int p[2];
   if (::pipe2(p, O_CLOEXEC) != 0) return -1;
@@ -130,6 +135,7 @@ int Daemonize(int* ready_fd) {
   }
   ::close(p[0]);
   ::setsid();
+  if (::chdir("/") != 0) return -1;
   int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   if (devnull >= 0) {
     ::dup2(devnull, 0);
@@ -138,6 +144,25 @@ int Daemonize(int* ready_fd) {
   }
   *ready_fd = p[1];
   return 0;
+}
+
+void FinishDaemonize(int ready_fd) {
+  LogToSyslog("cxlpoold");
+  int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (devnull >= 0) {
+    ::dup2(devnull, 2);
+    ::close(devnull);
+  }
+  (void)!::write(ready_fd, "R", 1);
+  ::close(ready_fd);
+}
+
+// Paths from the command line, made absolute before the background mode's
+// chdir("/") (the config path is read again on SIGHUP).
+void MakeAbsolute(std::string* path) {
+  if (path->empty() || (*path)[0] == '/') return;
+  char cwd[4096];
+  if (::getcwd(cwd, sizeof cwd) != nullptr) *path = std::string(cwd) + "/" + *path;
 }
 
 // Raises RLIMIT_NOFILE's soft limit to the hard one (each lease holds an fd)
@@ -237,19 +262,24 @@ std::optional<std::chrono::milliseconds> ParseGracePeriod(const std::string& tex
   return std::chrono::milliseconds(*v * scale);
 }
 
-int RunDaemon(const DaemonFlags& flags) {
+int RunDaemon(const DaemonFlags& command_line) {
+  DaemonFlags flags = command_line;
+  for (std::string* p : {&flags.config, &flags.socket, &flags.sysfs_root, &flags.state_dir}) {
+    MakeAbsolute(p);
+  }
   ::prctl(PR_SET_DUMPABLE, 0);  // no /proc/<pid>/fd access to lease memfds
   std::signal(SIGPIPE, SIG_IGN);
 
   auto cfg = flags.config.empty() ? ParseConfig(DefaultConfigText(), "<default>")
                                   : LoadConfigFile(flags.config);
   if (!cfg.ok()) {
-    std::fprintf(stderr, "cxlpoold: %s\n", cfg.status().ToString().c_str());
+    CXLPOOL_LOG(kError) << cfg.status().ToString();
     return 2;
   }
   LogLevel level = cfg->log_level;
   if (!flags.log_level.empty() && !ParseLogLevel(flags.log_level, &level)) {
-    std::fprintf(stderr, "cxlpoold: --log-level: unknown level '%s'\n", flags.log_level.c_str());
+    CXLPOOL_LOG(kError) << "--log-level: unknown level '" << flags.log_level
+                        << "' (debug, info, warning, error)";
     return 2;
   }
   SetLogLevel(level);
@@ -269,8 +299,8 @@ int RunDaemon(const DaemonFlags& flags) {
   for (const auto& w : cfg->warnings) CXLPOOL_LOG(kWarning) << "config: " << w;
   std::optional<gid_t> socket_group = ResolveGroup(cfg->socket_group);
   if (!cfg->socket_group.empty() && !socket_group) {
-    std::fprintf(stderr, "cxlpoold: daemon.socket_group: no such group '%s'\n",
-                 cfg->socket_group.c_str());
+    CXLPOOL_LOG(kError) << "daemon.socket_group: no such group '" << cfg->socket_group
+                        << "' (create it, or set socket_group = \"\")";
     return 2;
   }
   std::string socket_path = !flags.socket.empty() ? flags.socket
@@ -281,7 +311,8 @@ int RunDaemon(const DaemonFlags& flags) {
   // Under systemd (Type=notify) the main pid must stay: never fork there.
   bool under_systemd = ::getenv("NOTIFY_SOCKET") != nullptr || ::getenv("INVOCATION_ID") != nullptr;
   if (!flags.foreground && !under_systemd && Daemonize(&ready_fd) != 0) {
-    std::perror("cxlpoold: fork");
+    CXLPOOL_LOG(kError) << "background mode: " << std::strerror(errno)
+                        << " (--foreground runs without forking)";
     return 1;
   }
 
@@ -418,10 +449,13 @@ int RunDaemon(const DaemonFlags& flags) {
   sopts.socket_mode = cfg->socket_mode;
   sopts.socket_group = socket_group;
   sopts.fs = proc.get();
+  int metrics_fd = -1;  // cxlpoold-metrics.socket's listening TCP socket
   sopts.limits = *limits;
   for (auto& inh : inherited) {
     if (sopts.listen_fd < 0 && IsListeningUnixSocket(inh.fd.get())) {
       sopts.listen_fd = inh.fd.Release();
+    } else if (metrics_fd < 0 && inh.fd && MetricsHttpServer::IsListeningTcpSocket(inh.fd.get())) {
+      metrics_fd = inh.fd.Release();
     }
   }
   if (sopts.listen_fd < 0) {
@@ -483,14 +517,38 @@ int RunDaemon(const DaemonFlags& flags) {
     tiering_engine->Start();
   }
 
-  // Optional loopback HTTP endpoint for Prometheus (metrics.http_listen).
+  // Optional loopback HTTP endpoint for Prometheus: the socket systemd passed
+  // (cxlpoold-metrics.socket), else metrics.http_listen.
   std::unique_ptr<MetricsHttpServer> http;
-  if (!cfg->metrics_http_listen.empty()) {
-    auto h = MetricsHttpServer::Create(io, cfg->metrics_http_listen,
-                                       [&handler] { return handler.MetricsText(); });
+  auto render = [&handler] { return handler.MetricsText(); };
+  if (metrics_fd >= 0) {
+    auto h = MetricsHttpServer::FromListeningFd(io, metrics_fd, render);
     if (!h.ok()) {
-      CXLPOOL_LOG(kError) << h.status().ToString();
-      return 1;
+      CXLPOOL_LOG(kError) << h.status().ToString()
+                          << " (fix ListenStream= in cxlpoold-metrics.socket)";
+      return 2;
+    }
+    http = std::move(*h);
+    CXLPOOL_LOG(kInfo) << "metrics on http://127.0.0.1:" << http->port()
+                       << "/metrics (socket from systemd)";
+    if (!cfg->metrics_http_listen.empty()) {
+      CXLPOOL_LOG(kWarning) << "metrics.http_listen " << cfg->metrics_http_listen
+                            << " is not used: systemd passed the metrics socket";
+    }
+  } else if (!cfg->metrics_http_listen.empty()) {
+    auto h = MetricsHttpServer::Create(io, cfg->metrics_http_listen, render);
+    if (!h.ok()) {
+      // A configuration that cannot be applied: exit 2, which the unit's
+      // RestartPreventExitStatus= does not restart (no restart loop).
+      CXLPOOL_LOG(kError) << h.status().ToString()
+                          << (under_systemd
+                                  ? " (cxlpoold.service has no network of its own: remove "
+                                    "metrics.http_listen, run `systemctl enable --now "
+                                    "cxlpoold-metrics.socket` while cxlpoold is stopped, then "
+                                    "start cxlpoold)"
+                                  : " (choose a free loopback port in metrics.http_listen, or "
+                                    "set it to \"\" to turn the endpoint off)");
+      return 2;
     }
     http = std::move(*h);
     CXLPOOL_LOG(kInfo) << "metrics on http://" << cfg->metrics_http_listen << "/metrics";
@@ -571,10 +629,7 @@ int RunDaemon(const DaemonFlags& flags) {
   std::string where = sopts.socket_path.empty() ? "inherited socket" : sopts.socket_path;
   CXLPOOL_LOG(kInfo) << "cxlpoold listening on " << where;
   (void)notifier.Ready("serving on " + where);
-  if (ready_fd >= 0) {
-    (void)!::write(ready_fd, "R", 1);
-    ::close(ready_fd);
-  }
+  if (ready_fd >= 0) FinishDaemonize(ready_fd);
   io.run();
   if (tiering_engine) tiering_engine->Stop();
   tiering_thread.join();  // a move stops after its current step

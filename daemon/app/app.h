@@ -30,8 +30,11 @@ struct DaemonFlags {
   bool check_config = false;
 };
 
-// The process exit code: 0 after a clean shutdown, 1 when the daemon could
-// not start (socket, pools, state directory), 2 for bad configuration.
+// The process exit code (cxlpoold(8), EXIT STATUS): 0 after a clean
+// shutdown; 1 when the daemon could not start (socket, pools, state
+// directory, background fork); 2 for a bad command line or configuration,
+// including a metrics.http_listen address that cannot be bound. The unit
+// does not restart on 2 (RestartPreventExitStatus=2).
 int RunDaemon(const DaemonFlags& flags);
 
 // The server limits for a daemon whose RLIMIT_NOFILE is `nofile`: the

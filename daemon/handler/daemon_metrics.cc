@@ -10,6 +10,7 @@
 #include <limits>
 
 #include "cxlpool/common/strings.h"
+#include "cxlpool/common/version.h"
 
 namespace cxlpool {
 
@@ -22,11 +23,12 @@ constexpr const char* kReclaims = "cxlpool_reclaims_total";
 constexpr const char* kEvents = "cxlpool_lease_events_total";
 constexpr const char* kRecovered = "cxlpool_unjournalled_leases_total";
 
-// Lease-manager counters that end a lease, by cause.
+// Lease-manager counters and the family (and label) each is exported as.
 struct CounterMap {
   const char* counter;
   const char* family;
-  const char* label;  // label value ("" for an unlabelled family)
+  const char* label;      // label value ("" for an unlabelled family)
+  const char* help = "";  // the unlabelled family's HELP text
 };
 constexpr CounterMap kCounterMap[] = {
     {"disconnect_reclaims", kReclaims, "disconnect"},
@@ -40,14 +42,42 @@ constexpr CounterMap kCounterMap[] = {
     {"fd_store_orphans", kRecovered, "orphan"},
     {"unjournalled_revokes", kRecovered, "revoked"},
     {"acl_refusals", kRefusals, "acl"},
-    {"releases", "cxlpool_releases_total", ""},
-    {"attaches", "cxlpool_attaches_total", ""},
-    {"warm_builds", "cxlpool_warm_builds_total", ""},
-    {"warm_build_failures", "cxlpool_warm_build_failures_total", ""},
-    {"warm_hits", "cxlpool_warm_hits_total", ""},
-    {"warm_misses", "cxlpool_warm_misses_total", ""},
-    {"leases_moved", "cxlpool_leases_moved_total", ""},
+    {"releases", "cxlpool_releases_total", "",
+     "RELEASE requests handled: a holder let go of a lease (the lease ends with its last "
+     "holder)."},
+    {"attaches", "cxlpool_attaches_total", "",
+     "ATTACH requests granted: a process joined a shared named lease."},
+    {"warm_builds", "cxlpool_warm_builds_total", "",
+     "Warm-stock memfds built and prefaulted ahead of requests."},
+    {"warm_build_failures", "cxlpool_warm_build_failures_total", "",
+     "Warm-stock builds that failed; the pool's grants are built on demand meanwhile."},
+    {"warm_hits", "cxlpool_warm_hits_total", "",
+     "Grants handed a ready warm-stock memfd (no build on the request path)."},
+    {"warm_misses", "cxlpool_warm_misses_total", "",
+     "Grants built on demand because no warm-stock memfd of the size was ready."},
+    {"leases_moved", "cxlpool_leases_moved_total", "",
+     "Leases whose pages a holder's long-term pin moved to another node, confirmed by the "
+     "daemon's move_pages."},
 };
+
+// Every refusal reason a refusal can carry (cxlpool_refusals_total).
+constexpr const char* kRefusalReasons[] = {"capacity",     "quota",  "priority",    "invalid",
+                                           "not_found",    "exists", "unavailable", "permission",
+                                           "build_failed", "acl",    "internal"};
+
+// The other lease-manager counters, exported as cxlpool_lease_events_total
+// {event}. Listed so that each is at 0 from the start; a counter missing here
+// still appears (from its first count on).
+constexpr const char* kLeaseEvents[] = {
+    "abandoned_builds",     "abandoned_waits",  "build_failures",    "moved_reports",
+    "pin_settle_fallbacks", "reclaim_rejects",  "reclaims",          "reclaims_done",
+    "restart_adopted",      "restart_awaiting", "waits_for_reclaim",
+};
+
+// A limit where 0 means none, as Prometheus spells it: +Inf.
+double LimitValue(uint64_t v) {
+  return v == 0 ? std::numeric_limits<double>::infinity() : static_cast<double>(v);
+}
 
 // The label of a labelled family in kCounterMap.
 const char* LabelName(const char* family) {
@@ -114,39 +144,64 @@ DaemonMetrics::DaemonMetrics() {
   reg_.AddHistogram(kLatency, "Time from an ALLOC request to its grant, by pool and source.",
                     MetricsRegistry::LatencyBuckets());
   reg_.AddCounter(kRefusals,
-                  "Requests refused, by reason (capacity, quota, priority, invalid, not_found, "
-                  "exists, unavailable, permission, build_failed, acl, internal).");
+                  "ALLOC and ATTACH requests refused, by reason: capacity (no pool has room), "
+                  "quota, priority (room kept for higher classes), invalid, not_found, exists, "
+                  "unavailable (grace period, shutting down), permission, build_failed, acl, "
+                  "internal.");
   reg_.AddCounter(kReclaims,
-                  "Leases ended by the daemon or their holders, by cause (release, disconnect, "
-                  "revoke, owner_death, shutdown, journal_failure).");
-  reg_.AddCounter(kEvents, "Other lease-manager events, by name.");
+                  "Leases ended, by cause: release (last holder let go), disconnect (holders "
+                  "gone), revoke (admin), owner_death (holder gone across a restart), shutdown, "
+                  "journal_failure, unclaimed_after_damage.");
+  reg_.AddCounter(kEvents,
+                  "Other lease-manager events, by name: reclaims and reclaim_rejects (leases "
+                  "handed back after a restart), restart_adopted and restart_awaiting (journalled "
+                  "leases found in the fd store or awaited from clients), build_failures, "
+                  "abandoned_builds and abandoned_waits (requests whose client left), "
+                  "waits_for_reclaim, reclaims_done.");
   for (const auto& m : kCounterMap) {
-    if (m.label[0] == '\0')
-      reg_.AddCounter(m.family, std::string("Lease-manager counter ") + m.counter + ".");
+    if (m.label[0] == '\0') reg_.AddCounter(m.family, m.help);
   }
   reg_.AddGauge("cxlpool_quota_used_bytes", "Bytes charged against each quota rule.");
-  reg_.AddGauge("cxlpool_quota_max_bytes", "Byte limit of each quota rule (0: unlimited).");
+  reg_.AddGauge("cxlpool_quota_max_bytes", "Byte limit of each quota rule (+Inf: unlimited).");
   reg_.AddGauge("cxlpool_quota_used_leases", "Leases charged against each quota rule.");
-  reg_.AddGauge("cxlpool_quota_max_leases", "Lease limit of each quota rule (0: unlimited).");
-  reg_.AddGauge("cxlpool_dumpable", "1 if the daemon is dumpable (lease fds reachable via /proc).");
+  reg_.AddGauge("cxlpool_quota_max_leases", "Lease limit of each quota rule (+Inf: unlimited).");
+  reg_.AddGauge("cxlpool_dumpable",
+                "1 if the daemon is dumpable, which exposes lease fds through /proc (0 expected).");
   reg_.AddGauge("cxlpool_memlock_limit_bytes",
-                "The daemon's RLIMIT_MEMLOCK soft limit (18446744073709551615: unlimited).");
+                "The daemon's RLIMIT_MEMLOCK soft limit (+Inf: unlimited or CAP_IPC_LOCK).");
+  reg_.AddGauge("cxlpool_build_info",
+                "Always 1; the labels name the running daemon's version and source revision.");
+  reg_.Set("cxlpool_build_info", {{"version", ProjectVersion()}, {"revision", GitRevision()}}, 1);
+  // Every counter at 0 from the start, before its first event.
+  for (const char* r : kRefusalReasons) reg_.SetCounter(kRefusals, {{"reason", r}}, 0);
+  for (const auto& m : kCounterMap) {
+    if (m.label[0] == '\0') {
+      reg_.SetCounter(m.family, {}, 0);
+    } else {
+      reg_.SetCounter(m.family, {{LabelName(m.family), m.label}}, 0);
+    }
+  }
+  for (const char* e : kLeaseEvents) reg_.SetCounter(kEvents, {{"event", e}}, 0);
+}
+
+DaemonMetrics::GrantCells& DaemonMetrics::Cells(const std::string& pool, const std::string& kind,
+                                                bool warm) {
+  auto it = grant_cells_.find(pool);
+  if (it == grant_cells_.end()) {
+    std::array<GrantCells, 2> cells;
+    for (int w = 0; w < 2; ++w) {
+      const char* source = w ? "warm" : "cold";
+      cells[w].grants =
+          reg_.CounterCell(kGrants, {{"pool", pool}, {"kind", kind}, {"source", source}});
+      cells[w].latency = reg_.HistogramCell(kLatency, {{"pool", pool}, {"source", source}});
+    }
+    it = grant_cells_.emplace(pool, cells).first;
+  }
+  return it->second[warm ? 1 : 0];
 }
 
 void DaemonMetrics::OnGranted(const LeaseSnapshot& lease, int64_t latency_ns) {
-  auto it = grant_cells_.find(lease.pool);
-  if (it == grant_cells_.end()) {
-    std::array<GrantCells, 2> cells;
-    for (int warm = 0; warm < 2; ++warm) {
-      const char* source = warm ? "warm" : "cold";
-      cells[warm].grants = reg_.CounterCell(
-          kGrants, {{"pool", lease.pool}, {"kind", lease.kind}, {"source", source}});
-      cells[warm].latency =
-          reg_.HistogramCell(kLatency, {{"pool", lease.pool}, {"source", source}});
-    }
-    it = grant_cells_.emplace(lease.pool, cells).first;
-  }
-  GrantCells& c = it->second[lease.from_warm_stock ? 1 : 0];
+  GrantCells& c = Cells(lease.pool, lease.kind, lease.from_warm_stock);
   c.grants.Increment();
   c.latency.Observe(latency_ns > 0 ? static_cast<double>(latency_ns) / 1e9 : 0.0);
 }
@@ -158,6 +213,7 @@ std::string DaemonMetrics::Render(const LeaseManager& leases, const ProcessFacts
       "cxlpool_pool_free_bytes",     "cxlpool_pool_leases",       "cxlpool_pool_reclaiming_bytes"};
   for (const char* g : kPoolGauges) reg_.BeginGaugeRefresh(g);
   for (const auto& p : leases.Pools()) {
+    (void)Cells(p.name, p.kind, false);  // both grant series exist (at 0) from the start
     Labels l{{"pool", p.name}, {"kind", p.kind}, {"tier", TierLabel(p.memory_tier)}};
     reg_.Set("cxlpool_pool_capacity_bytes", l, static_cast<double>(p.capacity_bytes));
     reg_.Set("cxlpool_pool_leased_bytes", l, static_cast<double>(p.leased_bytes));
@@ -182,16 +238,6 @@ std::string DaemonMetrics::Render(const LeaseManager& leases, const ProcessFacts
   reg_.Set("cxlpool_journal_skipped_bytes", gauge("journal_skipped_bytes"));
   reg_.Set("cxlpool_journal_dropped_tail_bytes", gauge("journal_dropped_tail_bytes"));
 
-  // Every refusal reason and reclaim cause appears, at 0 until it happens.
-  for (const char* r : {"capacity", "quota", "priority", "invalid", "not_found"}) {
-    reg_.SetCounter(kRefusals, {{"reason", r}}, reg_.Value(kRefusals, {{"reason", r}}));
-  }
-  for (const auto& m : kCounterMap) {
-    if (m.family == kReclaims || m.family == kRecovered) {
-      Labels l{{LabelName(m.family), m.label}};
-      reg_.SetCounter(m.family, l, reg_.Value(m.family, l));
-    }
-  }
   for (const auto& [name, value] : leases.Counters()) {
     double v = static_cast<double>(value);
     if (StartsWith(name, "refusals_")) {
@@ -221,14 +267,17 @@ std::string DaemonMetrics::Render(const LeaseManager& leases, const ProcessFacts
              {"subject", q.rule.subject},
              {"tier", q.rule.tier.empty() ? "all" : q.rule.tier}};
     reg_.Set("cxlpool_quota_used_bytes", l, static_cast<double>(q.used_bytes));
-    reg_.Set("cxlpool_quota_max_bytes", l, static_cast<double>(q.rule.max_bytes));
+    reg_.Set("cxlpool_quota_max_bytes", l, LimitValue(q.rule.max_bytes));
     reg_.Set("cxlpool_quota_used_leases", l, static_cast<double>(q.used_leases));
-    reg_.Set("cxlpool_quota_max_leases", l, static_cast<double>(q.rule.max_leases));
+    reg_.Set("cxlpool_quota_max_leases", l, LimitValue(q.rule.max_leases));
   }
   for (const char* g : kQuotaGauges) reg_.EndGaugeRefresh(g);
 
   reg_.Set("cxlpool_dumpable", facts.dumpable ? 1 : 0);
-  reg_.Set("cxlpool_memlock_limit_bytes", static_cast<double>(facts.memlock_limit_bytes));
+  reg_.Set("cxlpool_memlock_limit_bytes",
+           facts.memlock_limit_bytes == std::numeric_limits<uint64_t>::max()
+               ? std::numeric_limits<double>::infinity()
+               : static_cast<double>(facts.memlock_limit_bytes));
   if (extra_) extra_(&reg_);
   return reg_.Render();
 }

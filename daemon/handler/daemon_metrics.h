@@ -11,8 +11,11 @@
 // {pool,source} (histogram); refusals_total {reason}; reclaims_total
 // {cause}; releases_total, attaches_total; warm_{builds,build_failures,hits,
 // misses}_total; quota_{used,max}_{bytes,leases} {scope,subject,tier};
-// dumpable; memlock_limit_bytes; lease_events_total {event} for any other
-// lease-manager counter. docs/daemon.md lists them with their meaning.
+// dumpable; memlock_limit_bytes; build_info {version,revision};
+// lease_events_total {event} for any other lease-manager counter. Every
+// counter is exported from the start, at 0 (a pool's grant series with the
+// first scrape); limits that are unlimited are +Inf. docs/daemon.md lists
+// them with their meaning.
 //
 // Thread safety: none; the event-loop thread owns it (as it owns the lease
 // manager it reads).
@@ -67,6 +70,8 @@ class DaemonMetrics {
   struct GrantCells {
     MetricsRegistry::Cell grants, latency;
   };
+  // The pool's cells, created (both sources, at 0) on first use.
+  GrantCells& Cells(const std::string& pool, const std::string& kind, bool warm);
   std::unordered_map<std::string, std::array<GrantCells, 2>> grant_cells_;
 };
 

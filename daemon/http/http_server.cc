@@ -1,8 +1,12 @@
 #include "http/http_server.h"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <cerrno>
 #include <chrono>
 #include <exception>
 
@@ -152,6 +156,50 @@ Result<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Create(asio::io_co
   if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
     return Status(Code::kUnavailable, "metrics.http_listen " + listen + ": " + ec.message());
+  }
+  impl->Accept();
+  return std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer(std::move(impl)));
+}
+
+bool MetricsHttpServer::IsListeningTcpSocket(int fd) {
+  int domain = 0, type = 0, listening = 0;
+  socklen_t len = sizeof domain;
+  if (::getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0) return false;
+  len = sizeof type;
+  if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0) return false;
+  len = sizeof listening;
+  if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0) return false;
+  return (domain == AF_INET || domain == AF_INET6) && type == SOCK_STREAM && listening != 0;
+}
+
+Result<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::FromListeningFd(asio::io_context& io,
+                                                                              int fd,
+                                                                              RenderFn render) {
+  if (!IsListeningTcpSocket(fd)) {
+    ::close(fd);
+    return Status(Code::kInvalidArgument, "the metrics socket is not a listening TCP socket");
+  }
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) {
+    Status st = Status::FromErrno(errno, "metrics socket: getsockname");
+    ::close(fd);
+    return st;
+  }
+  auto impl = std::make_shared<Impl>(io, std::move(render));
+  const tcp protocol = ss.ss_family == AF_INET6 ? tcp::v6() : tcp::v4();
+  beast::error_code ec;
+  impl->acceptor.assign(protocol, fd, ec);
+  if (ec) {
+    ::close(fd);
+    return Status(Code::kInvalidArgument, "metrics socket: " + ec.message());
+  }
+  auto local = impl->acceptor.local_endpoint(ec);
+  if (ec || !local.address().is_loopback()) {
+    return Status(Code::kInvalidArgument,
+                  "the metrics socket listens on " +
+                      (ec ? std::string("?") : local.address().to_string()) +
+                      ", not a loopback address (cxlpoold serves metrics on loopback only)");
   }
   impl->Accept();
   return std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer(std::move(impl)));

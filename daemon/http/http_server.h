@@ -30,6 +30,14 @@ class MetricsHttpServer {
   static Result<std::unique_ptr<MetricsHttpServer>> Create(boost::asio::io_context& io,
                                                            const std::string& listen,
                                                            RenderFn render);
+  // Serves on an already listening TCP socket (systemd's
+  // cxlpoold-metrics.socket, passed as "metrics"); takes ownership of `fd`.
+  // INVALID_ARGUMENT when it is not a listening TCP socket on a loopback
+  // address (the fd is closed then too).
+  static Result<std::unique_ptr<MetricsHttpServer>> FromListeningFd(boost::asio::io_context& io,
+                                                                    int fd, RenderFn render);
+  // Whether `fd` is a listening TCP (IPv4 or IPv6) socket.
+  static bool IsListeningTcpSocket(int fd);
   ~MetricsHttpServer();
   MetricsHttpServer(const MetricsHttpServer&) = delete;
   MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;

@@ -138,7 +138,7 @@ TEST_F(BenchSmoke, QuickTableForOneFigure) {
 
 TEST_F(BenchSmoke, UnknownFigureIsAUsageError) {
   BenchRun r = RunBench("--only P1,P9");
-  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_TRUE(r.out.empty()) << r.out;
 }
 

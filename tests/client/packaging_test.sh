@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs libcxlpool (component "client") from a build folder into a temp
-# prefix, then builds and runs the examples as outside consumers would:
+# Installs the whole project into a temp prefix (nothing may land outside it),
+# then libcxlpool (component "client") alone, and builds and runs the examples
+# as outside consumers would:
 # find_package(cxlpool) with cxlpool::cxlpool and cxlpool::cxlpool_static,
 # and pkg-config. The programs must fail cleanly (exit 1, NOT_FOUND message)
 # against a socket that does not exist.
@@ -10,6 +11,17 @@ src=$2
 command -v pkg-config >/dev/null || { echo "pkg-config missing: skipping"; exit 77; }
 tmp=$(mktemp -d /tmp/cxlpool-packaging-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
+
+# The whole install stays inside its prefix: the configuration under P/etc,
+# the units under P/lib/systemd/system, nothing in /etc or /usr/local.
+cmake --install "$build" --prefix "$tmp/full" >/dev/null
+outside=$(grep -v "^$tmp/full/" "$build/install_manifest.txt" || true)
+[[ -z $outside ]] || { echo "cmake --install --prefix wrote outside the prefix: $outside"; exit 1; }
+for f in etc/cxlpool/cxlpoold.toml sbin/cxlpoold bin/cxlpoolctl lib/systemd/system/cxlpoold.service \
+         lib/systemd/system/cxlpoold-metrics.socket share/man/man8/cxlpoold.8; do
+  [[ -e "$tmp/full/$f" ]] || { echo "not installed under the prefix: $f"; exit 1; }
+done
+[[ ! -e "$tmp/full/bin/cxlpool-example" ]] || { echo "an example binary was installed"; exit 1; }
 
 cmake --install "$build" --prefix "$tmp/prefix" --component client >/dev/null
 for f in include/cxlpool/cxlpool.h include/cxlpool/client.hpp lib/libcxlpool.a \

@@ -212,7 +212,7 @@ TEST(CxlpoolctlTopology, UsageErrorsAreExit2) {
   RunResult help = RunCommand({CXLPOOLCTL_BIN, "--help"}, {});
   EXPECT_EQ(help.exit_code, 0);
   EXPECT_NE(help.out.find("topology"), std::string::npos);
-  EXPECT_NE(help.out.find("Exit codes"), std::string::npos);
+  EXPECT_NE(help.out.find("Exit status"), std::string::npos);
 }
 
 }  // namespace

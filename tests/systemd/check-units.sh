@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Checks the systemd units offline: `systemd-analyze verify` accepts them and
+# Checks the systemd units offline: `systemd-analyze verify` accepts them,
 # `systemd-analyze security --offline=true` rates cxlpoold.service at an
-# exposure of 2.0 or less. Usage: check-units.sh <built-unit-dir> <src-unit-dir> <cxlpoold>
+# exposure of 2.0 or less, configuration errors are not restarted, and the
+# metrics endpoint comes through cxlpoold-metrics.socket. (tests/vm's
+# systemd guest runs them under a real systemd.) Usage: check-units.sh <built-unit-dir> <src-unit-dir> <cxlpoold>
 set -euo pipefail
 built=$1 src=$2 daemon=$3
 command -v systemd-analyze >/dev/null || { echo "SKIP: no systemd-analyze"; exit 77; }
@@ -10,8 +12,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # The unit names the installed path; point it at the binary we built.
 sed -E "s#^ExecStart=[^ ]+#ExecStart=$daemon#" "$built/cxlpoold.service" >"$work/cxlpoold.service"
-cp "$src/cxlpoold.socket" "$work/"
-out=$(systemd-analyze verify --man=no "$work/cxlpoold.service" "$work/cxlpoold.socket" 2>&1 || true)
+cp "$src/cxlpoold.socket" "$src/cxlpoold-metrics.socket" "$work/"
+out=$(systemd-analyze verify --man=no "$work/cxlpoold.service" "$work/cxlpoold.socket" \
+  "$work/cxlpoold-metrics.socket" 2>&1 || true)
 # verify complains about the cxlpool user/group only when it does not exist on
 # this machine; anything else is a real problem.
 bad=$(printf '%s\n' "$out" | grep -v -E "^$|Failed to resolve (user|group)|cxlpool(-admin)?: (user|group)" || true)
@@ -31,3 +34,13 @@ if [[ "$keys" != "$(printf '%s\n' "$keys" | LC_ALL=C sort)" ]]; then
   echo "FAIL: hardening directives not in alphabetical order"; exit 1
 fi
 echo "order: ok"
+# No restart loop: a configuration error (exit 2) is not restarted, and the
+# metrics endpoint's socket comes from systemd (the service has no network).
+grep -qx 'RestartPreventExitStatus=2' "$built/cxlpoold.service" ||
+  { echo "FAIL: no RestartPreventExitStatus=2"; exit 1; }
+grep -qx 'PrivateNetwork=yes' "$built/cxlpoold.service" || { echo "FAIL: no PrivateNetwork=yes"; exit 1; }
+grep -qx 'ListenStream=127.0.0.1:9464' "$src/cxlpoold-metrics.socket" &&
+  grep -qx 'Service=cxlpoold.service' "$src/cxlpoold-metrics.socket" &&
+  grep -qx 'FileDescriptorName=metrics' "$src/cxlpoold-metrics.socket" ||
+  { echo "FAIL: cxlpoold-metrics.socket: loopback 9464, passed to cxlpoold.service as 'metrics'"; exit 1; }
+echo "restart and metrics socket: ok"

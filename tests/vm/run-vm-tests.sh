@@ -40,6 +40,8 @@ vm_log() { echo "vm: $*" >&2; }
 source "$HERE/lib/kernel.sh"
 # shellcheck source=lib/initramfs.sh
 source "$HERE/lib/initramfs.sh"
+# shellcheck source=lib/guest-run.sh
+source "$HERE/lib/guest-run.sh"
 
 shell=0 capture=0 verbose=0 timeout_s=420
 VM_EXEC=""
@@ -120,50 +122,20 @@ run_topology() {
     -drive "file=$work/out.img,format=raw,if=none,id=outdisk,cache=unsafe"
     -device virtio-blk-pci,drive=outdisk,bus=pcie.0
     "${targs[@]}")
-  printf '%q ' "${qemu[@]}" >"$work/qemu-cmdline"
-  echo >>"$work/qemu-cmdline"
-
-  local t0 t1 rc
+  local t0 t1
   t0=$(date +%s.%N)
-  if ((shell)); then
-    "${qemu[@]}" -chardev "stdio,id=con,mux=on,signal=off,logfile=$work/console.log" \
-      -serial chardev:con -mon chardev=con
-    rc=$?
-  elif ((verbose)); then
-    timeout -k 10 "$timeout_s" "${qemu[@]}" -serial stdio </dev/null 2>&1 | tee "$work/console.log"
-    rc=${PIPESTATUS[0]}
-  else
-    timeout -k 10 "$timeout_s" "${qemu[@]}" -chardev "file,id=con,path=$work/console.log" \
-      -serial chardev:con </dev/null >"$work/qemu.log" 2>&1
-    rc=$?
-  fi
+  vm_qemu_run "$work" "$timeout_s" "$shell" "$verbose" "${qemu[@]}"
   t1=$(date +%s.%N)
 
   # The guest wrote a tar of its /out to the second disk.
   tar -xf "$work/out.img" -C "$work/out" 2>/dev/null ||
     vm_log "$topo: no guest output on the result disk"
   rm -f "$work/out.img"
-  tr -d '\r' <"$work/console.log" >"$work/console.txt" 2>/dev/null
 
-  local result boot
-  result=$(grep -a "^CXLPOOL-VM-RESULT topology=$topo " "$work/console.txt" | tail -n1)
+  local boot
   boot=$(grep -a '^CXLPOOL-VM-BOOT ' "$work/console.txt" | sed -n 's/.*uptime=\([0-9.]*\).*/\1/p')
-  grep -a '^CXLPOOL-VM-CHECK ' "$work/console.txt" | sed "s/^CXLPOOL-VM-CHECK /  [$topo] /"
-  local status=fail why=""
-  if [[ $rc -eq 124 || $rc -eq 137 ]]; then
-    why="timed out after ${timeout_s}s"
-  elif [[ -z $result ]]; then
-    why="no result line (kernel panic or init died; qemu rc=$rc)"
-  elif [[ $result == *" status=pass "* && $result == *" failed=0"* && $result != *" passed=0 "* ]]; then
-    status=pass
-  else
-    why="guest reported failures"
-  fi
-  if [[ $status != pass ]] && ((!shell)); then
-    vm_log "$topo: $why; last console lines ($work/console.txt):"
-    tail -n 40 "$work/console.txt" | sed 's/^/    | /' >&2
-    [[ -s $work/qemu.log ]] && sed 's/^/    qemu: /' "$work/qemu.log" >&2
-  fi
+  vm_verdict "$topo" "$work" "$timeout_s" "$shell"
+  local status=$VM_STATUS why=$VM_WHY result=$VM_RESULT
 
   if ((capture)) && [[ -d $work/out/sysfs ]]; then
     local dest=$VM_SRC/tests/topology/fixtures/vm-$topo/root

@@ -10,7 +10,8 @@
 // configuration say so and are skipped or measured as configured).
 //
 // Exit: 0 when the run completed (goals met or not; see the verdicts),
-// 1 on a usage error.
+// 1 when it cannot run on this machine (no such node), 2 on a usage error
+// (the same table as cxlpoolctl's).
 #include <signal.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -22,6 +23,7 @@
 #include <iostream>
 
 #include "bench.h"
+#include "cxlpool/common/version.h"
 
 namespace {
 
@@ -69,6 +71,8 @@ int main(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) o.command_line += (i ? " " : "") + std::string(argv[i]);
   std::string only;
   CLI::App app{"cxlpool-bench: cxlpool against its baselines, as ratios with goals"};
+  app.set_version_flag("--version", cxlpool::VersionLine("cxlpool-bench"),
+                       "Print the version and exit");
   app.add_option("--only", only,
                  "comma-separated figures to run (P1..P7, ladder, recycle, tier); default all");
   app.add_flag("--quick", o.quick, "small sizes and few samples (smoke test)");
@@ -80,7 +84,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 1;
+    return app.exit(e) == 0 ? 0 : 2;
   }
   if (!only.empty()) {
     size_t start = 0;
@@ -96,7 +100,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr,
                      "cxlpool-bench: --only: unknown figure '%s' (P1..P7, ladder, recycle, tier)\n",
                      p.c_str());
-        return 1;
+        return 2;
       }
       o.only.push_back(p);
       if (comma == std::string::npos) break;

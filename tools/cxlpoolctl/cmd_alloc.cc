@@ -90,6 +90,9 @@ int RunAlloc(const AllocCliOptions& o) {
   auto client = Client::Connect(ResolveSocketPath(o.conn.socket));
   if (!client.ok()) {
     std::cerr << "cxlpoolctl alloc: " << client.status().ToString() << "\n";
+    std::string advice =
+        ConnectAdvice(static_cast<Code>(client.status().code()), ResolveSocketPath(o.conn.socket));
+    if (!advice.empty()) std::cerr << "  " << advice << "\n";
     return kExitUnavailable;
   }
   AllocOptions opts;

@@ -1,6 +1,9 @@
 // `cxlpoolctl doctor [--json] [--sysfs-root DIR] [--socket PATH]`: lists what
 // on this node makes cxlpool slow, unsafe or unable to work, each finding
-// with a remedy. Exit code: 0 when nothing is worse than info, 1 otherwise.
+// with a remedy. Exit code: 0 when nothing is worse than info, 1 when a
+// finding is a warning or an error (like `brew doctor`: a provisioning
+// script or health check fails on something to fix; --json's "worst" tells
+// the two apart).
 #include <sys/resource.h>
 
 #include <iostream>
@@ -92,7 +95,9 @@ int RunDoctor(const DoctorOptions& o) {
 }  // namespace
 
 Command MakeDoctorCommand() {
-  return {"doctor", "Check this node's settings for cxlpool and say how to fix each problem",
+  return {"doctor",
+          "Check this node's settings for cxlpool and say how to fix each problem (exit 1 "
+          "when a finding is a warning or an error)",
           [](CLI::App* app) -> std::function<int()> {
             auto o = std::make_shared<DoctorOptions>();
             AddConnOptions(app, &o->conn);

@@ -1,14 +1,25 @@
 // `cxlpoolctl stats [--json]`: the daemon's counters (grants, refusals,
-// releases, reclaims, ...) and gauges (live leases, leased bytes, ...).
+// releases, reclaims, ...) and gauges (live leases, leased bytes, ...); bytes
+// in binary units and "unlimited" for no limit (raw numbers with --json).
 #include <iostream>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "cxlpool/common/strings.h"
 #include "daemon_client.h"
 #include "table.h"
 
 namespace cxlpool::ctl {
 namespace {
+
+// The human view of one value: "unlimited" for UINT64_MAX (no limit), byte
+// figures (names ending in _bytes) in binary units, counts as they are.
+// --json keeps the raw numbers.
+std::string HumanValue(const std::string& name, uint64_t v) {
+  if (v == UINT64_MAX) return "unlimited";
+  if (EndsWith(name, "_bytes")) return HumanBytes(v);
+  return std::to_string(v);
+}
 
 int RunStats(const ConnOptions& o) {
   int rc = kExitOk;
@@ -33,8 +44,8 @@ int RunStats(const ConnOptions& o) {
   std::cout << conn->hello().server_version() << " (instance " << conn->hello().instance_id()
             << ")\n";
   Table t({"STAT", "TYPE", "VALUE"});
-  for (const auto& [k, v] : counters) t.Add({k, "counter", std::to_string(v)});
-  for (const auto& [k, v] : gauges) t.Add({k, "gauge", std::to_string(v)});
+  for (const auto& [k, v] : counters) t.Add({k, "counter", HumanValue(k, v)});
+  for (const auto& [k, v] : gauges) t.Add({k, "gauge", HumanValue(k, v)});
   std::cout << t.Render();
   return kExitOk;
 }

@@ -12,12 +12,13 @@
 #include "cxlpool/topology/discover.h"
 #include "cxlpool/topology/json.h"
 #include "cxlpool/topology/render.h"
+#include "daemon_client.h"
 
 namespace cxlpool::ctl {
 namespace {
 
 struct TopologyOptions {
-  bool json = false;
+  ConnOptions conn;  // only --json: topology needs no daemon
   bool no_nvml = false;
   std::string sysfs_root;
 };
@@ -33,7 +34,7 @@ int RunTopology(const TopologyOptions& o) {
   DiscoverOptions options;
   options.use_nvml = !o.no_nvml;
   Topology topo = DiscoverTopology(*fs, options);
-  std::cout << (o.json ? TopologyToJsonString(topo) : RenderTopologyText(topo));
+  std::cout << (o.conn.json ? TopologyToJsonString(topo) : RenderTopologyText(topo));
   std::cout.flush();
   if (!std::cout) {
     std::cerr << "cxlpoolctl topology: cannot write the output\n";
@@ -49,7 +50,7 @@ Command MakeTopologyCommand() {
           "Show NUMA nodes, tiers, DAX/CXL devices, GPUs and the GPU x memory-node preference",
           [](CLI::App* app) -> std::function<int()> {
             auto o = std::make_shared<TopologyOptions>();
-            app->add_flag("--json", o->json, "Print the stable JSON (docs/topology-json.md)");
+            AddConnOptions(app, &o->conn);  // --json: the stable JSON (docs/topology-json.md)
             app->add_option("--sysfs-root", o->sysfs_root,
                             "Read /sys and /proc under DIR, a captured tree (default: "
                             "$CXLPOOL_FSROOT, else /). A foreign root never loads the "

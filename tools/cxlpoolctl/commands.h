@@ -16,10 +16,12 @@
 
 namespace cxlpool::ctl {
 
-// Exit codes of every cxlpoolctl command (also printed by --help).
+// Exit codes of every cxlpoolctl command (also printed by --help, and the
+// EXIT STATUS table of cxlpoolctl(8)).
 enum ExitCode : int {
   kExitOk = 0,           // done (the output may still list discovery warnings)
-  kExitFailure = 1,      // the command ran and failed (unreadable root, error reply)
+  kExitFailure = 1,      // the command ran and failed (unreadable root, error reply);
+                         // doctor: a finding of severity warning or error
   kExitUsage = 2,        // bad command line
   kExitUnavailable = 3,  // the daemon could not be reached
 };

@@ -38,13 +38,19 @@ class DaemonConnection {
   std::string path_;
 };
 
-// Options every daemon command takes.
+// The global options (--socket, --json): cxlpoolctl's main app owns them,
+// so they go before or after the command word (`cxlpoolctl --json pools`,
+// `cxlpoolctl pools --json`).
 struct ConnOptions {
   std::string socket;
   bool json = false;
 };
-// Adds --socket and --json to `app`.
+// Declares the global options on the main app.
+void AddGlobalOptions(CLI::App* app, ConnOptions* global);
+// A command that reads the global options: `o` is filled in from them after
+// parsing (ApplyGlobalOptions), before the command runs.
 void AddConnOptions(CLI::App* app, ConnOptions* o);
+void ApplyGlobalOptions(const ConnOptions& global);
 
 // Opens the connection for command `cmd`, printing any error; nullopt-like:
 // returns the exit code through `rc` when it fails.
@@ -54,7 +60,13 @@ Result<DaemonConnection> OpenOrReport(const std::string& cmd, const ConnOptions&
 std::string ResolveSocketPath(const std::string& flag);
 
 // Prints "cxlpoolctl <cmd>: <status>" and maps it to an exit code
-// (UNAVAILABLE / NOT_FOUND socket -> kExitUnavailable, else kExitFailure).
+// (UNAVAILABLE / NOT_FOUND / PERMISSION_DENIED while connecting ->
+// kExitUnavailable, else kExitFailure). A connection failure also says what
+// to do: whether cxlpoold runs, which socket was tried and how to choose
+// another, or which group opens the socket.
 int ReportError(const std::string& cmd, const Status& status, bool connecting);
+// The advice for a failure to reach the daemon on `socket_path` ("" if
+// `code` is not one of a connection's).
+std::string ConnectAdvice(Code code, const std::string& socket_path);
 
 }  // namespace cxlpool::ctl

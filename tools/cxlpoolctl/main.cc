@@ -1,9 +1,13 @@
-// cxlpoolctl: the admin CLI. main() only wires the command table to CLI11.
+// cxlpoolctl: the admin CLI. main() only wires the command table to CLI11
+// and owns the global options (--socket, --json, --version), which go
+// before or after the command word, as with systemctl and kubectl.
 #include <exception>
 #include <iostream>
 #include <utility>
 
 #include "commands.h"
+#include "cxlpool/common/version.h"
+#include "daemon_client.h"
 
 namespace cxlpool::ctl {
 
@@ -21,9 +25,20 @@ int main(int argc, char** argv) {
   using namespace cxlpool::ctl;
   CLI::App app{"cxlpoolctl: inspect and administer the cxlpool memory pool daemon"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", cxlpool::VersionLine("cxlpoolctl"),
+                       "Print the version and exit");
+  ConnOptions global;
+  AddGlobalOptions(&app, &global);
+  // Subcommands (created below, so they inherit it) hand the options they
+  // do not know to this app: the global options work after the command too.
+  app.fallthrough();
   app.footer(
-      "Exit codes: 0 ok (warnings may be listed), 1 failure, 2 bad command line, "
-      "3 daemon unreachable.");
+      "Global options, before or after the command: --socket PATH, --json, --version, "
+      "--help.\nExit status (every command): 0 done (topology may still list discovery warnings); "
+      "1 the command failed, or doctor found a warning or an error; 2 bad command line; "
+      "3 the daemon could not be reached (not running, wrong socket, no permission on "
+      "it).\nEnvironment: CXLPOOL_SOCKET (socket when --socket is not given), CXLPOOL_FSROOT "
+      "(sysfs root of topology and doctor), CXLPOOL_NVML_LIBRARY. See cxlpoolctl(8).");
   std::vector<std::pair<CLI::App*, std::function<int()>>> actions;
   for (const Command& c : AllCommands()) {
     CLI::App* sub = app.add_subcommand(c.name, c.help);
@@ -32,9 +47,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);  // prints help or the parse error
+    int rc = app.exit(e);  // prints help, the version or the parse error
     return rc == 0 ? kExitOk : kExitUsage;
   }
+  ApplyGlobalOptions(global);
   try {
     for (auto& [sub, run] : actions)
       if (sub->parsed()) return run();

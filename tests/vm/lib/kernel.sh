@@ -7,12 +7,14 @@
 #                     VM_KERNEL_PKG; returns 77 when no kernel can be had.
 #
 # The cache keeps only the modules the guests need (and their dependencies),
-# so an entry is ~15 MB instead of ~400 MB. Concurrent runs are serialised
+# so an entry is ~15 MB instead of ~400 MB; an entry is named by package,
+# version and a hash of the module list. Concurrent runs are serialised
 # with flock on the cache folder.
 
 # Modules the guests load; --show-depends adds what they need.
 VM_MODULES=(
   virtio_pci virtio_blk
+  ext4 crc32c_generic
   cxl_acpi cxl_pci cxl_mem cxl_pmem
   libnvdimm nd_pmem nd_btt nfit
   device_dax dax_pmem dax_hmem kmem
@@ -37,7 +39,8 @@ vm_kernel_pkg() {
 vm_kernel_newest_cached() {
   local cache=$1
   ls -1d "$cache"/linux-image-*/ 2>/dev/null | sort -V | while read -r d; do
-    [[ -f $d/.complete ]] && echo "${d%/}"
+    [[ -f $d/.complete ]] &&
+      diff -q <(printf '%s\n' "${VM_MODULES[@]}") "$d/.modules" >/dev/null 2>&1 && echo "${d%/}"
   done | tail -n1
 }
 
@@ -93,7 +96,10 @@ vm_kernel_fetch() {
     ver=$(apt-cache show --no-all-versions "$pkg" 2>/dev/null | awk '/^Version:/ { print $2; exit }')
   fi
   if [[ -n $pkg && -n $ver ]]; then
-    dest="$cache/${pkg}_${ver}"
+    # Keyed by the module list too: runs that want other modules (another
+    # branch, the systemd guest's ext4) keep their own entry instead of
+    # replacing one another's.
+    dest="$cache/${pkg}_${ver}_m$(printf '%s\n' "${VM_MODULES[@]}" | sha256sum | cut -c1-8)"
     if [[ ! -f $dest/.complete ]] ||
       ! diff -q <(printf '%s\n' "${VM_MODULES[@]}") "$dest/.modules" >/dev/null 2>&1; then
       vm_log "fetching $pkg $ver into $dest"
