@@ -9,18 +9,30 @@ namespace cxlpool {
 
 const char* CodeName(Code c) {
   switch (c) {
-    case Code::kOk: return "OK";
-    case Code::kInvalidArgument: return "INVALID_ARGUMENT";
-    case Code::kNotFound: return "NOT_FOUND";
-    case Code::kPermissionDenied: return "PERMISSION_DENIED";
-    case Code::kResourceExhausted: return "RESOURCE_EXHAUSTED";
-    case Code::kUnavailable: return "UNAVAILABLE";
-    case Code::kUnsupported: return "UNSUPPORTED";
-    case Code::kProtocol: return "PROTOCOL";
-    case Code::kIo: return "IO";
-    case Code::kInternal: return "INTERNAL";
-    case Code::kAlreadyExists: return "ALREADY_EXISTS";
-    case Code::kRevoked: return "REVOKED";
+    case Code::kOk:
+      return "OK";
+    case Code::kInvalidArgument:
+      return "INVALID_ARGUMENT";
+    case Code::kNotFound:
+      return "NOT_FOUND";
+    case Code::kPermissionDenied:
+      return "PERMISSION_DENIED";
+    case Code::kResourceExhausted:
+      return "RESOURCE_EXHAUSTED";
+    case Code::kUnavailable:
+      return "UNAVAILABLE";
+    case Code::kUnsupported:
+      return "UNSUPPORTED";
+    case Code::kProtocol:
+      return "PROTOCOL";
+    case Code::kIo:
+      return "IO";
+    case Code::kInternal:
+      return "INTERNAL";
+    case Code::kAlreadyExists:
+      return "ALREADY_EXISTS";
+    case Code::kRevoked:
+      return "REVOKED";
   }
   return "UNKNOWN";
 }
@@ -28,16 +40,29 @@ const char* CodeName(Code c) {
 Status Status::FromErrno(int err, const std::string& what) {
   Code code = Code::kIo;
   switch (err) {
-    case ENOENT: code = Code::kNotFound; break;
+    case ENOENT:
+      code = Code::kNotFound;
+      break;
     case EACCES:
-    case EPERM: code = Code::kPermissionDenied; break;
+    case EPERM:
+      code = Code::kPermissionDenied;
+      break;
     case ENOMEM:
-    case ENOSPC: code = Code::kResourceExhausted; break;
-    case EINVAL: code = Code::kInvalidArgument; break;
+    case ENOSPC:
+      code = Code::kResourceExhausted;
+      break;
+    case EINVAL:
+      code = Code::kInvalidArgument;
+      break;
     case ENOSYS:
-    case EOPNOTSUPP: code = Code::kUnsupported; break;
-    case EEXIST: code = Code::kAlreadyExists; break;
-    default: break;
+    case EOPNOTSUPP:
+      code = Code::kUnsupported;
+      break;
+    case EEXIST:
+      code = Code::kAlreadyExists;
+      break;
+    default:
+      break;
   }
   return Status(code, what + ": " + std::strerror(err));
 }

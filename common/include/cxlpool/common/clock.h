@@ -29,7 +29,10 @@ class FakeClock final : public Clock {
  public:
   int64_t MonotonicNs() const override { return mono_ns_; }
   int64_t WallSeconds() const override { return wall_s_; }
-  void AdvanceNs(int64_t ns) { mono_ns_ += ns; wall_s_ += ns / 1000000000; }
+  void AdvanceNs(int64_t ns) {
+    mono_ns_ += ns;
+    wall_s_ += ns / 1000000000;
+  }
   void SetWallSeconds(int64_t s) { wall_s_ = s; }
 
  private:

@@ -18,17 +18,17 @@ namespace cxlpool {
 
 enum class Code : int32_t {
   kOk = 0,
-  kInvalidArgument = 1,   // malformed input: bad size, unknown field, garbage
-  kNotFound = 2,          // no such lease, node, GPU, file
-  kPermissionDenied = 3,  // not admin, ACL refused, EACCES
-  kResourceExhausted = 4, // pool full, quota reached
-  kUnavailable = 5,       // daemon not reachable, grace period, try again
-  kUnsupported = 6,       // feature/entry point missing (no NVML, no CUDA)
-  kProtocol = 7,          // bad magic/version/frame
-  kIo = 8,                // syscall failure not covered above
-  kInternal = 9,          // broken invariant surfaced as a value
-  kAlreadyExists = 10,    // named lease exists, etc.
-  kRevoked = 11,          // lease revoked by an admin
+  kInvalidArgument = 1,    // malformed input: bad size, unknown field, garbage
+  kNotFound = 2,           // no such lease, node, GPU, file
+  kPermissionDenied = 3,   // not admin, ACL refused, EACCES
+  kResourceExhausted = 4,  // pool full, quota reached
+  kUnavailable = 5,        // daemon not reachable, grace period, try again
+  kUnsupported = 6,        // feature/entry point missing (no NVML, no CUDA)
+  kProtocol = 7,           // bad magic/version/frame
+  kIo = 8,                 // syscall failure not covered above
+  kInternal = 9,           // broken invariant surfaced as a value
+  kAlreadyExists = 10,     // named lease exists, etc.
+  kRevoked = 11,           // lease revoked by an admin
 };
 
 const char* CodeName(Code c);
@@ -58,7 +58,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {  // NOLINT
     if (std::get<Status>(v_).ok()) v_ = Status(Code::kInternal, "Result built from OK status");
   }
@@ -68,9 +68,18 @@ class [[nodiscard]] Result {
     static const Status kOkStatus;
     return ok() ? kOkStatus : std::get<Status>(v_);
   }
-  T& value() & { CheckOk(); return std::get<T>(v_); }
-  const T& value() const& { CheckOk(); return std::get<T>(v_); }
-  T&& value() && { CheckOk(); return std::get<T>(std::move(v_)); }
+  T& value() & {
+    CheckOk();
+    return std::get<T>(v_);
+  }
+  const T& value() const& {
+    CheckOk();
+    return std::get<T>(v_);
+  }
+  T&& value() && {
+    CheckOk();
+    return std::get<T>(std::move(v_));
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
@@ -89,17 +98,17 @@ void Result<T>::CheckOk() const {
 }
 
 // Crash with a message when an invariant is broken. Never a silent recovery.
-#define CXLPOOL_CHECK(cond)                                                          \
-  do {                                                                               \
-    if (!(cond)) ::cxlpool::DieWithStatus(                                           \
-        ::cxlpool::Status(::cxlpool::Code::kInternal, "check failed: " #cond),       \
-        __FILE__);                                                                   \
+#define CXLPOOL_CHECK(cond)                                                                 \
+  do {                                                                                      \
+    if (!(cond))                                                                            \
+      ::cxlpool::DieWithStatus(                                                             \
+          ::cxlpool::Status(::cxlpool::Code::kInternal, "check failed: " #cond), __FILE__); \
   } while (0)
 
-#define CXLPOOL_RETURN_IF_ERROR(expr)            \
-  do {                                           \
-    ::cxlpool::Status _st = (expr);              \
-    if (!_st.ok()) return _st;                   \
+#define CXLPOOL_RETURN_IF_ERROR(expr) \
+  do {                                \
+    ::cxlpool::Status _st = (expr);   \
+    if (!_st.ok()) return _st;        \
   } while (0)
 
 }  // namespace cxlpool
