@@ -1,5 +1,6 @@
 #include "cxlpool/common/proc.h"
 
+#include <charconv>
 #include <climits>
 
 #include "cxlpool/common/strings.h"
@@ -54,6 +55,26 @@ std::vector<gid_t> ParseStatusGroups(std::string_view status_text) {
     break;
   }
   return out;
+}
+
+uint64_t ParseStatusCapEff(std::string_view status_text) {
+  for (const auto& line : Split(status_text, '\n')) {
+    if (!StartsWith(line, "CapEff:")) continue;
+    std::string_view hex = std::string_view(line).substr(7);
+    while (!hex.empty() && (hex.front() == ' ' || hex.front() == '\t')) hex.remove_prefix(1);
+    uint64_t v = 0;
+    auto [end, ec] = std::from_chars(hex.data(), hex.data() + hex.size(), v, 16);
+    if (ec != std::errc() || end == hex.data()) return 0;
+    return v;
+  }
+  return 0;
+}
+
+bool HaveEffectiveCapability(int cap) {
+  if (cap < 0 || cap > 63) return false;
+  auto text = MakeRootedFileSystem("/")->ReadFile("/proc/self/status");
+  if (!text.ok()) return false;
+  return (ParseStatusCapEff(*text) >> cap) & 1;
 }
 
 std::string ParseUnifiedCgroup(std::string_view cgroup_text) {

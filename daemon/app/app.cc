@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/capability.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -26,6 +27,7 @@
 #include "cxlpool/common/clock.h"
 #include "cxlpool/common/fs.h"
 #include "cxlpool/common/log.h"
+#include "cxlpool/common/proc.h"
 #include "cxlpool/common/strings.h"
 #include "cxlpool/proto/frame.h"
 #include "cxlpool/topology/discover.h"
@@ -61,22 +63,10 @@ std::string RandomHex(int bytes) {
   return s;
 }
 
-// CAP_IPC_LOCK in the effective set: mlock ignores RLIMIT_MEMLOCK.
-bool HasIpcLock() {
-  FILE* f = std::fopen("/proc/self/status", "re");
-  if (f == nullptr) return false;
-  char line[256];
-  unsigned long long caps = 0;
-  while (std::fgets(line, sizeof line, f) != nullptr) {
-    if (std::sscanf(line, "CapEff: %llx", &caps) == 1) break;
-  }
-  std::fclose(f);
-  return (caps >> 14) & 1;  // CAP_IPC_LOCK
-}
-
 // Raises RLIMIT_MEMLOCK as far as allowed: pinned leases count against it.
 void RaiseMemlock(uint64_t want) {
-  if (HasIpcLock()) return;
+  // CAP_IPC_LOCK in the effective set: mlock ignores RLIMIT_MEMLOCK.
+  if (HaveEffectiveCapability(CAP_IPC_LOCK)) return;
   struct rlimit rl;
   if (getrlimit(RLIMIT_MEMLOCK, &rl) != 0) return;
   struct rlimit inf = {RLIM_INFINITY, RLIM_INFINITY};

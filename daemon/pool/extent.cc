@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
+
+#include "cxlpool/common/log.h"
 
 namespace cxlpool {
 
@@ -47,9 +50,12 @@ Status Extent::ShrinkTo(uint64_t size) {
 void Extent::Retire() {
   if (fd_.valid()) {
     // Truncate first: the pages go back even while a holder still has the
-    // fd or a mapping (its next access faults with SIGBUS). Cannot fail for
-    // a memfd we made (F_SEAL_SHRINK is never set).
-    (void)::ftruncate(fd_.get(), 0);
+    // fd or a mapping (its next access faults with SIGBUS). Should not fail
+    // for a memfd we made (F_SEAL_SHRINK is never set); if it does, say so:
+    // a holder could then still read the memory.
+    if (::ftruncate(fd_.get(), 0) != 0) {
+      CXLPOOL_LOG(kError) << "extent: truncating a retired memfd failed: " << std::strerror(errno);
+    }
   }
   if (addr_ != nullptr) {
     ::munmap(addr_, map_bytes_);

@@ -1,5 +1,6 @@
 #include "tiering/migrator.h"
 
+#include <linux/capability.h>
 #include <numaif.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "cxlpool/common/proc.h"
 #include "cxlpool/common/strings.h"
 
 #ifndef MADV_POPULATE_READ
@@ -253,16 +255,6 @@ Result<PageCount> CountPages(const void* addr, uint64_t len, uint64_t page_size)
 
 std::unique_ptr<Migrator> MakeKernelMigrator() { return std::make_unique<KernelMigrator>(); }
 
-bool HaveCapSysNice() {
-  FILE* f = std::fopen("/proc/self/status", "re");
-  if (f == nullptr) return false;
-  char line[256];
-  unsigned long long caps = 0;
-  while (std::fgets(line, sizeof line, f) != nullptr) {
-    if (std::sscanf(line, "CapEff: %llx", &caps) == 1) break;
-  }
-  std::fclose(f);
-  return (caps >> 23) & 1;  // CAP_SYS_NICE
-}
+bool HaveCapSysNice() { return HaveEffectiveCapability(CAP_SYS_NICE); }
 
 }  // namespace cxlpool::tiering

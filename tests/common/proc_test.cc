@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <fstream>
 #include <string>
 
 namespace cxlpool {
@@ -71,6 +73,25 @@ TEST(ProcStatus, GroupsAndCgroup) {
             "/system.slice/foo.service");
   EXPECT_EQ(ParseUnifiedCgroup("0::/\n"), "/");
   EXPECT_EQ(ParseUnifiedCgroup("12:cpu:/a\n"), "");
+}
+
+TEST(ProcStatus, EffectiveCapabilities) {
+  EXPECT_EQ(ParseStatusCapEff("CapInh:\t0000000000000000\nCapEff:\t0000000000804000\n"), 0x804000u);
+  EXPECT_EQ(ParseStatusCapEff("CapEff:\t000001ffffffffff\n"), 0x1ffffffffffu);
+  EXPECT_EQ(ParseStatusCapEff("CapEff:\tzz\n"), 0u);
+  EXPECT_EQ(ParseStatusCapEff("Uid:\t0\n"), 0u);
+  EXPECT_FALSE(HaveEffectiveCapability(-1));
+  EXPECT_FALSE(HaveEffectiveCapability(64));
+  // This process, against the kernel's own line read here another way.
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  unsigned long long caps = ~0ull;
+  while (std::getline(in, line)) {
+    if (std::sscanf(line.c_str(), "CapEff: %llx", &caps) == 1) break;
+  }
+  ASSERT_NE(caps, ~0ull);
+  for (int cap : {12, 14, 21, 23})
+    EXPECT_EQ(HaveEffectiveCapability(cap), ((caps >> cap) & 1) != 0);
 }
 
 }  // namespace

@@ -262,7 +262,7 @@ void LadderBuildRows(const Options& o, const Builder& b, const std::vector<uint6
           break;
         }
         // The release: truncate first (as a revoke would), then close.
-        (void)::ftruncate(e->fd.get(), 0);
+        (void)!::ftruncate(e->fd.get(), 0);
       }
       build.push_back(s.Total());
       fixed.push_back(s.Total() - s.populate - s.lock);
@@ -618,7 +618,7 @@ void RecycleRows(const Options& o, const Builder& b, uint64_t size, int reps, Re
   std::vector<uint64_t> trunc_ns;
   auto fresh = median_of([&]() -> Status {
     uint64_t t0 = NowNs();
-    (void)::ftruncate(e->fd.get(), 0);
+    (void)!::ftruncate(e->fd.get(), 0);
     *e = TestExtent();
     trunc_ns.push_back(NowNs() - t0);
     auto n = b.Build(size, nullptr);

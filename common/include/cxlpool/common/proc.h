@@ -1,7 +1,8 @@
 // Proc: what cxlpool reads about a process from /proc/<pid>/, parsed in one
 // place and read through the FileSystem seam (a fake or a rooted tree in
 // tests): the stat line (state, start time, last CPU), the supplementary
-// groups of status, and the unified-hierarchy line of cgroup.
+// groups and effective capabilities of status, and the unified-hierarchy
+// line of cgroup.
 //
 // The stat line is "pid (comm) state ppid ...": comm may hold spaces and
 // parentheses, so fields are counted after the last ')'.
@@ -42,6 +43,14 @@ Result<ProcStat> ReadProcStat(const FileSystem& fs, pid_t pid);
 // "Groups:\t10 27 1000" of /proc/<pid>/status -> {10, 27, 1000}; empty when
 // the line is missing.
 std::vector<gid_t> ParseStatusGroups(std::string_view status_text);
+// "CapEff:\t0000000000800000" of /proc/<pid>/status -> its bit mask; 0 when
+// the line is missing or not hex.
+uint64_t ParseStatusCapEff(std::string_view status_text);
+// Whether capability number `cap` (<linux/capability.h>: CAP_IPC_LOCK 14,
+// CAP_SYS_NICE 23, ...) is in this process's effective set, from
+// /proc/self/status; false when that cannot be read.
+bool HaveEffectiveCapability(int cap);
+
 // The "0::/system.slice/foo.service" line of /proc/<pid>/cgroup -> its path;
 // "" when there is none (no unified hierarchy).
 std::string ParseUnifiedCgroup(std::string_view cgroup_text);
