@@ -24,7 +24,7 @@ TEST(StringsTest, CpuList) {
   EXPECT_FALSE(ParseCpuList("0-1024", kMaxNodeListId).ok()) << "node lists stop at 1023";
   // Overlapping parts: each id once, in order.
   std::string many;
-  for (int i = 0; i < 500; ++i) many += (i ? "," : "") + std::string("0-16383");
+  for (int i = 0; i < 500; ++i) many.append(i ? "," : "").append("0-16383");
   auto merged = ParseCpuList(many + ",5,20000-20000");
   EXPECT_FALSE(merged.ok()) << "one bad part refuses the list";
   merged = ParseCpuList(many + ",5,3-9");

@@ -250,7 +250,7 @@ TEST_F(LongTermPinPlacementTest, NothingLeftIsRefusedAndExcludedPoolsFallBack) {
 TEST(LastCpuTest, ParsesProcStatWithSpacesInComm) {
   FakeFileSystem fs;
   std::string fields;
-  for (int i = 3; i <= 52; ++i) fields += " " + std::to_string(i == 39 ? 7 : i);
+  for (int i = 3; i <= 52; ++i) fields.append(" ").append(std::to_string(i == 39 ? 7 : i));
   fs.AddFile("/proc/42/stat", "42 (a) b (c)" + fields + "\n");
   EXPECT_EQ(LastCpuOf(fs, 42), 7);
   EXPECT_EQ(LastCpuOf(fs, 43), std::nullopt);

@@ -159,7 +159,7 @@ TEST(Codec, DecodeReplyChecksTypeAndSurfacesErrors) {
 
 TEST(Codec, ErrorCodesMapOneToOne) {
   for (int c = 1; c <= static_cast<int>(Code::kRevoked); ++c) {
-    Status in(static_cast<Code>(c), "m" + std::to_string(c));
+    Status in(static_cast<Code>(c), std::string("m").append(std::to_string(c)));
     proto::ErrorReply e = ToErrorReply(in);
     EXPECT_EQ(static_cast<int>(e.code()), c);
     Status out = FromErrorReply(e);
