@@ -35,17 +35,6 @@ using testsupport::kMiB;
 using testsupport::PollUntil;
 using testsupport::RawClient;
 
-Result<Accounting> Snapshot(const std::string& socket) {
-  auto admin = RawClient::Connect(socket, "damage-checker");
-  if (!admin.ok()) return admin.status();
-  return testsupport::ReadAccounting(*admin);
-}
-
-bool InGrace(const std::string& socket) {
-  auto c = RawClient::Connect(socket, "damage-probe");
-  return c.ok() && c->hello().in_grace_period();
-}
-
 // A process holding leases over the raw protocol; it reclaims when told,
 // handing back everything the daemon told it of each lease.
 struct Holder {

@@ -24,17 +24,6 @@ using testsupport::kMiB;
 using testsupport::PollUntil;
 using testsupport::RawClient;
 
-Result<Accounting> Snapshot(const std::string& socket) {
-  auto admin = RawClient::Connect(socket, "restart-checker");
-  if (!admin.ok()) return admin.status();
-  return testsupport::ReadAccounting(*admin);
-}
-
-bool InGrace(const std::string& socket) {
-  auto c = RawClient::Connect(socket, "restart-probe");
-  return c.ok() && c->hello().in_grace_period();
-}
-
 // A process holding leases over the raw protocol; it reclaims only when told.
 struct RawHolder {
   std::string socket;

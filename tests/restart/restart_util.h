@@ -84,4 +84,20 @@ class Helper {
   int from_ = -1;
 };
 
+// What the daemon on `socket` accounts now, read as an admin client named
+// `who`.
+inline Result<testsupport::Accounting> Snapshot(const std::string& socket,
+                                                const std::string& who = "restart-checker") {
+  auto admin = testsupport::RawClient::Connect(socket, who);
+  if (!admin.ok()) return admin.status();
+  return testsupport::ReadAccounting(*admin);
+}
+
+// Whether the daemon on `socket` says, in its HELLO reply, that it is in its
+// restart grace period.
+inline bool InGrace(const std::string& socket) {
+  auto c = testsupport::RawClient::Connect(socket, "restart-probe");
+  return c.ok() && c->hello().in_grace_period();
+}
+
 }  // namespace cxlpool::restart
