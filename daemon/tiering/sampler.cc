@@ -64,7 +64,9 @@ std::string KernelAccess::ToString() const {
     for (const auto& o : damon_operations) ops += (ops.empty() ? "" : ",") + o;
     s += "sysfs present, operations " + (ops.empty() ? std::string("?") : ops) + ", " +
          std::to_string(damon_kdamonds) + " kdamond(s), " + std::to_string(damon_running) +
-         " running; not driven by cxlpoold";
+         " running" +
+         (damon_driven ? "; driven by cxlpoold (its own kdamond, paddr)"
+                       : "; not driven by cxlpoold");
   }
   s += "; idle page tracking: ";
   if (!page_idle) {

@@ -13,14 +13,12 @@
 //    touched it since. The frame numbers come from /proc/self/pagemap over
 //    the sampler's own mapping of the lease, which shows them only with
 //    CAP_SYS_ADMIN. This is the sampler implemented here (IdlePageSampler).
-//  - DAMON (/sys/kernel/mm/damon/admin, CONFIG_DAMON_SYSFS). Its "vaddr"
-//    operations watch one process's page tables, so they would see a lease
-//    only through one holder at a time; "paddr" watches physical ranges and
-//    does see every holder, but a lease's pages are scattered over physical
-//    memory and a kdamond is shared machine state (writing nr_kdamonds fails
-//    with EBUSY while any kdamond runs, e.g. DAMON_RECLAIM's). The daemon
-//    detects and reports DAMON (operations, kdamonds and whether they run)
-//    and does not drive it.
+//  - DAMON (/sys/kernel/mm/damon/admin, CONFIG_DAMON_SYSFS). Its "paddr"
+//    operations check page frames' accessed bits through the reverse map,
+//    so they see every holder too; DamonSampler (damon_sampler.h) drives a
+//    kdamond of its own with them, where no other kdamond exists (a kdamond
+//    is machine-wide state, e.g. DAMON_RECLAIM's). "vaddr" would watch one
+//    process's page tables, so it would see a lease through one holder only.
 // Detection is read-only; reads go through the FileSystem seam (ReadAt for
 // the binary files), the bitmap writes through KernelFileWriter, so tests run
 // the sampler against fakes that fail closed.
@@ -47,11 +45,12 @@ struct KernelAccess {
   std::vector<std::string> damon_operations;  // kdamond 0's avail_operations
   uint32_t damon_kdamonds = 0;                // kdamonds/nr_kdamonds
   uint32_t damon_running = 0;                 // of them with state "on"
+  bool damon_driven = false;                  // a DamonSampler of ours runs (ChooseSampler)
   // Idle page tracking
   bool page_idle = false;           // the bitmap exists
   bool page_idle_readable = false;  // its first word could be read
   bool pagemap_pfns = false;        // /proc/self/pagemap shows frame numbers
-  // What the engine samples with: "idle_page" or "none", and why.
+  // What the engine samples with: "idle_page", "damon" or "none", and why.
   std::string sampler = "none";
   std::string why;
 
