@@ -371,10 +371,9 @@ std::unique_ptr<AccessSampler> ChooseSampler(const std::string& mode, KernelAcce
     why_not = st.message();
   }
   access->sampler = "none";
-  access->why += "; DAMON not driven: " + why_not;
-  if (access->why.find("holders' signals only") == std::string::npos) {
-    access->why += "; temperatures come from the holders' signals only";
-  }
+  const std::string only = "; temperatures come from the holders' signals only";
+  if (auto at = access->why.find(only); at != std::string::npos) access->why.erase(at);
+  access->why += "; DAMON not driven: " + why_not + only;
   return nullptr;
 }
 
