@@ -246,6 +246,20 @@ std::string ReadFirstLine(const std::string& path);  // "" if unreadable
 Status BindToNode(void* p, uint64_t len, int node);
 // MADV_POPULATE_WRITE, else a write to every `page`.
 void PopulateWrite(void* p, uint64_t len, uint64_t page);
+// The page kinds the figures compare with the same kind on both sides.
+enum class Pages { k4K, kThp, kHugetlb };
+const char* PagesName(Pages p);  // "4k", "thp", "hugetlb"
+// A STATS counter, 0 when the daemon does not have it.
+uint64_t CounterOf(const proto::StatsReply& s, const std::string& k);
+// The baseline of the "ready" figures, the client doing it alone: anonymous
+// mmap (MAP_HUGETLB for hugetlb) of `size`, mbind to `node`, MADV_HUGEPAGE
+// or MADV_NOHUGEPAGE, MADV_POPULATE_WRITE; unmapped afterwards. Its ns.
+Result<uint64_t> PopulateYourselfNs(uint64_t size, int node, Pages pages);
+// Whether memfds (shmem) may get transparent huge pages: shmem_enabled is
+// advise, always, within_size or force.
+bool ShmemThpAllowed();
+// Free 2 MiB hugepages of `node` (0 when unreadable).
+uint64_t FreeHugepages(int node);
 // Per-node meminfo counters are per-CPU deltas folded every
 // vm.stat_interval seconds: sleeps two intervals so they have caught up.
 void SettleVmstat();

@@ -722,6 +722,53 @@ void PopulateWrite(void* p, uint64_t len, uint64_t page) {
   for (uint64_t off = 0; off < len; off += page) c[off] = 0;
 }
 
+const char* PagesName(Pages p) {
+  switch (p) {
+    case Pages::k4K:
+      return "4k";
+    case Pages::kThp:
+      return "thp";
+    case Pages::kHugetlb:
+      return "hugetlb";
+  }
+  return "?";
+}
+
+uint64_t CounterOf(const proto::StatsReply& s, const std::string& k) {
+  auto it = s.counters().find(k);
+  return it == s.counters().end() ? 0 : it->second;
+}
+
+Result<uint64_t> PopulateYourselfNs(uint64_t size, int node, Pages pages) {
+  uint64_t t0 = NowNs();
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS | (pages == Pages::kHugetlb ? MAP_HUGETLB : 0);
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, flags, -1, 0);
+  if (p == MAP_FAILED) return Status::FromErrno(errno, "mmap baseline");
+  Status st = BindToNode(p, size, node);
+  if (st.ok() && pages != Pages::kHugetlb) {
+    ::madvise(p, size, pages == Pages::kThp ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+  }
+  if (st.ok()) PopulateWrite(p, size, pages == Pages::kHugetlb ? 2 * kMiB : 4 * kKiB);
+  uint64_t t1 = NowNs();
+  ::munmap(p, size);
+  if (!st.ok()) return st;
+  return t1 - t0;
+}
+
+bool ShmemThpAllowed() {
+  std::string mode = ReadFirstLine("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+  auto open = mode.find('['), close = mode.find(']');
+  std::string cur =
+      open != std::string::npos && close > open ? mode.substr(open + 1, close - open - 1) : "";
+  return cur == "advise" || cur == "always" || cur == "within_size" || cur == "force";
+}
+
+uint64_t FreeHugepages(int node) {
+  std::string v = ReadFirstLine("/sys/devices/system/node/node" + std::to_string(node) +
+                                "/hugepages/hugepages-2048kB/free_hugepages");
+  return v.empty() ? 0 : std::strtoull(v.c_str(), nullptr, 10);
+}
+
 namespace {
 
 // "Key:   123 kB" lines -> bytes; `prefix` is stripped first ("Node 0 ").

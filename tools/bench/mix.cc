@@ -39,32 +39,6 @@ namespace {
 // one recycled lease.
 uint64_t MixReserve(uint64_t max_size) { return std::max<uint64_t>(2 * max_size, 64 * kMiB); }
 
-enum class Pages { k4K, kThp };
-
-// Whether memfds (shmem) can get transparent huge pages on this machine.
-bool ShmemThpAllowed() {
-  std::string mode = ReadFirstLine("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
-  auto open = mode.find('['), close = mode.find(']');
-  std::string cur =
-      open != std::string::npos && close > open ? mode.substr(open + 1, close - open - 1) : "";
-  return cur == "advise" || cur == "always" || cur == "within_size" || cur == "force";
-}
-
-// The baseline: the client populating `size` of its own anonymous memory on
-// `node` with the given page size. ns, or the error.
-Result<uint64_t> PopulateYourself(uint64_t size, int node, Pages pages) {
-  uint64_t t0 = NowNs();
-  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return Status::FromErrno(errno, "mmap baseline");
-  Status st = BindToNode(p, size, node);
-  if (st.ok()) ::madvise(p, size, pages == Pages::kThp ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
-  if (st.ok()) PopulateWrite(p, size, 4 * kKiB);
-  uint64_t t1 = NowNs();
-  ::munmap(p, size);
-  if (!st.ok()) return st;
-  return t1 - t0;
-}
-
 // `n` deterministic sizes, log-uniform over [4 KiB, max], none a multiple of
 // 4 KiB, in random order.
 std::vector<uint64_t> MixSizes(int n, uint64_t max) {
@@ -97,11 +71,6 @@ struct MixSpec {
   std::vector<Band> bands;
   double sum_goal;  // 0: none
 };
-
-uint64_t CounterOf(const proto::StatsReply& s, const std::string& k) {
-  auto it = s.counters().find(k);
-  return it == s.counters().end() ? 0 : it->second;
-}
 
 double MedianOf(std::vector<double> v) {
   if (v.empty()) return 0;
@@ -168,7 +137,7 @@ void RunMix(const Options& o, const MixSpec& spec, Report* r) {
     }
     (void)lease->Release();
     if (Status s = ctl->WaitIdle(); !s.ok()) return r->Skip(spec.figure, "mix", s.ToString());
-    auto self = PopulateYourself(size, o.node, lease_pages);
+    auto self = PopulateYourselfNs(size, o.node, lease_pages);
     if (!self.ok()) {
       return r->Skip(spec.figure, "mix", "baseline: " + self.status().ToString());
     }
@@ -404,7 +373,7 @@ uint64_t WarmBytes(const proto::PoolsReply& p, int node) {
 }
 
 void RecycledRows(const Options& o, Pages pages, uint64_t size, int reps, Report* r) {
-  const char* kind = pages == Pages::kThp ? "thp" : "4k";
+  const char* kind = PagesName(pages);
   const std::string metric = "release to reserve again, " + HumanSize(size) + " " + kind;
   DaemonConfig cfg;
   cfg.thp = pages == Pages::kThp;
