@@ -1,6 +1,5 @@
 #include "tiering/damon_sampler.h"
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,10 +9,6 @@
 #include <utility>
 
 #include "cxlpool/common/strings.h"
-
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22
-#endif
 
 namespace cxlpool::tiering {
 
@@ -40,7 +35,6 @@ DamonSampler::DamonSampler(const FileSystem* sys, const FileSystem* proc, Kernel
 DamonSampler::~DamonSampler() {
   if (running_) (void)Stop();
   if (opened_) (void)Write(std::string(kAdmin) + "/kdamonds/nr_kdamonds", "0");
-  for (auto& [k, t] : tracked_) Unmap(t);
 }
 
 std::string DamonSampler::Kd() const { return std::string(kAdmin) + "/kdamonds/0"; }
@@ -108,26 +102,13 @@ Status DamonSampler::Open() {
   return Status::Ok();
 }
 
-void DamonSampler::Unmap(Tracked& t) {
-  if (t.addr != nullptr) ::munmap(t.addr, t.length);
-  t.addr = nullptr;
-}
-
 void DamonSampler::Forget(uint64_t lease_id) {
-  for (auto it = tracked_.begin(); it != tracked_.end();) {
-    if (it->first.first == lease_id) {
-      Unmap(it->second);
-      it = tracked_.erase(it);
-      dirty_ = true;
-    } else {
-      ++it;
-    }
-  }
+  if (EraseLease(&tracked_, lease_id)) dirty_ = true;
 }
 
 Result<std::vector<DamonSampler::Run>> DamonSampler::Frames(const Tracked& t) const {
-  const uint64_t pages = t.length / kPage;
-  const uint64_t vpn = reinterpret_cast<uintptr_t>(t.addr) / kPage;
+  const uint64_t pages = t.map.length() / kPage;
+  const uint64_t vpn = reinterpret_cast<uintptr_t>(t.map.addr()) / kPage;
   auto e = proc_->ReadAt(kPagemap, vpn * 8, static_cast<size_t>(pages * 8));
   if (!e.ok()) return e.status();
   if (e->size() != pages * 8) return Status(Code::kIo, "short read of /proc/self/pagemap");
@@ -239,36 +220,25 @@ std::vector<SampleResult> DamonSampler::Sample(const std::vector<SampleTarget>& 
   for (const SampleTarget& t : targets) {
     const Key key{t.lease_id, t.unit};
     auto it = tracked_.find(key);
-    if (it != tracked_.end() && (it->second.offset != t.offset || it->second.length != t.length)) {
-      Unmap(it->second);
+    if (it != tracked_.end() && !it->second.map.Covers(t)) {
       tracked_.erase(it);
       it = tracked_.end();
     }
     if (it == tracked_.end()) {
       if (t.fd < 0 || t.length < kPage) continue;
-      void* a =
-          ::mmap(nullptr, t.length, PROT_READ, MAP_SHARED, t.fd, static_cast<off_t>(t.offset));
-      if (a == MAP_FAILED) {
-        last_error_ = std::string("mmap for sampling: ") + std::strerror(errno);
-        continue;
-      }
-      // Page-table entries of our own, so that pagemap shows the frames.
-      if (::madvise(a, t.length, MADV_POPULATE_READ) != 0) {
-        last_error_ = std::string("populate for sampling: ") + std::strerror(errno);
-        ::munmap(a, t.length);
+      auto m = SampledMapping::Map(t);
+      if (!m.ok()) {
+        last_error_ = m.status().message();
         continue;
       }
       Tracked tr;
-      tr.addr = a;
-      tr.length = t.length;
-      tr.offset = t.offset;
+      tr.map = std::move(*m);
       it = tracked_.emplace(key, std::move(tr)).first;
     }
     Tracked& tr = it->second;
     auto frames = Frames(tr);
     if (!frames.ok()) {  // not sampled: dropped, tried again next round
       last_error_ = frames.status().ToString();
-      Unmap(tr);
       tracked_.erase(it);
       dirty_ = true;
       continue;
@@ -286,7 +256,6 @@ std::vector<SampleResult> DamonSampler::Sample(const std::vector<SampleTarget>& 
   }
   for (auto it = tracked_.begin(); it != tracked_.end();) {
     if (seen.count(it->first) == 0) {  // pinned since, or gone
-      Unmap(it->second);
       it = tracked_.erase(it);
       changed = true;
     } else {

@@ -81,9 +81,7 @@ class DamonSampler final : public AccessSampler {
     uint64_t start = 0, end = 0;
   };
   struct Tracked {
-    void* addr = nullptr;
-    uint64_t length = 0;
-    uint64_t offset = 0;
+    SampledMapping map;
     std::vector<Run> runs;  // as committed
     bool armed = false;     // its runs were committed in an earlier round
   };
@@ -98,7 +96,6 @@ class DamonSampler final : public AccessSampler {
   Status Stop();
   // The kdamond's regions now: start, end, nr_accesses.
   Result<std::vector<std::pair<Run, uint32_t>>> TriedRegions();
-  void Unmap(Tracked& t);
 
   const FileSystem* sys_;
   const FileSystem* proc_;

@@ -107,6 +107,48 @@ class AccessSampler {
   virtual void Forget(uint64_t lease_id) = 0;
 };
 
+// A sampler's own read-only MAP_SHARED mapping of one sampled range,
+// populated so that /proc/self/pagemap shows its frames; unmapped when
+// destroyed. Move-only.
+class SampledMapping {
+ public:
+  SampledMapping() = default;
+  // IO ("mmap for sampling: ...", "populate for sampling: ..."),
+  // INVALID_ARGUMENT (no fd, empty range).
+  static Result<SampledMapping> Map(const SampleTarget& t);
+  ~SampledMapping();
+  SampledMapping(SampledMapping&& o) noexcept;
+  SampledMapping& operator=(SampledMapping&& o) noexcept;
+  SampledMapping(const SampledMapping&) = delete;
+  SampledMapping& operator=(const SampledMapping&) = delete;
+
+  void* addr() const { return addr_; }
+  uint64_t length() const { return length_; }
+  // The same range of the lease as `t` (else it is mapped again).
+  bool Covers(const SampleTarget& t) const { return offset_ == t.offset && length_ == t.length; }
+
+ private:
+  void* addr_ = nullptr;
+  uint64_t length_ = 0;
+  uint64_t offset_ = 0;
+};
+
+// Erases the entries of a map keyed by (lease id, unit) that belong to
+// `lease_id`; true if there were any.
+template <typename Map>
+bool EraseLease(Map* m, uint64_t lease_id) {
+  bool any = false;
+  for (auto it = m->begin(); it != m->end();) {
+    if (it->first.first == lease_id) {
+      it = m->erase(it);
+      any = true;
+    } else {
+      ++it;
+    }
+  }
+  return any;
+}
+
 // Samples up to `pages_per_target` pages of each range, spread evenly.
 class IdlePageSampler final : public AccessSampler {
  public:
@@ -121,16 +163,12 @@ class IdlePageSampler final : public AccessSampler {
 
  private:
   struct Tracked {
-    void* addr = nullptr;
-    uint64_t length = 0;
-    uint64_t offset = 0;
-    uint64_t page_size = 4096;
+    SampledMapping map;
     std::vector<uint64_t> pfns;  // per sampled page, as armed last round (0: none)
   };
   // The frame number of the page at `addr` from /proc/self/pagemap, 0 if
   // not present or not visible.
   Result<uint64_t> Pfn(const void* addr) const;
-  void Unmap(Tracked& t);
 
   const FileSystem* sys_;
   const FileSystem* proc_;
