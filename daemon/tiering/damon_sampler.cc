@@ -219,27 +219,13 @@ std::vector<SampleResult> DamonSampler::Sample(const std::vector<SampleTarget>& 
   bool changed = std::exchange(dirty_, false);
   for (const SampleTarget& t : targets) {
     const Key key{t.lease_id, t.unit};
-    auto it = tracked_.find(key);
-    if (it != tracked_.end() && !it->second.map.Covers(t)) {
-      tracked_.erase(it);
-      it = tracked_.end();
-    }
-    if (it == tracked_.end()) {
-      if (t.fd < 0 || t.length < kPage) continue;
-      auto m = SampledMapping::Map(t);
-      if (!m.ok()) {
-        last_error_ = m.status().message();
-        continue;
-      }
-      Tracked tr;
-      tr.map = std::move(*m);
-      it = tracked_.emplace(key, std::move(tr)).first;
-    }
-    Tracked& tr = it->second;
+    Tracked* found = TrackTarget(&tracked_, t, &last_error_);
+    if (found == nullptr) continue;
+    Tracked& tr = *found;
     auto frames = Frames(tr);
     if (!frames.ok()) {  // not sampled: dropped, tried again next round
       last_error_ = frames.status().ToString();
-      tracked_.erase(it);
+      tracked_.erase(key);
       dirty_ = true;
       continue;
     }

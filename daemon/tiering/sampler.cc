@@ -209,24 +209,9 @@ std::vector<SampleResult> IdlePageSampler::Sample(const std::vector<SampleTarget
   };
   for (const auto& t : targets) {
     SampleResult res{t.lease_id, t.unit, 0, 0};
-    auto key = std::make_pair(t.lease_id, t.unit);
-    auto it = tracked_.find(key);
-    if (it != tracked_.end() && !it->second.map.Covers(t)) {
-      tracked_.erase(it);
-      it = tracked_.end();
-    }
-    if (it == tracked_.end()) {
-      if (t.fd < 0 || t.length == 0) continue;
-      auto m = SampledMapping::Map(t);
-      if (!m.ok()) {
-        last_error_ = m.status().message();
-        continue;
-      }
-      Tracked tr;
-      tr.map = std::move(*m);
-      it = tracked_.emplace(key, std::move(tr)).first;
-    }
-    Tracked& tr = it->second;
+    Tracked* found = TrackTarget(&tracked_, t, &last_error_);
+    if (found == nullptr) continue;
+    Tracked& tr = *found;
     uint64_t pages = tr.map.length() / 4096;
     uint64_t n = std::min<uint64_t>(pages, pages_per_target_);
     std::vector<uint64_t> pfns(n, 0);

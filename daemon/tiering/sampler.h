@@ -149,6 +149,32 @@ bool EraseLease(Map* m, uint64_t lease_id) {
   return any;
 }
 
+// The entry of `m` (keyed by (lease id, unit); its values have a
+// `SampledMapping map`) for `t`, mapped anew when it is missing or covers
+// another range of the lease. Null when `t` has nothing to map, or when the
+// mapping failed (`error` then says why).
+template <typename Map>
+typename Map::mapped_type* TrackTarget(Map* m, const SampleTarget& t, std::string* error) {
+  const auto key = std::make_pair(t.lease_id, t.unit);
+  auto it = m->find(key);
+  if (it != m->end() && !it->second.map.Covers(t)) {
+    m->erase(it);
+    it = m->end();
+  }
+  if (it == m->end()) {
+    if (t.fd < 0 || t.length == 0) return nullptr;
+    auto mapped = SampledMapping::Map(t);
+    if (!mapped.ok()) {
+      *error = mapped.status().message();
+      return nullptr;
+    }
+    typename Map::mapped_type entry;
+    entry.map = std::move(*mapped);
+    it = m->emplace(key, std::move(entry)).first;
+  }
+  return &it->second;
+}
+
 // Samples up to `pages_per_target` pages of each range, spread evenly.
 class IdlePageSampler final : public AccessSampler {
  public:
