@@ -109,7 +109,7 @@ TEST_F(BenchSmoke, QuickJsonNamesEveryFigureWithConsistentRatios) {
     EXPECT_TRUE(metrics[f].count("ready, whole mix (sum of times)")) << f << "\n" << r.out;
     int bands = 0;
     for (const std::string& m : metrics[f]) bands += m.rfind("ready, median per request ", 0) == 0;
-    EXPECT_GE(bands, 2) << f << "\n" << r.out;
+    EXPECT_EQ(bands, 3) << f << " (the --quick mix reaches every size band)\n" << r.out;
   }
   for (const auto& row : j["results"]) {
     const std::string fig = row.at("figure"), m = row.at("metric");

@@ -49,7 +49,7 @@ struct Options {
   // (not root and RLIMIT_MEMLOCK below 2 GiB), noted in the report.
   bool pin = true;
   // The any-size mixes (P2any, P2_4k, P2cold): largest request and number of
-  // requests; 0 means the figure's default (2 GiB and 200; --quick 64 MiB
+  // requests; 0 means the figure's default (2 GiB and 200; --quick 256 MiB
   // and 24).
   uint64_t max_size = 0;
   int mix_count = 0;

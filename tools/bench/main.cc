@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--max-size", o.max_size,
                  "largest request of the P2any/P2_4k/P2cold mixes in bytes (default 2 GiB, "
-                 "--quick 64 MiB)")
+                 "--quick 256 MiB)")
       ->check(CLI::PositiveNumber);
   app.add_option("--mix-count", o.mix_count,
                  "number of requests in those mixes (default 200, --quick 24)")

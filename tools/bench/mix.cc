@@ -80,7 +80,7 @@ double MedianOf(std::vector<double> v) {
 }
 
 void RunMix(const Options& o, const MixSpec& spec, Report* r) {
-  const uint64_t max = o.max_size ? o.max_size : (o.quick ? 64 * kMiB : 2 * kGiB);
+  const uint64_t max = o.max_size ? o.max_size : (o.quick ? 256 * kMiB : 2 * kGiB);
   const int count = o.mix_count ? o.mix_count : (o.quick ? 24 : 200);
   if (max < 64 * kKiB) return r->Skip(spec.figure, "mix", "--max-size below 64 KiB");
   const std::vector<uint64_t> sizes = MixSizes(count, max);
