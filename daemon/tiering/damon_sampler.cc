@@ -32,9 +32,12 @@ DamonSampler::DamonSampler(const FileSystem* sys, const FileSystem* proc, Kernel
   if (options_.max_regions == 0) options_.max_regions = 1;
 }
 
-DamonSampler::~DamonSampler() {
+DamonSampler::~DamonSampler() { Close(); }
+
+void DamonSampler::Close() {
   if (running_) (void)Stop();
   if (opened_) (void)Write(std::string(kAdmin) + "/kdamonds/nr_kdamonds", "0");
+  opened_ = false;
 }
 
 std::string DamonSampler::Kd() const { return std::string(kAdmin) + "/kdamonds/0"; }
@@ -212,8 +215,11 @@ std::vector<SampleResult> DamonSampler::Sample(const std::vector<SampleTarget>& 
   std::vector<SampleResult> out;
   last_error_.clear();
   if (!opened_) {
-    last_error_ = "DAMON sampler not opened";
-    return out;
+    if (targets.empty()) return out;
+    if (Status st = Open(); !st.ok()) {  // e.g. someone else took DAMON meanwhile
+      last_error_ = "DAMON: " + st.ToString();
+      return out;
+    }
   }
   std::set<Key> seen;
   bool changed = std::exchange(dirty_, false);
@@ -283,13 +289,16 @@ std::vector<SampleResult> DamonSampler::Sample(const std::vector<SampleTarget>& 
   if (changed) {
     std::vector<Run> all;
     for (const auto& [k, t] : tracked_) all.insert(all.end(), t.runs.begin(), t.runs.end());
-    Status st = all.empty() ? (running_ ? Stop() : Status::Ok()) : Commit(std::move(all));
+    Status st = all.empty() ? Status::Ok() : Commit(std::move(all));
     if (st.ok()) {
       for (auto& [k, t] : tracked_) t.armed = true;
     } else {
       last_error_ = "DAMON commit: " + st.ToString();
     }
   }
+  // Nothing to watch: no kdamond is kept (a daemon killed while idle leaves
+  // none behind); the next target opens one again.
+  if (tracked_.empty()) Close();
   return out;
 }
 
@@ -316,10 +325,11 @@ std::unique_ptr<AccessSampler> ChooseSampler(const std::string& mode, KernelAcce
     auto d = std::make_unique<DamonSampler>(sys, proc, writer, damon);
     Status st = d->Open();
     if (st.ok()) {
+      d->Close();  // opened again once there is a lease to sample
       access->sampler = "damon";
       access->why =
-          "DAMON paddr monitoring of each lease's page frames (kdamond 0, created by cxlpoold) "
-          "sees every holder's CPU accesses";
+          "DAMON paddr monitoring of each lease's page frames (kdamond 0, created by cxlpoold "
+          "while there are leases to sample) sees every holder's CPU accesses";
       access->damon_driven = true;
       return d;
     }

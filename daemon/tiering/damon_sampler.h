@@ -19,9 +19,9 @@
 // A kdamond is machine-wide state: writing nr_kdamonds while any kdamond
 // runs fails, and another user's kdamond must never be changed. So the
 // sampler only starts where there is no kdamond at all (nr_kdamonds 0); it
-// then creates kdamond 0 and removes it again when it is destroyed. Anything
-// else is a clear refusal from Open, which the daemon logs and shows in
-// `cxlpoolctl tiering`.
+// then creates kdamond 0, and removes it again whenever it has nothing to
+// watch and when it is destroyed. Anything else is a clear refusal from
+// Open, which the daemon logs and shows in `cxlpoolctl tiering`.
 //
 // Every sysfs read goes through the FileSystem seam and every write through
 // KernelFileWriter, so tests drive the sampler against a fake DAMON that
@@ -56,7 +56,7 @@ class DamonSampler final : public AccessSampler {
   // Creates and starts nothing; see Open.
   DamonSampler(const FileSystem* sys, const FileSystem* proc, KernelFileWriter* writer,
                DamonOptions options = {});
-  ~DamonSampler() override;  // stops and removes the kdamond it created
+  ~DamonSampler() override;  // Close()
   DamonSampler(const DamonSampler&) = delete;
   DamonSampler& operator=(const DamonSampler&) = delete;
 
@@ -66,6 +66,9 @@ class DamonSampler final : public AccessSampler {
   // UNAVAILABLE (DAMON in use by someone else), PERMISSION_DENIED / IO
   // (a write failed; what was created is removed again).
   Status Open();
+  // Stops and removes the kdamond (if ours); Sample opens it again when it
+  // has targets.
+  void Close();
   bool opened() const { return opened_; }
 
   const char* name() const override { return "damon"; }

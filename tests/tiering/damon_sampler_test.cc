@@ -138,11 +138,13 @@ TEST_F(DamonSamplerTest, ForgottenLeasesLeaveAndTheKdamondGoesAwayWithTheSampler
     auto r = s.Sample({Target(2, 0, 2 * kMiB, 2 * kMiB)});
     ASSERT_EQ(r.size(), 1u);
     EXPECT_EQ(r[0].lease_id, 2u);
-    (void)s.Sample({});  // nothing left to watch: the kdamond stops
+    (void)s.Sample({});  // nothing left to watch: the kdamond goes
     EXPECT_FALSE(k.running);
     EXPECT_EQ(s.regions(), 0u);
-    (void)s.Sample({Target(2, 0, 2 * kMiB, 2 * kMiB)});
-    EXPECT_TRUE(k.running);
+    EXPECT_EQ(k.File(std::string(kAdmin) + "/kdamonds/nr_kdamonds"), "0");
+    (void)s.Sample({Target(2, 0, 2 * kMiB, 2 * kMiB)});  // and comes back
+    EXPECT_TRUE(k.running) << s.last_error();
+    EXPECT_EQ(k.File(kCtx + "/operations"), "paddr");
   }
   EXPECT_FALSE(k.running);
   EXPECT_EQ(k.File(std::string(kAdmin) + "/kdamonds/nr_kdamonds"), "0");
@@ -199,7 +201,11 @@ TEST_F(DamonSamplerTest, ChooseSamplerSaysWhichAndWhy) {
     EXPECT_STREQ(s->name(), "damon");
     EXPECT_EQ(a.sampler, "damon");
     EXPECT_NE(a.ToString().find("; driven by cxlpoold"), std::string::npos) << a.ToString();
-    // A second daemon finds the kdamond in use and says so.
+    // Idle, it holds no kdamond; with a lease to sample, it does.
+    EXPECT_EQ(k.File(std::string(kAdmin) + "/kdamonds/nr_kdamonds"), "0");
+    (void)s->Sample({Target(1, 0, 0, 2 * kMiB)});
+    EXPECT_TRUE(k.running);
+    // A second daemon then finds the kdamond in use and says so.
     KernelAccess b = none;
     b.damon_sysfs = true;
     b.pagemap_pfns = true;
