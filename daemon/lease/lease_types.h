@@ -77,6 +77,7 @@ struct LeaseSnapshot {
   uint32_t holders = 0;  // references (connections x attaches)
   std::string backing;
   uint64_t page_size = 0;
+  uint32_t extents = 1;  // memfds the lease is made of, mapped back to back
   bool from_warm_stock = false;
   std::string placement_reason;
   std::string pool;
@@ -88,11 +89,22 @@ struct LeaseSnapshot {
   std::string moved_reason;
 };
 
-// A granted (or attached) lease and its fd, borrowed: valid until the lease
-// ends; send it before returning to the loop.
+// One extent of a granted lease: its fd (borrowed) and its size and page
+// size; it is mapped at the sum of the sizes of the extents before it.
+struct GrantedExtent {
+  int fd = -1;
+  uint64_t size_bytes = 0;
+  uint64_t page_size = 0;
+};
+
+// A granted (or attached) lease and its extents' fds, borrowed: valid until
+// the lease ends; send them before returning to the loop. One extent for a
+// lease built whole and for devdax; several, in mapping order, otherwise.
 struct Granted {
   LeaseSnapshot lease;
-  int fd = -1;
+  std::vector<GrantedExtent> extents;
+  // The fd of a one-extent lease; -1 for a lease of several.
+  int fd() const { return extents.size() == 1 ? extents.front().fd : -1; }
 };
 // Called exactly once with an allocation's outcome.
 using AllocDone = std::function<void(Result<Granted>)>;

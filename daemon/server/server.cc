@@ -823,20 +823,25 @@ ReplyFn Server::Impl::MakeReplyFn(ConnectionId id, uid_t uid, uint64_t request_i
       }
       return;
     }
-    // Off the loop: the fds are only borrowed until we return, so take copies.
+    // Off the loop: the fds are only borrowed until we return, so take
+    // copies (of every frame's: a lease reply's EXTENT_FDS frames too).
     auto owned = std::make_shared<std::vector<UniqueFd>>();
-    for (int fd : reply.fds) {
-      int d = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
-      if (d < 0) {
-        reply = MakeErrorReply(Status::FromErrno(errno, "dup reply fd"));
-        owned->clear();
-        break;
+    auto copy = [&owned](Reply* r) {
+      for (int& fd : r->fds) {
+        int d = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        if (d < 0) return false;
+        owned->emplace_back(d);
+        fd = d;  // the copy, valid until the reply is sent
       }
-      owned->emplace_back(d);
+      return true;
+    };
+    bool copied = copy(&reply);
+    for (size_t i = 0; copied && i < reply.more.size(); ++i) copied = copy(&reply.more[i]);
+    if (!copied) {
+      reply = MakeErrorReply(Status::FromErrno(errno, "dup reply fd"));
+      owned->clear();
     }
-    reply.fds.clear();
     asio::post(*state->io, [state, reply = std::move(reply), owned]() mutable {
-      for (const UniqueFd& fd : *owned) reply.fds.push_back(fd.get());
       if (auto self = state->impl.lock()) {
         self->CompleteRequest(state->conn, state->uid, state->request_id, state->request_type,
                               std::move(reply));
@@ -895,8 +900,15 @@ void Server::Impl::CompleteRequest(ConnectionId id, uid_t uid, uint64_t request_
       close_after = !c->hello_done;  // a failed hello ends the connection
     }
   }
-  const bool queued = Enqueue(c, reply.type, request_id, reply.payload, reply.fds);
+  bool queued = Enqueue(c, reply.type, request_id, reply.payload, reply.fds);
   if (c->hello_done) c->frame_version = static_cast<uint16_t>(c->version);
+  // The frames that follow it (a lease reply's EXTENT_FDS), at once and in
+  // order. One that cannot go leaves the client a reply it cannot finish:
+  // it reads the error (or the closed connection) as the reply's failure.
+  for (size_t i = 0; queued && i < reply.more.size(); ++i) {
+    const Reply& m = reply.more[i];
+    queued = Enqueue(c, m.type, request_id, m.payload, m.fds);
+  }
   if (!queued) return;
   if (close_after) {
     CloseAfterFlush(c, "HELLO failed");
