@@ -42,6 +42,7 @@ void DaemonHandler::OnConnect(ConnectionId conn, const PeerInfo& peer) {
 
 void DaemonHandler::OnDisconnect(ConnectionId conn) {
   fds_per_frame_.erase(conn);
+  version1_.erase(conn);
   leases_->Disconnect(conn);
   if (tiering_ != nullptr) tiering_->OnDisconnect(conn);
 }
@@ -114,6 +115,11 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
       out.set_in_grace_period(leases_->in_grace());
       out.set_max_frame_bytes(options_.max_frame_bytes);
       out.set_is_admin(leases_->IsAdmin(conn));
+      if (*v < 2) {
+        version1_.insert(conn);
+      } else {
+        version1_.erase(conn);
+      }
       const uint32_t per_frame = in.max_fds_per_frame();
       fds_per_frame_[conn] =
           std::clamp<size_t>(per_frame == 0 ? wire::kDefaultMaxFdsPerFrame : per_frame, 1,
@@ -126,6 +132,7 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
       if (Status st = leases_->GraceRefusal(); !st.ok()) return MakeErrorReply(st);
       auto params = FromProto(in);
       if (!params.ok()) return MakeErrorReply(params.status());
+      params->one_extent = version1_.count(conn) > 0;
       const CallerInfo* caller = leases_->Caller(conn);
       // The caller's node matters only when the request names neither a node
       // nor a GPU; with one node that has CPUs it is that node, so /proc is
@@ -181,6 +188,16 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
       if (in.has_owner_uid()) owner = in.owner_uid();
       auto g = leases_->Attach(conn, in.name(), owner);
       if (!g.ok()) return MakeErrorReply(g.status());
+      if (g->extents.size() > 1 && version1_.count(conn)) {
+        // Version 1 carries one fd per lease: this holder cannot map it.
+        (void)leases_->Release(conn, g->lease.id);
+        return MakeErrorReply(
+            Status(Code::kUnsupported, "shared lease '" + in.name() + "' has " +
+                                           std::to_string(g->extents.size()) +
+                                           " extents; protocol version 1 carries one fd per lease "
+                                           "(this client speaks 1, the daemon up to " +
+                                           std::to_string(wire::kMaxWireVersion) + ")"));
+      }
       return LeaseReply(conn, proto::MSG_ATTACH_REPLY, *g);
     }
     case proto::MSG_POOLS_REQUEST: {
@@ -305,14 +322,7 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
 
 Reply DaemonHandler::LeaseReply(ConnectionId conn, proto::MsgType type, const Granted& g) const {
   proto::LeaseInfo info;
-  ToProto(g.lease, &info);
-  if (g.extents.size() > 1) {
-    for (const GrantedExtent& e : g.extents) {
-      proto::ExtentInfo* x = info.add_extents();
-      x->set_size_bytes(e.size_bytes);
-      x->set_page_size(e.page_size);
-    }
-  }
+  ToProto(g.lease, &info);  // with its extents when it has several
   auto per = fds_per_frame_.find(conn);
   const size_t per_frame = per != fds_per_frame_.end() ? per->second : wire::kDefaultMaxFdsPerFrame;
   auto frames = wire::PlanLeaseReply(type, info, g.extents.size(), per_frame,

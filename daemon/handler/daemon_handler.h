@@ -90,6 +90,8 @@ class DaemonHandler final : public RequestHandler {
   // The most fds one frame may bring each client (its HELLO's
   // max_fds_per_frame; 0 there means 64).
   std::unordered_map<ConnectionId, size_t> fds_per_frame_;
+  // Connections that negotiated version 1 (one fd per lease reply).
+  std::unordered_set<ConnectionId> version1_;
 };
 
 }  // namespace cxlpool

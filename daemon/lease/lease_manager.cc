@@ -71,9 +71,13 @@ Result<PageCensus> CensusExtents(const std::vector<std::unique_ptr<Backing>>& ex
 Result<std::vector<std::unique_ptr<Backing>>> BuildExtents(const Pool* pool, uint64_t size,
                                                            bool hugetlb, uint64_t max_extent) {
   std::vector<std::unique_ptr<Backing>> out;
-  const bool cut = max_extent > 0 && size > max_extent && std::string(pool->backing()) == "memfd";
+  // Every piece a whole number of the lease's pages.
+  const uint64_t page =
+      hugetlb ? std::max<uint64_t>(pool->page_size(), 2ull << 20) : pool->page_size();
+  const uint64_t step = page == 0 ? 0 : max_extent / page * page;
+  const bool cut = step > 0 && size > step && std::string(pool->backing()) == "memfd";
   for (uint64_t at = 0; at < size;) {
-    const uint64_t piece = cut ? std::min(max_extent, size - at) : size;
+    const uint64_t piece = cut ? std::min(step, size - at) : size;
     auto b = pool->Build(piece, hugetlb, Pool::BuildFor::kRequest);
     if (!b.ok()) return b.status();  // the pieces built so far reclaim themselves
     out.push_back(std::move(*b));
@@ -372,7 +376,7 @@ void LeaseManager::StartBuild(BuildJob job) {
   const uint64_t sz = job.size;
   const bool hugetlb = job.params.hugetlb;
   const FileSystem* settle = job.settle;
-  const uint64_t max_extent = max_extent_;
+  const uint64_t max_extent = job.params.one_extent ? 0 : max_extent_;
   std::weak_ptr<bool> alive = alive_;
   // Runs on the loop once the backing is built.
   auto complete = [this, alive, job = std::move(job)](Result<Extents> built) mutable {
@@ -680,6 +684,9 @@ LeaseSnapshot LeaseManager::Snapshot(const Lease& l) const {
   s.backing = l.first().kind();
   s.page_size = l.first().page_size();
   s.extents = static_cast<uint32_t>(l.extents.size());
+  if (l.extents.size() > 1) {
+    for (const auto& e : l.extents) s.extent_bytes.push_back(e->size_bytes());
+  }
   s.from_warm_stock = l.from_warm;
   s.placement_reason = l.placement_reason;
   s.pool = l.pool->name();

@@ -57,6 +57,9 @@ struct AllocParams {
   std::vector<uint32_t> acl_gids;
   std::optional<int> home_node;  // the caller's node (placement without GPU/node)
   bool long_term_pin = false;    // the holder will pin it long-term (lease/placement.h rule 4)
+  // The client takes one fd per lease (protocol version 1): never cut into
+  // extents.
+  bool one_extent = false;
   // Set by Allocate itself when a build on a mixed node could not keep the
   // lease in its kernel zones: those pools are skipped, and why is named.
   std::vector<const Pool*> exclude_pools;
@@ -78,6 +81,9 @@ struct LeaseSnapshot {
   std::string backing;
   uint64_t page_size = 0;
   uint32_t extents = 1;  // memfds the lease is made of, mapped back to back
+  // A lease of several extents: each one's size, in mapping order (empty
+  // for one).
+  std::vector<uint64_t> extent_bytes;
   bool from_warm_stock = false;
   std::string placement_reason;
   std::string pool;
