@@ -33,17 +33,6 @@ using testsupport::kMiB;
 using testsupport::PollUntil;
 using testsupport::RawClient;
 
-// The restart config, with request-path builds cut into 2 MiB extents.
-constexpr const char* kExtentConfig = R"(
-[daemon]
-socket_mode = "0666"
-log_level = "warning"
-max_extent = "2M"
-[pools]
-capacity = "256M"
-warm_stock = []
-)";
-
 constexpr uint64_t kLeaseBytes = 7 * kMiB + 5000;  // 2M + 2M + 2M + (1M + 8K)
 
 // A connection that says it takes one fd per frame, so every extent after
@@ -161,19 +150,7 @@ TEST_F(MultiExtentTest, OneRangeAcrossExtentsSurvivesASigkill) {
   ASSERT_TRUE(daemon_.Restart().ok());
   // The watcher hands all four extents back; the lease is held again.
   std::string last;
-  bool back = PollUntil(
-      [&] {
-        auto a = Snapshot(sock);
-        if (!a.ok()) return false;
-        auto it = a->leases.find(*id);
-        if (it == a->leases.end()) {
-          last = "lease not listed";
-          return false;
-        }
-        last = "holders " + std::to_string(it->second.holders());
-        return it->second.holders() == 1 && !InGrace(sock) && a->Inconsistencies().empty();
-      },
-      20000, 5);
+  bool back = HeldAgainByOne(sock, *id, w.pid(), &last);
   ASSERT_TRUE(back) << last;
   EXPECT_EQ(w.Ask('v'), 1u);  // same mapping, same data across the boundaries
   EXPECT_EQ(w.Ask('x'), 1u);

@@ -126,26 +126,38 @@ struct ReapAtExit {
   ~ReapAtExit() { KillAndReap(pid); }
 };
 
+// A cxlpoold to start the way systemd would: its config in a temp dir, a
+// socket there, a state directory, and a fake notification socket.
+struct SystemdDaemon {
+  explicit SystemdDaemon(const char* config) : notify(dir.path + "/notify") {
+    conf = dir.path + "/cxlpoold.toml";
+    FILE* f = std::fopen(conf.c_str(), "w");
+    written = f != nullptr && std::fputs(config, f) >= 0;
+    if (f != nullptr) written = std::fclose(f) == 0 && written;
+    sock = dir.path + "/cxlpool.sock";
+    args = {"--foreground",      "--socket",       sock, "--config", conf, "--state-dir",
+            dir.path + "/state", "--grace-period", "60s"};
+  }
+  bool ok() const { return !dir.path.empty() && written && notify.ok(); }
+  TempDir dir{"restart"};
+  FakeNotify notify;
+  std::string conf;
+  std::string sock;
+  std::vector<std::string> args;
+  bool written = false;
+};
+
 bool WaitHello(const std::string& sock) {
   return PollUntil([&] { return RawClient::Connect(sock, "probe", 2000).ok(); }, 10000, 5);
 }
 
 TEST(RestartSystemdTest, FdStoreGivesLeasesBackWithoutAnyClientReclaim) {
   testsupport::SkipWithoutDaemon();
-  TempDir dir("restart");
-  ASSERT_FALSE(dir.path.empty());
-  std::string conf = dir.path + "/cxlpoold.toml";
-  FILE* f = std::fopen(conf.c_str(), "w");
-  ASSERT_NE(f, nullptr);
-  std::fputs(kRestartConfig, f);
-  std::fclose(f);
-  const std::string sock = dir.path + "/cxlpool.sock";
-  FakeNotify notify(dir.path + "/notify");
-  ASSERT_TRUE(notify.ok());
-  std::vector<std::string> args = {
-      "--foreground",      "--socket",       sock, "--config", conf, "--state-dir",
-      dir.path + "/state", "--grace-period", "60s"};
-  pid_t d = SpawnLikeSystemd(args, notify.path(), {});
+  SystemdDaemon s(kRestartConfig);
+  ASSERT_TRUE(s.ok());
+  const std::string& sock = s.sock;
+  FakeNotify& notify = s.notify;
+  pid_t d = SpawnLikeSystemd(s.args, notify.path(), {});
   ReapAtExit reap_d{d};
   ASSERT_TRUE(WaitHello(sock));
 
@@ -181,7 +193,7 @@ TEST(RestartSystemdTest, FdStoreGivesLeasesBackWithoutAnyClientReclaim) {
   EXPECT_GE(notify.ready, 1);
 
   KillAndReap(d);
-  d = SpawnLikeSystemd(args, notify.path(), {{name, notify.store[name].get()}});
+  d = SpawnLikeSystemd(s.args, notify.path(), {{name, notify.store[name].get()}});
   ASSERT_TRUE(WaitHello(sock));
   {
     auto admin = RawClient::Connect(sock, "fdstore-check");
@@ -221,23 +233,11 @@ TEST(RestartSystemdTest, FdStoreGivesLeasesBackWithoutAnyClientReclaim) {
 // the lease at once; when its holder exits, all three leave the store.
 TEST(RestartSystemdTest, FdStoreKeepsEveryExtentOfALease) {
   testsupport::SkipWithoutDaemon();
-  TempDir dir("restart");
-  ASSERT_FALSE(dir.path.empty());
-  std::string conf = dir.path + "/cxlpoold.toml";
-  FILE* f = std::fopen(conf.c_str(), "w");
-  ASSERT_NE(f, nullptr);
-  std::fputs(
-      "[daemon]\nsocket_mode = \"0666\"\nlog_level = \"warning\"\nmax_extent = \"2M\"\n"
-      "[pools]\ncapacity = \"256M\"\nwarm_stock = []\n",
-      f);
-  std::fclose(f);
-  const std::string sock = dir.path + "/cxlpool.sock";
-  FakeNotify notify(dir.path + "/notify");
-  ASSERT_TRUE(notify.ok());
-  std::vector<std::string> args = {
-      "--foreground",      "--socket",       sock, "--config", conf, "--state-dir",
-      dir.path + "/state", "--grace-period", "60s"};
-  pid_t d = SpawnLikeSystemd(args, notify.path(), {});
+  SystemdDaemon s(kExtentConfig);
+  ASSERT_TRUE(s.ok());
+  const std::string& sock = s.sock;
+  FakeNotify& notify = s.notify;
+  pid_t d = SpawnLikeSystemd(s.args, notify.path(), {});
   ReapAtExit reap_d{d};
   ASSERT_TRUE(WaitHello(sock));
   std::optional<RawClient> c;
@@ -273,7 +273,7 @@ TEST(RestartSystemdTest, FdStoreKeepsEveryExtentOfALease) {
       << "cxlpoold did not push every extent to the fd store";
   KillAndReap(d);
   // Handed back out of order: the names say which extent each fd is.
-  d = SpawnLikeSystemd(args, notify.path(),
+  d = SpawnLikeSystemd(s.args, notify.path(),
                        {{names[2], notify.store[names[2]].get()},
                         {names[0], notify.store[names[0]].get()},
                         {names[1], notify.store[names[1]].get()}});
