@@ -399,7 +399,8 @@ class LeaseManager {
   // Takes the next lease id, reserving a batch in the store when needed
   // (a failed reservation is logged; the grant's own Put then decides).
   uint64_t NextId();
-  // A new grant just inserted: journal it or take it back. False: refused.
+  // A new grant just inserted: records its extents' identity, and journals
+  // it or takes it back. False: refused.
   bool PersistGrant(uint64_t id, const AllocDone& done);
   // Strikes holders of `pid` off leases they provably no longer hold.
   void CheckHolderOf(pid_t pid);

@@ -155,15 +155,17 @@ void LeaseManager::Unpersist(uint64_t id) {
 }
 
 bool LeaseManager::PersistGrant(uint64_t id, const AllocDone& done) {
-  if (restart_.store == nullptr) return true;
   Lease& l = table_.leases().at(id);
+  // Every extent's size and memfd identity: what a RECLAIM is matched
+  // against, journalled or not.
+  const bool journal = restart_.store != nullptr;
   l.identity.clear();
   for (const auto& e : l.extents) {
     DurableExtent x;
     x.size_bytes = e->size_bytes();
     struct stat st {};
     if (e->Identity(&x.inode, &x.inode_dev)) {  // memfds: read when built, off the loop
-    } else if (e->fd() >= 0 && ::fstat(e->fd(), &st) == 0) {
+    } else if (journal && e->fd() >= 0 && ::fstat(e->fd(), &st) == 0) {
       x.inode = st.st_ino;
       x.inode_dev = st.st_dev;
     }
@@ -171,6 +173,7 @@ bool LeaseManager::PersistGrant(uint64_t id, const AllocDone& done) {
   }
   l.inode = l.identity.front().inode;
   l.inode_dev = l.identity.front().inode_dev;
+  if (!journal) return true;
   const std::vector<int> fds = l.Fds();
   Status s = Persist(l, fds);
   if (s.ok()) return true;
