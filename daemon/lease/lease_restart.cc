@@ -823,6 +823,7 @@ void LeaseManager::HandOver() {
   }
   size_t n = table_.leases().size();
   table_.Clear();
+  extra_extents_ = 0;
   for (auto& [conn, c] : conns_) c.held.clear();
   for (Pool* p : pool_ptrs_) p->DropAllWarm();
   restart_.watches.clear();
