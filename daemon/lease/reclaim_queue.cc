@@ -8,6 +8,17 @@
 
 namespace cxlpool {
 
+namespace {
+// Every extent truncated (each holder's next access SIGBUSes), unmapped and
+// closed.
+void ReclaimAll(std::vector<std::unique_ptr<Backing>>* extents) {
+  for (auto& e : *extents) {
+    if (e) e->Reclaim();
+  }
+  extents->clear();
+}
+}  // namespace
+
 // How a reclaim on a worker reaches the loop without touching the queue:
 // closed (under its mutex) when the queue dies.
 struct ReclaimQueue::Channel {
@@ -30,10 +41,10 @@ ReclaimQueue::~ReclaimQueue() {
   channel_->open = false;
 }
 
-void ReclaimQueue::Submit(Pool* pool, uint64_t size, std::unique_ptr<Backing> backing,
+void ReclaimQueue::Submit(Pool* pool, uint64_t size, std::vector<std::unique_ptr<Backing>> extents,
                           std::function<void()> then) {
   ++pending_;
-  deferred_.push_back(Item{pool, size, std::move(backing), std::move(then)});
+  deferred_.push_back(Item{pool, size, std::move(extents), std::move(then)});
   if (immediate_) {
     StartDeferred();
     return;
@@ -74,8 +85,7 @@ void ReclaimQueue::Start(Item item) {
     // truncating here costs less than a hand-off. Under load the workers
     // take it, so the loop keeps serving. The bookkeeping is still posted,
     // so every path sees the same order as from a worker.
-    if (item.backing) item.backing->Reclaim();
-    item.backing.reset();
+    ReclaimAll(&item.extents);
     boost::asio::post(
         loop_, [this, alive, pool = item.pool, size = item.size, then = std::move(item.then)] {
           auto a = alive.lock();
@@ -85,8 +95,7 @@ void ReclaimQueue::Start(Item item) {
     return;
   }
   boost::asio::post(workers_, [this, alive, channel = channel_, item = std::move(item)]() mutable {
-    if (item.backing) item.backing->Reclaim();
-    item.backing.reset();
+    ReclaimAll(&item.extents);
     std::lock_guard<std::mutex> lock(channel->mu);
     if (!channel->open) return;  // the queue is gone
     boost::asio::post(channel->loop, [this, alive, pool = item.pool, size = item.size,

@@ -9,7 +9,7 @@
 // completion is always posted to the loop: `on_done(pool, size)`, then the
 // reclaim's own `then`.
 //
-// Thread safety: every method on the loop. A worker touches only the backing
+// Thread safety: every method on the loop. A worker touches only the extents
 // and the channel; once the queue is gone (its destructor closes the
 // channel) finished reclaims post nothing, and handlers already posted do
 // nothing. A reclaim whose worker task is dropped unrun (a stopped pool)
@@ -21,6 +21,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "pool/backing.h"
 
@@ -38,9 +39,10 @@ class ReclaimQueue {
   ReclaimQueue(const ReclaimQueue&) = delete;
   ReclaimQueue& operator=(const ReclaimQueue&) = delete;
 
-  // `size` bytes of `pool` held by `backing`; `then` runs on the loop once
-  // they are truncated (or never, when the queue is gone by then).
-  void Submit(Pool* pool, uint64_t size, std::unique_ptr<Backing> backing,
+  // `size` bytes of `pool` held by `extents` (every extent of one lease);
+  // `then` runs on the loop once all of them are truncated (or never, when
+  // the queue is gone by then).
+  void Submit(Pool* pool, uint64_t size, std::vector<std::unique_ptr<Backing>> extents,
               std::function<void()> then = nullptr);
   // Starts every submitted reclaim now, and each later one at once (daemon
   // exit: the loop may never turn again).
@@ -54,7 +56,7 @@ class ReclaimQueue {
   struct Item {
     Pool* pool;
     uint64_t size;
-    std::unique_ptr<Backing> backing;
+    std::vector<std::unique_ptr<Backing>> extents;
     std::function<void()> then;
   };
   struct Channel;
