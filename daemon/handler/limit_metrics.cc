@@ -28,6 +28,7 @@ std::vector<std::pair<std::string, double>> LimitValues(const ServerLimits& l) {
       {"idle_timeout", Seconds(l.idle_timeout)},
       {"frame_timeout", Seconds(l.frame_timeout)},
       {"send_timeout", Seconds(l.send_timeout)},
+      {"max_busy_per_uid", Seconds(l.max_busy_per_uid)},
   };
 }
 

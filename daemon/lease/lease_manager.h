@@ -179,6 +179,12 @@ class LeaseManager {
   // the rest wait, the owners' uids taking turns (lease/build_queue.h).
   // Default: no limit, in the order asked.
   void SetBuildConcurrency(size_t n) { build_queue_.set_max_running(n); }
+  // Daemon time per uid (server/busy_budget.h): `charge` is told how long
+  // each build and reclaim of a uid's lease took on a worker (on the loop,
+  // once it is back); a uid `throttled` says yes to starts none of its cold
+  // builds until it says no (asked again every kBusyRetry). Default: none.
+  using BusyCharge = std::function<void(uid_t, std::chrono::nanoseconds)>;
+  void SetBusyHooks(BusyCharge charge, std::function<bool(uid_t)> throttled);
   // Stops refills and reclaims every lease and all stock (daemon exit).
   void Shutdown();
 
@@ -407,6 +413,10 @@ class LeaseManager {
   std::optional<Executor> stock_;
   uint64_t inline_max_ = 0;
   BuildQueue build_queue_;
+  BusyCharge busy_charge_;
+  std::shared_ptr<void> busy_retry_timer_;  // a steady_timer while builds are held
+  bool busy_retry_armed_ = false;
+  void RetryHeldBuilds();
   const FileSystem* settle_fs_ = nullptr;
   const Clock* clock_;
   bool stopping_ = false;
