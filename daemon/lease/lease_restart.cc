@@ -85,6 +85,10 @@ DurableLease LeaseManager::ToDurable(const Lease& l) const {
   d.owner_start_time = l.owner.start_time;
   d.owner_comm = l.owner.comm;
   d.owner_cgroup = l.owner.cgroup;
+  d.long_term_pin = l.long_term_pin;
+  d.placed_numa_node = l.placed_node;
+  d.moved_reason = l.moved_reason;
+  d.pages_numa_node = l.pages_node;
   d.acl_uids = l.acl_uids;
   d.acl_gids = l.acl_gids;
   d.created_unix = l.created_unix;
@@ -258,6 +262,10 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
     fresh.name = d.name;
     fresh.acl_uids = d.acl_uids;
     fresh.acl_gids = d.acl_gids;
+    fresh.long_term_pin = d.long_term_pin;
+    fresh.placed_node = d.placed_numa_node;
+    fresh.moved_reason = d.moved_reason;
+    fresh.pages_node = d.pages_numa_node;
     fresh.owner.pid = d.owner_pid;
     fresh.owner.uid = d.owner_uid;
     fresh.owner.gid = d.owner_gid;
