@@ -50,6 +50,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -403,6 +404,18 @@ class LeaseManager {
   void TakeOver(Lease& l, const CallerInfo& who, const std::string& name, bool confirmed);
   void MaybeEndGrace();
   void EndGrace(const char* why);
+  // Sub-devices of dynamic DAX regions that no journalled lease names
+  // (carved by the previous daemon for a lease the journal lost): destroyed
+  // when nothing holds them, else kept reserved (never granted again) and
+  // tried again at the end of the grace period. Returns how many it found.
+  size_t FindDaxOrphans(const std::set<std::string>& journalled);
+  void DestroyDaxOrphans(const char* when);
+  struct DaxOrphan {
+    DevdaxPool* pool;
+    std::string device;
+    uint64_t size;
+  };
+  std::vector<DaxOrphan> dax_orphans_;
 
   const Topology* topo_;
   std::vector<std::unique_ptr<Pool>> pools_;
