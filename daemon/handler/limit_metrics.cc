@@ -1,10 +1,18 @@
 #include "handler/limit_metrics.h"
 
+#include <limits>
+
 namespace cxlpool {
 
 namespace {
 
 double Seconds(std::chrono::milliseconds d) { return static_cast<double>(d.count()) / 1000.0; }
+
+// A timeout of 0 means "never": unlimited, shown as +Inf like every other
+// unlimited value in the metrics.
+double SecondsOrUnlimited(std::chrono::milliseconds d) {
+  return d.count() == 0 ? std::numeric_limits<double>::infinity() : Seconds(d);
+}
 
 }  // namespace
 
@@ -25,10 +33,10 @@ std::vector<std::pair<std::string, double>> LimitValues(const ServerLimits& l) {
       {"max_fds_per_frame", d(l.max_fds_per_frame)},
       {"max_request_bytes", d(l.max_request_bytes)},
       {"hello_timeout", Seconds(l.hello_timeout)},
-      {"idle_timeout", Seconds(l.idle_timeout)},
+      {"idle_timeout", SecondsOrUnlimited(l.idle_timeout)},
       {"frame_timeout", Seconds(l.frame_timeout)},
-      {"send_timeout", Seconds(l.send_timeout)},
-      {"max_busy_per_uid", Seconds(l.max_busy_per_uid)},
+      {"send_timeout", SecondsOrUnlimited(l.send_timeout)},
+      {"max_busy_per_uid", SecondsOrUnlimited(l.max_busy_per_uid)},
   };
 }
 
@@ -39,7 +47,7 @@ void ExportLimitMetrics(const ServerStats& stats, const ServerLimits& limits,
   reg->AddCounter(kHits,
                   "Connections refused or closed, and requests refused, by the limit (the "
                   "limits.<name> config key) that caused it.");
-  reg->AddGauge(kValue, "Each limits.<name> in force (timeouts in seconds, 0: off).");
+  reg->AddGauge(kValue, "Each limits.<name> in force (timeouts in seconds; +Inf: off).");
   reg->AddGauge("cxlpool_client_requests_in_flight",
                 "Requests handed to the daemon and not answered yet (also of closed "
                 "connections).");

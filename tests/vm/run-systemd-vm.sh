@@ -73,7 +73,7 @@ command -v mke2fs >/dev/null || [[ -x /sbin/mke2fs ]] ||
   { vm_log "SKIP: mke2fs missing (e2fsprogs)"; exit 77; }
 [[ $(id -u) -eq 0 ]] || { vm_log "SKIP: needs root (debootstrap, root-owned files in the image)"; exit 77; }
 debs=()
-for p in cxlpool libcxlpool0; do
+for p in cxlpool libcxlpool0 python3-cxlpool; do
   f=$(ls "$packages"/${p}_*.deb 2>/dev/null | head -n1)
   [[ -n $f ]] || { vm_log "SKIP: no ${p}_*.deb in $packages (scripts/build-debs.sh --out $packages)"; exit 77; }
   debs+=("$f")
@@ -91,7 +91,7 @@ deps=()
 for f in "${debs[@]}"; do
   while read -r d; do
     [[ -n $d && $d != libcxlpool0 ]] && deps+=("$d")
-  done < <(dpkg-deb -f "$f" Depends | tr ',' '\n' | sed -E 's/\|.*//; s/\(.*\)//; s/[[:space:]]//g')
+  done < <(dpkg-deb -f "$f" Depends | tr ',' '\n' | sed -E 's/\|.*//; s/\(.*\)//; s/:any//; s/[[:space:]]//g')
 done
 vm_guest_base "${deps[@]}" jq passwd || exit $?
 t_base=$SECONDS

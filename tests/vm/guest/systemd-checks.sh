@@ -169,6 +169,26 @@ runuser -u vmother -- cxlpoolctl pools >/tmp/other.out 2>&1
 vm_check_eq "outside the cxlpool group: exit 3 with advice" \
   "$? $(grep -c 'usermod -aG cxlpool' /tmp/other.out)" "3 1"
 
+# ---- python3-cxlpool, configured for real (py3compile) -------------------------
+vm_check "dpkg -i python3-cxlpool (postinst byte-compiles)" dpkg -i /vm/debs/python3-cxlpool_*.deb
+vm_check_eq "python3-cxlpool configured" \
+  "$(dpkg-query -W -f='${Status}' python3-cxlpool 2>&1)" "install ok installed"
+vm_check "py3compile made the module's bytecode" \
+  bash -c "ls /usr/lib/python3/dist-packages/cxlpool/__pycache__/__init__.cpython-*.pyc"
+vm_check "import cxlpool as a cxlpool member: a 4 MiB lease, written and read back" \
+  runuser -u vmuser -- python3 -I -c '
+import cxlpool
+with cxlpool.Client() as c:
+    with c.allocate(4 << 20, label="vm-python") as lease:
+        m = memoryview(lease)
+        m[0] = 7
+        m[len(m) - 1] = 9
+        assert (m[0], m[len(m) - 1], len(m)) == (7, 9, 4 << 20), (m[0], len(m))
+        del m
+print("python", cxlpool.__version__)'
+vm_check "dpkg -r python3-cxlpool (prerm py3clean)" dpkg -r python3-cxlpool
+vm_check "the bytecode went with it" test ! -e /usr/lib/python3/dist-packages/cxlpool
+
 # ---- metrics over HTTP through cxlpoold-metrics.socket --------------------------
 # A socket cannot join a service that runs (systemd refuses): stop it first.
 vm_check "systemctl enable cxlpoold-metrics.socket" systemctl enable cxlpoold-metrics.socket
