@@ -24,6 +24,12 @@
 
 namespace cxlpool::detail {
 namespace {
+// A RECLAIM entry's extents: listed when the lease has several (one: the
+// lease's own size says it all, as every older client sent it).
+void AddExtents(const HandBack& back, proto::LeaseInfo* out) {
+  if (back.extent_sizes.size() < 2) return;
+  for (uint64_t size : back.extent_sizes) out->add_extents()->set_size_bytes(size);
+}
 
 // How long hello may take before the daemon counts as unresponsive. Requests
 // after hello wait as long as the daemon needs (prefaulting large leases).
@@ -431,14 +437,26 @@ Result<proto::LeaseMovedReply> ClientCore::ReportMoved(const proto::LeaseMovedRe
   return reply;
 }
 
-Status ClientCore::Release(uint64_t lease_id, int fd, uint64_t size) {
+Result<HandBack> HandBack::Of(const ExtentMapping& m) {
+  HandBack b;
+  b.size = m.size();
+  for (const ExtentMapping::Extent& e : m.extents()) {
+    UniqueFd dup(::fcntl(e.fd.get(), F_DUPFD_CLOEXEC, 0));
+    if (!dup.valid()) return Status::FromErrno(errno, "dup lease fd");
+    b.fds.push_back(std::move(dup));
+    b.extent_sizes.push_back(e.size);
+  }
+  return b;
+}
+
+Status ClientCore::Release(uint64_t lease_id, const ExtentMapping* mapping) {
   std::lock_guard<std::mutex> lock(mu_);
   proto::ReleaseRequest req;
   req.set_lease_id(lease_id);
   Result<wire::Frame> frame = CallMessage(req);
   proto::ReleaseReply reply;
   Status st = frame.ok() ? wire::DecodeReply(*frame, &reply) : frame.status();
-  if (st.ok() || fd < 0 || socket_path_.empty()) return st;
+  if (st.ok() || mapping == nullptr || !mapping->mapped() || socket_path_.empty()) return st;
   // The lease is no longer tracked, so a reconnect (ours, or the watcher's
   // just before) did not hand it back.
   if (!frame.ok()) {
@@ -446,11 +464,12 @@ Status ClientCore::Release(uint64_t lease_id, int fd, uint64_t size) {
     // The daemon is gone. Waiting here for it to come back would hold the
     // caller for up to the reconnect timeout: the reconnect (the watcher's,
     // or the next call's) hands the lease back and releases it.
+    Result<HandBack> back = HandBack::Of(*mapping);
+    if (!back.ok())
+      return Status(back.status().code(), back.status().message() + " (deferred release)");
     DeferredRelease d;
     d.lease_id = lease_id;
-    d.fd.Reset(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
-    d.size = size;
-    if (!d.fd.valid()) return Status::FromErrno(errno, "dup lease fd for a deferred release");
+    d.back = std::move(*back);
     deferred_.push_back(std::move(d));
     CXLPOOL_LOG(kDebug) << "lease " << lease_id << ": cxlpoold is gone; released at reconnect";
     return Status::Ok();
@@ -461,7 +480,9 @@ Status ClientCore::Release(uint64_t lease_id, int fd, uint64_t size) {
     return st;
   }
   // Hand it back now, alone, and release it.
-  Result<bool> back = ReclaimOne(lease_id, fd, size);
+  Result<HandBack> mine = HandBack::Of(*mapping);
+  if (!mine.ok()) return mine.status();
+  Result<bool> back = ReclaimOne(lease_id, *mine);
   if (!back.ok()) return back.status();
   if (!*back) return Status::Ok();  // the new daemon no longer has it: gone already
   frame = CallMessage(req);
@@ -469,9 +490,9 @@ Status ClientCore::Release(uint64_t lease_id, int fd, uint64_t size) {
   return wire::DecodeReply(*frame, &reply);
 }
 
-void ClientCore::ToReclaimInfo(const LeaseInfo& l, uint64_t size, proto::LeaseInfo* out) {
+void ClientCore::ToReclaimInfo(const LeaseInfo& l, const HandBack& back, proto::LeaseInfo* out) {
   out->set_id(l.id);
-  out->set_size_bytes(size);
+  out->set_size_bytes(back.size);
   out->set_requested_bytes(l.requested_bytes);
   out->set_numa_node(l.numa_node);
   out->set_kind(l.kind);
@@ -482,16 +503,19 @@ void ClientCore::ToReclaimInfo(const LeaseInfo& l, uint64_t size, proto::LeaseIn
   out->set_backing(l.backing);
   out->set_page_size(l.page_size);
   out->set_pool(l.pool);
+  AddExtents(back, out);
 }
 
-Result<bool> ClientCore::ReclaimOne(uint64_t lease_id, int fd, uint64_t size) {
+Result<bool> ClientCore::ReclaimOne(uint64_t lease_id, const HandBack& back) {
   proto::ReclaimRequest rr;
   proto::LeaseInfo* info = rr.add_leases();
   info->set_id(lease_id);
-  info->set_size_bytes(size);
+  info->set_size_bytes(back.size);
+  AddExtents(back, info);
   Result<std::string> payload = wire::Encode(rr, max_payload_bytes_);
   if (!payload.ok()) return payload.status();
-  const int fds[1] = {fd};
+  std::vector<int> fds;
+  for (const UniqueFd& fd : back.fds) fds.push_back(fd.get());
   Result<wire::Frame> frame = Call(proto::MSG_RECLAIM_REQUEST, *payload, fds);
   if (!frame.ok()) return frame.status();
   proto::ReclaimReply rep;
@@ -593,7 +617,7 @@ Status ClientCore::FlushDeferredLocked() {
   deferred_.clear();
   for (size_t i = 0; i < todo.size(); ++i) {
     DeferredRelease& d = todo[i];
-    Result<bool> back = ReclaimOne(d.lease_id, d.fd.get(), d.size);
+    Result<bool> back = ReclaimOne(d.lease_id, d.back);
     Status st = back.ok() ? Status::Ok() : back.status();
     if (back.ok() && *back) {
       proto::ReleaseRequest req;
@@ -617,30 +641,41 @@ Status ClientCore::FlushDeferredLocked() {
 Status ClientCore::ReclaimLocked() {
   struct Item {
     uint64_t id;
-    uint64_t size;
-    UniqueFd fd;
+    HandBack back;
     LeaseInfo info;
   };
   std::vector<Item> items;
   {
     std::lock_guard<std::mutex> lock(leases_mu_);
     for (const auto& [id, lease] : leases_) {
-      // A lease of several extents has no single fd (fd() < 0): handing
-      // those back needs a RECLAIM form that carries every extent's fd.
-      if (lease->revoked() || lease->fd() < 0) continue;
-      UniqueFd dup(::fcntl(lease->fd(), F_DUPFD_CLOEXEC, 0));
-      if (!dup.valid()) return Status::FromErrno(errno, "dup lease fd for reclaim");
-      items.push_back(Item{id, lease->size(), std::move(dup), lease->info()});
+      if (lease->revoked() || !lease->mapping().mapped()) continue;
+      Result<HandBack> back = HandBack::Of(lease->mapping());
+      if (!back.ok()) return Status(back.status().code(), back.status().message() + " (reclaim)");
+      if (back->fds.size() > wire::kDefaultMaxFdsPerFrame) {
+        // More fds than one RECLAIM frame may carry (the daemon's default
+        // limits.max_fds_per_frame).
+        CXLPOOL_LOG(kWarning) << "lease " << id << " has " << back->fds.size()
+                              << " extents, more than one RECLAIM may hand back ("
+                              << wire::kDefaultMaxFdsPerFrame << "); it is marked revoked";
+        lease->MarkRevoked();
+        continue;
+      }
+      items.push_back(Item{id, std::move(*back), lease->info()});
     }
   }
   size_t accepted = 0;
-  for (size_t at = 0; at < items.size(); at += wire::kDefaultMaxFdsPerFrame) {
-    size_t end = std::min(items.size(), at + wire::kDefaultMaxFdsPerFrame);
+  for (size_t at = 0, end = 0; at < items.size(); at = end) {
+    // As many leases as fit one frame's fds, each with all of its extents.
+    size_t nfds = 0;
+    for (end = at; end < items.size(); ++end) {
+      if (nfds + items[end].back.fds.size() > wire::kDefaultMaxFdsPerFrame) break;
+      nfds += items[end].back.fds.size();
+    }
     proto::ReclaimRequest rr;
     std::vector<int> fds;
     for (size_t i = at; i < end; ++i) {
-      ToReclaimInfo(items[i].info, items[i].size, rr.add_leases());
-      fds.push_back(items[i].fd.get());
+      ToReclaimInfo(items[i].info, items[i].back, rr.add_leases());
+      for (const UniqueFd& fd : items[i].back.fds) fds.push_back(fd.get());
     }
     Result<std::string> payload = wire::Encode(rr, max_payload_bytes_);
     if (!payload.ok()) return payload.status();
@@ -925,7 +960,7 @@ Status LeaseState::Release() {
   if (revoked()) {
     result = Status(Code::kRevoked, "lease " + std::to_string(info_.id) + " was revoked");
   }
-  Status s = core_->Release(info_.id, revoked() ? -1 : mapping_.fd(), mapping_.size());
+  Status s = core_->Release(info_.id, revoked() ? nullptr : &mapping_);
   mapping_.Unmap();
   if (result.ok() && !s.ok()) result = s;
   core_.reset();

@@ -60,6 +60,16 @@ namespace detail {
 
 class LeaseState;
 
+// What a RECLAIM hands back of one lease: dups of its extents' fds, in
+// mapping order, and their sizes (one extent: the lease's size).
+struct HandBack {
+  uint64_t size = 0;
+  std::vector<UniqueFd> fds;
+  std::vector<uint64_t> extent_sizes;
+  // Dups of every extent's fd of `m`. IO-like errors from fcntl.
+  static Result<HandBack> Of(const ExtentMapping& m);
+};
+
 class ClientCore : public std::enable_shared_from_this<ClientCore> {
  public:
   // Connects to a Unix socket path and says hello.
@@ -79,7 +89,8 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // and `size`) is handed back first, so the new daemon can free it. With
   // the daemon gone, OK at once: the reconnect hands it back and releases
   // it (or, if none succeeds, the daemon's restart drops it).
-  Status Release(uint64_t lease_id, int fd, uint64_t size);
+  // `mapping`: the lease's extents (null once revoked: nothing to hand back).
+  Status Release(uint64_t lease_id, const ExtentMapping* mapping);
   // Reconnects now (and reclaims every lease), even if the connection looks
   // fine. UNAVAILABLE when the core was not made from a socket path or the
   // daemon did not come back in time.
@@ -146,8 +157,7 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // gives up closes it.
   struct DeferredRelease {
     uint64_t lease_id = 0;
-    UniqueFd fd;  // a dup of the lease's fd
-    uint64_t size = 0;
+    HandBack back;  // dups of the lease's extents' fds
   };
   Status Hello();
   Status HelloLocked();  // mu_ held
@@ -179,10 +189,10 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   Result<wire::Frame> Call(proto::MsgType type, const std::string& payload,
                            std::span<const int> fds = {});
   // mu_ held: hands one lease back (RECLAIM); true if the daemon took it.
-  Result<bool> ReclaimOne(uint64_t lease_id, int fd, uint64_t size);
+  Result<bool> ReclaimOne(uint64_t lease_id, const HandBack& back);
   // What a RECLAIM entry says of a lease: everything the daemon told us
-  // (hints for a daemon whose journal lost it).
-  static void ToReclaimInfo(const LeaseInfo& l, uint64_t size, proto::LeaseInfo* out);
+  // (hints for a daemon whose journal lost it), and its extents.
+  static void ToReclaimInfo(const LeaseInfo& l, const HandBack& back, proto::LeaseInfo* out);
   template <typename Req>
   Result<wire::Frame> CallMessage(const Req& req);
   Status Broken(Status s);

@@ -358,7 +358,7 @@ int RunDaemon(const DaemonFlags& command_line) {
   // Restart support: the journal in the state directory, the fd store.
   Notifier notifier;
   std::vector<InheritedFd> inherited = TakeListenFds();
-  std::map<uint64_t, UniqueFd> stored = TakeLeaseFds(&inherited);
+  std::map<uint64_t, std::vector<UniqueFd>> stored = TakeLeaseFds(&inherited);
   StateDirChoice sdc;
   sdc.flag = flags.state_dir;
   sdc.config = cfg->state_dir;
@@ -400,6 +400,7 @@ int RunDaemon(const DaemonFlags& command_line) {
   leases.SetDaemonLimits(DaemonLimitsNow(*proc, nofile, *limits));
   leases.SetStockExecutor(stock.get_executor());
   leases.SetInlineMax(cfg->inline_max_bytes);
+  leases.SetMaxExtentBytes(cfg->max_extent_bytes);
   leases.SetBuildConcurrency(cfg->workers);
   leases.SetBusyHooks(
       [&busy](uid_t uid, std::chrono::nanoseconds d) {

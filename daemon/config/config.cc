@@ -675,6 +675,14 @@ Status Build(const toml::table& root, DaemonConfig* cfg) {
       }
       cfg->inline_max_bytes = *inline_max;
     }
+    std::optional<uint64_t> max_extent;
+    CXLPOOL_RETURN_IF_ERROR(r.ReadBytes("max_extent", &max_extent));
+    if (max_extent) {
+      if (*max_extent % (2ull << 20) != 0) {
+        return Bad("daemon.max_extent", "must be a multiple of 2M (0: one memfd per lease)");
+      }
+      cfg->max_extent_bytes = *max_extent;
+    }
     if (const toml::node* mw = r.Get("memory_watch_interval")) {
       std::string text;
       if (mw->is_integer()) {

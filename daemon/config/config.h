@@ -150,6 +150,10 @@ struct DaemonConfig {
   // Leases up to this size are built and reclaimed on the event-loop thread:
   // a few syscalls cost less than handing the work to a worker and back.
   uint64_t inline_max_bytes = 256 * 1024;
+  // A memfd lease built on the request path is cut into extents (memfds)
+  // of at most this many bytes, a multiple of 2 MiB; the client maps them
+  // back to back as one range. 0: one memfd per lease.
+  uint64_t max_extent_bytes = 0;
   // How often each node pool's MemTotal is re-read, so that memory onlined
   // or offlined after start (CXL onlined as system RAM, virtio-mem, balloon)
   // resizes the pool's capacity. 0: never (a SIGHUP still re-reads it).

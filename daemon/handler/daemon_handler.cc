@@ -1,5 +1,6 @@
 #include "handler/daemon_handler.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include "cxlpool/common/log.h"
 #include "cxlpool/common/strings.h"
 #include "cxlpool/proto/codec.h"
+#include "cxlpool/proto/extents.h"
 #include "cxlpool/topology/json.h"
 #include "handler/translate.h"
 #include "metrics.h"
@@ -39,6 +41,8 @@ void DaemonHandler::OnConnect(ConnectionId conn, const PeerInfo& peer) {
 }
 
 void DaemonHandler::OnDisconnect(ConnectionId conn) {
+  fds_per_frame_.erase(conn);
+  version1_.erase(conn);
   leases_->Disconnect(conn);
   if (tiering_ != nullptr) tiering_->OnDisconnect(conn);
 }
@@ -61,6 +65,13 @@ Status DecodeAs(const Request& req, M* out) {
   Status st = wire::Decode(req.payload, out);
   if (!st.ok()) return Status(st.code(), wire::MsgTypeName(req.type) + ": " + st.message());
   return Status::Ok();
+}
+
+Reply ToReply(wire::PlannedFrame f) {
+  Reply r;
+  r.type = f.type;
+  r.payload = std::move(f.payload);
+  return r;
 }
 
 Status NeedAdmin(const LeaseManager& m, ConnectionId conn, const char* what) {
@@ -104,6 +115,15 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
       out.set_in_grace_period(leases_->in_grace());
       out.set_max_frame_bytes(options_.max_frame_bytes);
       out.set_is_admin(leases_->IsAdmin(conn));
+      if (*v < 2) {
+        version1_.insert(conn);
+      } else {
+        version1_.erase(conn);
+      }
+      const uint32_t per_frame = in.max_fds_per_frame();
+      fds_per_frame_[conn] =
+          std::clamp<size_t>(per_frame == 0 ? wire::kDefaultMaxFdsPerFrame : per_frame, 1,
+                             wire::kMaxExtentFdsPerFrame);
       return Encoded(out);
     }
     case proto::MSG_ALLOC_REQUEST: {
@@ -112,6 +132,7 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
       if (Status st = leases_->GraceRefusal(); !st.ok()) return MakeErrorReply(st);
       auto params = FromProto(in);
       if (!params.ok()) return MakeErrorReply(params.status());
+      params->one_extent = version1_.count(conn) > 0;
       const CallerInfo* caller = leases_->Caller(conn);
       // The caller's node matters only when the request names neither a node
       // nor a GPU; with one node that has CPUs it is that node, so /proc is
@@ -127,13 +148,12 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
       *deferred = true;
       const Clock* clock = options_.clock != nullptr ? options_.clock : &SystemClock::Get();
       int64_t started = clock->MonotonicNs();
-      leases_->Allocate(conn, std::move(*params), [this, clock, started, reply](Result<Granted> g) {
-        if (!g.ok()) return reply(MakeErrorReply(g.status()));
-        metrics_.OnGranted(g->lease, clock->MonotonicNs() - started);
-        proto::AllocReply out;
-        ToProto(g->lease, out.mutable_lease());
-        reply(Encoded(out, {g->fd}));
-      });
+      leases_->Allocate(conn, std::move(*params),
+                        [this, conn, clock, started, reply](Result<Granted> g) {
+                          if (!g.ok()) return reply(MakeErrorReply(g.status()));
+                          metrics_.OnGranted(g->lease, clock->MonotonicNs() - started);
+                          reply(LeaseReply(conn, proto::MSG_ALLOC_REPLY, *g));
+                        });
       return {};
     }
     case proto::MSG_RELEASE_REQUEST: {
@@ -168,9 +188,17 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
       if (in.has_owner_uid()) owner = in.owner_uid();
       auto g = leases_->Attach(conn, in.name(), owner);
       if (!g.ok()) return MakeErrorReply(g.status());
-      proto::AttachReply out;
-      ToProto(g->lease, out.mutable_lease());
-      return Encoded(out, {g->fd});
+      if (g->extents.size() > 1 && version1_.count(conn)) {
+        // Version 1 carries one fd per lease: this holder cannot map it.
+        (void)leases_->Release(conn, g->lease.id);
+        return MakeErrorReply(
+            Status(Code::kUnsupported, "shared lease '" + in.name() + "' has " +
+                                           std::to_string(g->extents.size()) +
+                                           " extents; protocol version 1 carries one fd per lease "
+                                           "(this client speaks 1, the daemon up to " +
+                                           std::to_string(wire::kMaxWireVersion) + ")"));
+      }
+      return LeaseReply(conn, proto::MSG_ATTACH_REPLY, *g);
     }
     case proto::MSG_POOLS_REQUEST: {
       proto::PoolsRequest in;
@@ -292,19 +320,70 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
   }
 }
 
+Reply DaemonHandler::LeaseReply(ConnectionId conn, proto::MsgType type, const Granted& g) const {
+  proto::LeaseInfo info;
+  ToProto(g.lease, &info);  // with its extents when it has several
+  auto per = fds_per_frame_.find(conn);
+  const size_t per_frame = per != fds_per_frame_.end() ? per->second : wire::kDefaultMaxFdsPerFrame;
+  auto frames = wire::PlanLeaseReply(type, info, g.extents.size(), per_frame,
+                                     static_cast<uint32_t>(options_.max_frame_bytes));
+  if (!frames.ok()) {
+    CXLPOOL_LOG(kError) << "lease " << g.lease.id << ": reply of " << g.extents.size()
+                        << " extents: " << frames.status().ToString();
+    return MakeErrorReply(
+        Status(Code::kInternal, "lease " + std::to_string(g.lease.id) +
+                                    ": cannot send its reply: " + frames.status().message()));
+  }
+  Reply r;
+  for (size_t i = 0; i < frames->size(); ++i) {
+    wire::PlannedFrame& f = (*frames)[i];
+    const size_t first = f.first_fd, count = f.fd_count;
+    Reply one = ToReply(std::move(f));
+    for (size_t k = first; k < first + count; ++k) one.fds.push_back(g.extents[k].fd);
+    if (i == 0) {
+      r = std::move(one);
+    } else {
+      r.more.push_back(std::move(one));
+    }
+  }
+  return r;
+}
+
 // RECLAIM: the leases a client kept across a daemon restart, with their fds
-// in the same order. A count mismatch refuses the whole frame (the pairing
-// of fds to leases would be guesswork); each lease is then judged alone.
+// in the same order: one per extent of each (LeaseInfo.extents; none listed:
+// one). A count mismatch refuses the whole frame (the pairing of fds to
+// leases would be guesswork); each lease is then judged alone.
 Reply DaemonHandler::Reclaim(ConnectionId conn, const Request& req) {
   proto::ReclaimRequest in;
   if (Status st = DecodeAs(req, &in); !st.ok()) return MakeErrorReply(st);
-  if (static_cast<size_t>(in.leases_size()) != req.fds.size()) {
-    return MakeErrorReply(
-        Status(Code::kInvalidArgument, "RECLAIM_REQUEST lists " + std::to_string(in.leases_size()) +
-                                           " leases but carries " + std::to_string(req.fds.size()) +
-                                           " fds; send one fd per lease, in order"));
+  size_t wanted = 0;
+  for (const proto::LeaseInfo& info : in.leases()) {
+    if (info.extents_size() > static_cast<int>(wire::kMaxExtentsPerLease)) {
+      return MakeErrorReply(
+          Status(Code::kInvalidArgument, "RECLAIM_REQUEST: lease " + std::to_string(info.id()) +
+                                             " lists " + std::to_string(info.extents_size()) +
+                                             " extents (at most " +
+                                             std::to_string(wire::kMaxExtentsPerLease) + ")"));
+    }
+    uint64_t sum = 0;
+    for (const proto::ExtentInfo& x : info.extents()) sum += x.size_bytes();
+    if (info.extents_size() > 0 && sum != info.size_bytes()) {
+      return MakeErrorReply(Status(
+          Code::kInvalidArgument, "RECLAIM_REQUEST: lease " + std::to_string(info.id()) +
+                                      "'s extents add up to " + std::to_string(sum) +
+                                      " bytes, not its size " + std::to_string(info.size_bytes())));
+    }
+    wanted += static_cast<size_t>(std::max(1, info.extents_size()));
+  }
+  if (wanted != req.fds.size()) {
+    return MakeErrorReply(Status(Code::kInvalidArgument,
+                                 "RECLAIM_REQUEST lists " + std::to_string(in.leases_size()) +
+                                     " leases of " + std::to_string(wanted) +
+                                     " extents but carries " + std::to_string(req.fds.size()) +
+                                     " fds; send one fd per extent of each lease, in order"));
   }
   std::vector<LeaseManager::ReclaimItem> items;
+  size_t next_fd = 0;
   for (int i = 0; i < in.leases_size(); ++i) {
     LeaseManager::ReclaimItem item;
     const proto::LeaseInfo& info = in.leases(i);
@@ -315,7 +394,11 @@ Reply DaemonHandler::Reclaim(ConnectionId conn, const Request& req) {
     item.label = info.label();
     item.backing = info.backing();
     item.owner_uid = info.owner_uid();
-    item.fd.Reset(::dup(req.fds[static_cast<size_t>(i)].get()));
+    for (const proto::ExtentInfo& x : info.extents()) item.extent_sizes.push_back(x.size_bytes());
+    const size_t n = std::max<size_t>(1, item.extent_sizes.size());
+    for (size_t k = 0; k < n; ++k) {
+      item.fds.emplace_back(::fcntl(req.fds[next_fd++].get(), F_DUPFD_CLOEXEC, 0));
+    }
     items.push_back(std::move(item));
   }
   auto outcome = leases_->Reclaim(conn, std::move(items));

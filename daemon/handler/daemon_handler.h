@@ -16,6 +16,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "cxlpool/common/clock.h"
@@ -72,6 +73,9 @@ class DaemonHandler final : public RequestHandler {
  private:
   Reply Handle(ConnectionId conn, const Request& req, const ReplyFn& reply, bool* deferred);
   Reply Reclaim(ConnectionId conn, const Request& req);
+  // An ALLOC_REPLY or ATTACH_REPLY for `g`: its extents listed (when it has
+  // several) and their fds on as many frames as the client takes per frame.
+  Reply LeaseReply(ConnectionId conn, proto::MsgType type, const Granted& g) const;
 
   LeaseManager* leases_;
   const FileSystem* proc_;
@@ -83,6 +87,11 @@ class DaemonHandler final : public RequestHandler {
   // The topology never changes after start (the lease manager holds it by
   // const pointer), so its JSON is rendered once, on the first TOPOLOGY.
   std::string topology_json_;
+  // The most fds one frame may bring each client (its HELLO's
+  // max_fds_per_frame; 0 there means 64).
+  std::unordered_map<ConnectionId, size_t> fds_per_frame_;
+  // Connections that negotiated version 1 (one fd per lease reply).
+  std::unordered_set<ConnectionId> version1_;
 };
 
 }  // namespace cxlpool

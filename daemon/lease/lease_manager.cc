@@ -42,6 +42,51 @@ const char* RefusalReason(Code code) {
 std::string PoolRoom(const Pool* p) {
   return p->name() + ": " + HumanBytes(p->free_bytes()) + " free of " + HumanBytes(p->capacity());
 }
+
+std::vector<std::unique_ptr<Backing>> OneExtent(std::unique_ptr<Backing> b) {
+  std::vector<std::unique_ptr<Backing>> v;
+  v.push_back(std::move(b));
+  return v;
+}
+
+// Where the kernel says the pages of every extent are (each extent's share
+// of `max_samples` by its size, at least one), added up.
+Result<PageCensus> CensusExtents(const std::vector<std::unique_ptr<Backing>>& extents,
+                                 uint64_t total, uint64_t max_samples) {
+  PageCensus all;
+  for (const auto& e : extents) {
+    const uint64_t share =
+        std::max<uint64_t>(1, total == 0 ? max_samples : max_samples * e->size_bytes() / total);
+    auto c = CensusPages(e->daemon_addr(), e->size_bytes(), 4096, share);
+    if (!c.ok()) return c.status();
+    all.sampled += c->sampled;
+    all.absent += c->absent;
+    all.errors += c->errors;
+    for (const auto& [node, n] : c->on_node) all.on_node[node] += n;
+  }
+  return all;
+}
+
+// The extents of a lease of `size` built on the request path: one of the
+// whole size, or pieces of at most `max_extent` (the last the rest) for a
+// memfd pool when `max_extent` is set. Worker threads (or the loop, inline).
+Result<std::vector<std::unique_ptr<Backing>>> BuildExtents(const Pool* pool, uint64_t size,
+                                                           bool hugetlb, uint64_t max_extent) {
+  std::vector<std::unique_ptr<Backing>> out;
+  // Every piece a whole number of the lease's pages.
+  const uint64_t page =
+      hugetlb ? std::max<uint64_t>(pool->page_size(), 2ull << 20) : pool->page_size();
+  const uint64_t step = page == 0 ? 0 : max_extent / page * page;
+  const bool cut = step > 0 && size > step && std::string(pool->backing()) == "memfd";
+  for (uint64_t at = 0; at < size;) {
+    const uint64_t piece = cut ? std::min(step, size - at) : size;
+    auto b = pool->Build(piece, hugetlb, Pool::BuildFor::kRequest);
+    if (!b.ok()) return b.status();  // the pieces built so far reclaim themselves
+    out.push_back(std::move(*b));
+    at += piece;
+  }
+  return out;
+}
 }  // namespace
 
 LeaseManager::LeaseManager(const Topology* topo, std::vector<std::unique_ptr<Pool>> pools,
@@ -96,7 +141,7 @@ void LeaseManager::Disconnect(ConnId conn) {
     if (Unheld(l->second)) {
       Free(id, "disconnect_reclaims");
     } else {
-      (void)Persist(l->second, -1);  // a shared lease lost a holder
+      (void)Persist(l->second, {});  // a shared lease lost a holder
     }
   }
   conns_.erase(conn);
@@ -134,7 +179,9 @@ void LeaseManager::Free(uint64_t id, const char* counter, std::function<void()> 
   quotas_.Uncharge(TenantOf(l.owner), l.tier, l.size);
   DropPoolMove(l);
   Count(counter);
-  reclaims_.Submit(l.pool, l.size, std::move(l.backing), std::move(then), l.owner.uid);
+  extra_extents_ -=
+      std::min<uint64_t>(extra_extents_, l.extents.empty() ? 0 : l.extents.size() - 1);
+  reclaims_.Submit(l.pool, l.size, std::move(l.extents), std::move(then), l.owner.uid);
 }
 
 void LeaseManager::BackingReclaimed(Pool* pool, uint64_t size) {
@@ -163,8 +210,9 @@ void LeaseManager::RefuseWaiting(const Status& why) {
 }
 
 uint64_t LeaseManager::Insert(ConnId conn, const AllocParams& p, Pool* pool, uint64_t size,
-                              std::unique_ptr<Backing> backing, bool from_warm,
+                              std::vector<std::unique_ptr<Backing>> extents, bool from_warm,
                               std::string reason) {
+  CXLPOOL_CHECK(!extents.empty());
   uint64_t id = NextId();
   Lease l;
   l.id = id;
@@ -178,7 +226,8 @@ uint64_t LeaseManager::Insert(ConnId conn, const AllocParams& p, Pool* pool, uin
   l.acl_gids = p.acl_gids;
   l.owner = conns_.at(conn).caller;
   l.created_unix = clock_->WallSeconds();
-  l.backing = std::move(backing);
+  extra_extents_ += extents.size() - 1;
+  l.extents = std::move(extents);
   l.from_warm = from_warm;
   l.placement_reason = std::move(reason);
   l.gpu = p.gpu;
@@ -307,9 +356,10 @@ bool LeaseManager::GrantFromWarm(ConnId conn, const AllocParams& p, Pool* pool, 
   if (b == nullptr) return false;
   quotas_.Charge(TenantOf(conns_.at(conn).caller), pool->quota_tier(), size);
   Count("warm_hits");
-  uint64_t id = Insert(conn, p, pool, size, std::move(b), true, reason);
+  uint64_t id = Insert(conn, p, pool, size, OneExtent(std::move(b)), true, reason);
   if (!PersistGrant(id, done)) return true;
-  done(Granted{Snapshot(table_.leases().at(id)), table_.leases().at(id).backing->fd()});
+  const Lease& l = table_.leases().at(id);
+  done(Granted{Snapshot(l), l.GrantedExtents()});
   // Only now (the reply is on the socket): a worker prefaulting the
   // replacement must not compete with sending it.
   Refill(pool);
@@ -358,10 +408,10 @@ void LeaseManager::StartBuild(BuildJob job) {
   const uint64_t sz = job.size;
   const bool hugetlb = job.params.hugetlb;
   const FileSystem* settle = job.settle;
+  const uint64_t max_extent = job.params.one_extent ? 0 : max_extent_;
   std::weak_ptr<bool> alive = alive_;
   // Runs on the loop once the backing is built.
-  auto complete = [this, alive,
-                   job = std::move(job)](Result<std::unique_ptr<Backing>> built) mutable {
+  auto complete = [this, alive, job = std::move(job)](Result<Extents> built) mutable {
     auto a = alive.lock();
     if (!a || !*a) return;  // manager gone; `built` reclaims itself
     FinishBuild(std::move(job), std::move(built));
@@ -372,8 +422,7 @@ void LeaseManager::StartBuild(BuildJob job) {
     // behind other uids' builds. A uid with builds in flight has the rest
     // built on the workers, so one uid's flood does not take the loop. The
     // completion is posted, as it would be from a worker.
-    auto built = std::make_shared<Result<std::unique_ptr<Backing>>>(
-        pool->Build(sz, hugetlb, Pool::BuildFor::kRequest));
+    auto built = std::make_shared<Result<Extents>>(BuildExtents(pool, sz, hugetlb, max_extent));
     boost::asio::post(
         loop_, [complete = std::move(complete), built]() mutable { complete(std::move(*built)); });
     return;
@@ -381,8 +430,7 @@ void LeaseManager::StartBuild(BuildJob job) {
   // On a worker when the owner's turn comes (BuildQueue); the completion
   // on the loop frees its turn.
   auto on_loop = std::make_shared<decltype(complete)>(std::move(complete));
-  auto finish = [this, alive, on_loop, uid](Result<std::unique_ptr<Backing>> built,
-                                            std::chrono::nanoseconds took) {
+  auto finish = [this, alive, on_loop, uid](Result<Extents> built, std::chrono::nanoseconds took) {
     const auto start = std::chrono::steady_clock::now();
     auto a = alive.lock();
     if (!a || !*a) return;  // manager gone; `built` reclaims itself
@@ -391,21 +439,21 @@ void LeaseManager::StartBuild(BuildJob job) {
     (*on_loop)(std::move(built));  // the grant: journal, reply
     if (busy_charge_) busy_charge_(uid, took + (std::chrono::steady_clock::now() - start));
   };
-  build_queue_.Submit(uid, [this, pool, sz, hugetlb, settle, finish]() {
-    boost::asio::post(workers_, [this, pool, sz, hugetlb, settle, finish]() mutable {
+  build_queue_.Submit(uid, [this, pool, sz, hugetlb, settle, max_extent, finish]() {
+    boost::asio::post(workers_, [this, pool, sz, hugetlb, settle, max_extent, finish]() mutable {
       const auto start = std::chrono::steady_clock::now();
       // A long-term pin on a mixed node: only where its
       // kernel zones have room, then moved there.
       Status zone_room =
           settle != nullptr ? CheckKernelZoneRoom(sz, pool->numa_node(), *settle) : Status::Ok();
-      auto built = std::make_shared<Result<std::unique_ptr<Backing>>>(
-          zone_room.ok() ? pool->Build(sz, hugetlb, Pool::BuildFor::kRequest)
-                         : Result<std::unique_ptr<Backing>>(zone_room));
-      if (built->ok() && settle != nullptr) {
-        const Backing& b = ***built;
+      auto built = std::make_shared<Result<Extents>>(
+          zone_room.ok() ? BuildExtents(pool, sz, hugetlb, max_extent)
+                         : Result<Extents>(zone_room));
+      for (size_t i = 0; built->ok() && settle != nullptr && i < (*built)->size(); ++i) {
+        const Backing& b = *(**built)[i];
         Status st =
             SettleInKernelZones(b.daemon_addr(), b.size_bytes(), b.page_size(), pool->numa_node());
-        if (!st.ok()) *built = st;  // the backing reclaims itself
+        if (!st.ok()) *built = st;  // the extents reclaim themselves
       }
       const std::chrono::nanoseconds took = std::chrono::steady_clock::now() - start;
       boost::asio::post(loop_,
@@ -422,7 +470,7 @@ void LeaseManager::UndoBuildHold(const BuildJob& job) {
   if (!job.params.name.empty()) table_.DropHeldName(job.owner.uid, job.params.name);
 }
 
-void LeaseManager::FinishBuild(BuildJob job, Result<std::unique_ptr<Backing>> built) {
+void LeaseManager::FinishBuild(BuildJob job, Result<Extents> built) {
   --pending_builds_;
   if (auto b = pending_builds_by_uid_.find(job.owner.uid); --b->second == 0) {
     pending_builds_by_uid_.erase(b);
@@ -461,7 +509,7 @@ void LeaseManager::FinishBuild(BuildJob job, Result<std::unique_ptr<Backing>> bu
                        std::move(job.reason));
   if (!PersistGrant(id, job.done)) return;
   const Lease& l = table_.leases().at(id);
-  job.done(Granted{Snapshot(l), l.backing->fd()});
+  job.done(Granted{Snapshot(l), l.GrantedExtents()});
 }
 
 namespace {
@@ -495,7 +543,7 @@ Status LeaseManager::Release(ConnId conn, uint64_t id) {
   if (Unheld(it->second)) {
     Free(id, "frees");
   } else if (!it->second.holders.count(conn)) {
-    (void)Persist(it->second, -1);  // a shared lease lost a holder
+    (void)Persist(it->second, {});  // a shared lease lost a holder
   }
   return Status::Ok();
 }
@@ -545,8 +593,8 @@ Result<Granted> LeaseManager::Attach(ConnId conn, const std::string& name,
   l.refs += 1;
   c->second.held.insert(l.id);
   Count("attaches");
-  if (new_holder) (void)Persist(l, -1);
-  return Granted{Snapshot(l), l.backing->fd()};
+  if (new_holder) (void)Persist(l, {});
+  return Granted{Snapshot(l), l.GrantedExtents()};
 }
 
 bool LeaseManager::Visible(const Lease& l, ConnId conn) const {
@@ -595,7 +643,8 @@ Status LeaseManager::CheckDaemonLimits() const {
   // warm stock and libraries' own. Maps: the same leases, plus the
   // process's ordinary mappings.
   constexpr uint64_t kFdReserve = 128, kMapReserve = 1024;
-  const uint64_t per_lease = table_.leases().size() + pending_builds_ + reclaims_.pending();
+  const uint64_t per_lease =
+      table_.leases().size() + extra_extents_ + pending_builds_ + reclaims_.pending();
   if (per_lease + conns_.size() + kFdReserve >= limits_.max_fds) {
     return Status(Code::kResourceExhausted,
                   "daemon fd limit: " + std::to_string(table_.leases().size()) +
@@ -673,8 +722,12 @@ LeaseSnapshot LeaseManager::Snapshot(const Lease& l) const {
   s.owner = l.owner;
   s.created_unix = l.created_unix;
   s.holders = l.refs;
-  s.backing = l.backing->kind();
-  s.page_size = l.backing->page_size();
+  s.backing = l.first().kind();
+  s.page_size = l.first().page_size();
+  s.extents = static_cast<uint32_t>(l.extents.size());
+  if (l.extents.size() > 1) {
+    for (const auto& e : l.extents) s.extent_bytes.push_back(e->size_bytes());
+  }
   s.from_warm_stock = l.from_warm;
   s.placement_reason = l.placement_reason;
   s.pool = l.pool->name();
@@ -697,14 +750,18 @@ Result<LeaseManager::MoveCheck> LeaseManager::CheckMoved(ConnId conn, uint64_t i
                   "lease " + std::to_string(id) + " is not held by this connection");
   }
   Count("moved_reports");
-  void* addr = l.backing ? l.backing->daemon_addr() : nullptr;
-  if (addr == nullptr) {
+  const bool mapped = l.has_memory() && std::all_of(l.extents.begin(), l.extents.end(),
+                                                    [](const std::unique_ptr<Backing>& e) {
+                                                      return e->daemon_addr() != nullptr;
+                                                    });
+  if (!mapped) {
     return Status(Code::kUnsupported, "lease " + std::to_string(id) + " (" +
-                                          (l.backing ? l.backing->kind() : std::string("?")) +
+                                          (l.has_memory() ? l.first().kind() : std::string("?")) +
                                           ") has no daemon mapping for move_pages to ask about");
   }
-  // The daemon's own view of the same pages: the holder's word moves nothing.
-  auto census = CensusPages(addr, l.size, 4096, 4096);
+  // The daemon's own view of the same pages, over every extent (samples
+  // shared out by size): the holder's word moves nothing.
+  Result<PageCensus> census = CensusExtents(l.extents, l.size, 4096);
   if (!census.ok()) return census.status();
   MoveCheck out;
   const std::optional<int> now = census->MajorityNode();
@@ -734,7 +791,7 @@ Result<LeaseManager::MoveCheck> LeaseManager::CheckMoved(ConnId conn, uint64_t i
     l.moved_reason = why + "; node " + std::to_string(*now) + " has no pool, so " + l.pool->name() +
                      " still accounts it";
     Count("leases_moved");
-    (void)Persist(l, -1);
+    (void)Persist(l, {});
   } else {
     Rehome(l, to, to == l.pool ? why : why + "; accounted to " + to->name() + " now");
   }

@@ -51,6 +51,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -76,6 +77,8 @@ class LeaseManager {
   using Executor = boost::asio::any_io_executor;
   using AllocDone = cxlpool::AllocDone;
   using RevokeDone = std::function<void(Result<std::vector<ConnId>>)>;
+  // A lease's memory: its extents in mapping order.
+  using Extents = std::vector<std::unique_ptr<Backing>>;
 
   LeaseManager(const Topology* topo, std::vector<std::unique_ptr<Pool>> pools, QuotaTable quotas,
                Executor loop, Executor workers, const Clock* clock);
@@ -186,6 +189,11 @@ class LeaseManager {
   // builds until it says no (asked again every kBusyRetry). Default: none.
   using BusyCharge = std::function<void(uid_t, std::chrono::nanoseconds)>;
   void SetBusyHooks(BusyCharge charge, std::function<bool(uid_t)> throttled);
+  // A memfd lease built on the request path is cut into extents of at most
+  // `bytes` (a multiple of 2 MiB; the last extent holds the rest), each its
+  // own memfd, mapped back to back by the client. Default 0: one extent.
+  // Devdax leases are always one.
+  void SetMaxExtentBytes(uint64_t bytes) { max_extent_ = bytes; }
   // Stops refills and reclaims every lease and all stock (daemon exit).
   void Shutdown();
 
@@ -222,7 +230,10 @@ class LeaseManager {
   // new is granted, and re-adopted leases are kept through it even if
   // unheld. The damage shows in Gauges() (journal_*) and the log; a later
   // RECLAIM of a lease the journal did not know sets journal_damaged too.
-  RecoveryReport Recover(std::vector<DurableLease> journalled, std::map<uint64_t, UniqueFd> stored,
+  // `stored`: by lease id, one fd per extent in order (an fd the store did
+  // not have is invalid).
+  RecoveryReport Recover(std::vector<DurableLease> journalled,
+                         std::map<uint64_t, std::vector<UniqueFd>> stored,
                          std::chrono::milliseconds grace, const JournalHealth& health = {});
   bool in_grace() const { return restart_.grace; }
   // During the grace period: UNAVAILABLE "daemon restarting: reclaim in
@@ -231,7 +242,10 @@ class LeaseManager {
   struct ReclaimItem {
     uint64_t id = 0;
     uint64_t size_bytes = 0;
-    UniqueFd fd;
+    // One fd per extent, in mapping order, with the sizes the client was
+    // told (empty sizes: one extent of size_bytes).
+    std::vector<UniqueFd> fds;
+    std::vector<uint64_t> extent_sizes;
     // What the client remembers of the lease (hints for one the journal
     // lost; never trusted for accounting): its pool, name, backing, and the
     // owner uid it was told.
@@ -262,7 +276,12 @@ class LeaseManager {
   struct MigrationFacts {
     LeaseSnapshot lease;
     const Pool* pool = nullptr;
-    int fd = -1;  // the memfd, borrowed; -1 for devdax and for memory not back after a restart
+    // The memfd, borrowed, of a one-extent lease; -1 for devdax, for memory
+    // not back after a restart, and for a lease of several extents (fds).
+    int fd = -1;
+    // Every extent's memfd and size, borrowed, in mapping order (empty when
+    // fd would be -1 for a reason other than several extents).
+    std::vector<GrantedExtent> extents;
     std::vector<ConnId> holders;
     std::vector<pid_t> holder_pids;
     int32_t priority = 0;  // the owner's priority class
@@ -334,10 +353,10 @@ class LeaseManager {
   void StartBuild(BuildJob job);
   // On the loop: grants the built lease, places it elsewhere (a failed
   // kernel-zone settle), or undoes the hold and refuses.
-  void FinishBuild(BuildJob job, Result<std::unique_ptr<Backing>> built);
+  void FinishBuild(BuildJob job, Result<Extents> built);
   void UndoBuildHold(const BuildJob& job);
-  uint64_t Insert(ConnId conn, const AllocParams& p, Pool* pool, uint64_t size,
-                  std::unique_ptr<Backing> backing, bool from_warm, std::string reason);
+  uint64_t Insert(ConnId conn, const AllocParams& p, Pool* pool, uint64_t size, Extents extents,
+                  bool from_warm, std::string reason);
   // Ends a lease: bookkeeping now, memory reclaimed off the request path
   // (reclaims_).
   // `then` runs on the loop once the memory is truncated (or never, when
@@ -379,14 +398,16 @@ class LeaseManager {
   // for LeaseInfo (placed_numa_node, moved_reason), counted (leases_moved)
   // and journalled (lease_migration.cc).
   void Rehome(Lease& l, Pool* to, std::string why);
-  // Journals a new grant (fd >= 0) or a holder change. OK when disabled.
-  Status Persist(const Lease& l, int fd);
+  // Journals a new grant (with its extents' fds) or a holder change (no
+  // fds). OK when disabled.
+  Status Persist(const Lease& l, std::span<const int> fds);
   // Journals the end of a lease (errors logged).
   void Unpersist(uint64_t id);
   // Takes the next lease id, reserving a batch in the store when needed
   // (a failed reservation is logged; the grant's own Put then decides).
   uint64_t NextId();
-  // A new grant just inserted: journal it or take it back. False: refused.
+  // A new grant just inserted: records its extents' identity, and journals
+  // it or takes it back. False: refused.
   bool PersistGrant(uint64_t id, const AllocDone& done);
   // Strikes holders of `pid` off leases they provably no longer hold.
   void CheckHolderOf(pid_t pid);
@@ -397,7 +418,7 @@ class LeaseManager {
   // Journal damage: accounts an unknown lease's memfd again (see Reclaim).
   // `who` null: an fd-store orphan. On error `*revoked` says whether the
   // memfd (a cxlpool lease that could not be accounted) was truncated.
-  Result<uint64_t> Readopt(uint64_t id, UniqueFd fd, const ReclaimItem* hints,
+  Result<uint64_t> Readopt(uint64_t id, std::vector<UniqueFd> fds, const ReclaimItem* hints,
                            const CallerInfo* who, bool* revoked);
   // Moves a lease to a new owner (quota charge, owner's list; and the name
   // when `confirmed`: the caller says it is the owner).
@@ -425,6 +446,10 @@ class LeaseManager {
   Executor workers_;
   std::optional<Executor> stock_;
   uint64_t inline_max_ = 0;
+  uint64_t max_extent_ = 0;
+  // Extents beyond the first of every lease in the table (each one more fd
+  // and mapping: CheckDaemonLimits).
+  uint64_t extra_extents_ = 0;
   BuildQueue build_queue_;
   BusyCharge busy_charge_;
   std::shared_ptr<void> busy_retry_timer_;  // a steady_timer while builds are held

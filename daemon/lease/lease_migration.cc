@@ -22,7 +22,10 @@ LeaseManager::MigrationFacts LeaseManager::FactsOf(const Lease& l) const {
   MigrationFacts f;
   f.lease = Snapshot(l);
   f.pool = l.pool;
-  f.fd = l.awaited_memory || l.backing == nullptr ? -1 : l.backing->fd();
+  if (!l.awaited_memory && l.has_memory() && l.first().fd() >= 0) {
+    f.extents = l.GrantedExtents();
+    if (f.extents.size() == 1) f.fd = f.extents.front().fd;
+  }
   std::vector<ConnId> conns;
   for (const auto& [conn, n] : l.holders) conns.push_back(conn);
   std::sort(conns.begin(), conns.end());
@@ -80,7 +83,7 @@ Status LeaseManager::BeginPoolMove(uint64_t id, Pool* to) {
   if (std::string(l.pool->backing()) != "memfd" || std::string(to->backing()) != "memfd") {
     return Status(Code::kInvalidArgument, "devdax memory cannot move between pools");
   }
-  if (l.awaited_memory || l.backing == nullptr || l.backing->fd() < 0) {
+  if (l.awaited_memory || !l.has_memory() || l.first().fd() < 0) {
     return Status(Code::kUnavailable, "lease " + std::to_string(id) +
                                           "'s memory is not back since the daemon restarted");
   }
@@ -101,7 +104,7 @@ Status LeaseManager::BeginPoolMove(uint64_t id, Pool* to) {
   l.moving_to = to;
   l.moving_note.clear();
   if (restart_.store != nullptr && !restart_.handed_over) {
-    Status st = Persist(l, -1);
+    Status st = Persist(l, {});
     if (!st.ok()) {
       DropPoolMove(l);
       return Status(Code::kIo, "cannot journal the move: " + st.message());
@@ -125,7 +128,7 @@ Status LeaseManager::CommitPoolMove(uint64_t id) {
     // A move back (after a restart) finished: nothing changes hands.
     l.moving_to = nullptr;
     l.moving_note.clear();
-    (void)Persist(l, -1);
+    (void)Persist(l, {});
     return Status::Ok();
   }
   Rehome(l, to,
@@ -160,7 +163,7 @@ void LeaseManager::Rehome(Lease& l, Pool* to, std::string why) {
   l.moving_to = nullptr;
   l.moving_note.clear();
   Count("leases_moved");
-  (void)Persist(l, -1);
+  (void)Persist(l, {});
 }
 
 Status LeaseManager::AbortPoolMove(uint64_t id, const std::string& split_note) {
@@ -177,7 +180,7 @@ Status LeaseManager::AbortPoolMove(uint64_t id, const std::string& split_note) {
     CXLPOOL_LOG(kWarning) << "lease " << id << " (" << l.pool->name() << " -> "
                           << l.moving_to->name() << "): " << split_note;
   }
-  (void)Persist(l, -1);
+  (void)Persist(l, {});
   return Status::Ok();
 }
 

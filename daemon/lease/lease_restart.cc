@@ -24,6 +24,33 @@ namespace cxlpool {
 namespace {
 constexpr uint64_t kIdBatch = 1024;
 
+// A RECLAIM item's extents against the journalled ones: one fd per extent,
+// and the sizes the holder was told (when it says) are the lease's.
+Status CheckReclaimExtents(uint64_t id, const std::vector<DurableExtent>& extents,
+                           const LeaseManager::ReclaimItem& item) {
+  const std::string what = "lease " + std::to_string(id) + ": ";
+  if (item.fds.size() != extents.size()) {
+    return Status(Code::kInvalidArgument, what + "it has " + std::to_string(extents.size()) +
+                                              " extents, " + std::to_string(item.fds.size()) +
+                                              " fds were handed back");
+  }
+  if (item.extent_sizes.empty()) return Status::Ok();
+  if (item.extent_sizes.size() != extents.size()) {
+    return Status(Code::kInvalidArgument, what + "it has " + std::to_string(extents.size()) +
+                                              " extents, not " +
+                                              std::to_string(item.extent_sizes.size()));
+  }
+  for (size_t i = 0; i < extents.size(); ++i) {
+    if (item.extent_sizes[i] != extents[i].size_bytes) {
+      return Status(Code::kInvalidArgument, what + "extent " + std::to_string(i) + " is " +
+                                                std::to_string(extents[i].size_bytes) +
+                                                " bytes, not " +
+                                                std::to_string(item.extent_sizes[i]));
+    }
+  }
+  return Status::Ok();
+}
+
 bool SameHolder(const HolderId& a, pid_t pid, uint64_t start_time) {
   return a.pid == pid && (a.start_time == 0 || start_time == 0 || a.start_time == start_time);
 }
@@ -72,11 +99,11 @@ DurableLease LeaseManager::ToDurable(const Lease& l) const {
   d.id = l.id;
   d.size_bytes = l.size;
   d.requested_bytes = l.requested;
-  d.page_size = l.backing->page_size();
+  d.page_size = l.first().page_size();
   d.numa_node = l.pool->numa_node();
   d.pool = l.pool->name();
   d.kind = l.pool->kind();
-  d.backing = l.backing->kind();
+  d.backing = l.first().kind();
   d.label = l.label;
   d.name = l.name;
   d.owner_pid = l.owner.pid;
@@ -94,8 +121,9 @@ DurableLease LeaseManager::ToDurable(const Lease& l) const {
   d.created_unix = l.created_unix;
   d.inode = l.inode;
   d.inode_dev = l.inode_dev;
-  d.dax_device = l.backing->dax_device();
-  d.dax_rdev = l.backing->device_number();
+  if (l.identity.size() > 1) d.extents = l.identity;
+  d.dax_device = l.first().dax_device();
+  d.dax_rdev = l.first().device_number();
   if (l.moving_to != nullptr) d.migrating_to_pool = l.moving_to->name();
   auto add = [&](HolderId h) {
     if (std::find(d.holders.begin(), d.holders.end(), h) == d.holders.end()) {
@@ -113,9 +141,9 @@ DurableLease LeaseManager::ToDurable(const Lease& l) const {
   return d;
 }
 
-Status LeaseManager::Persist(const Lease& l, int fd) {
+Status LeaseManager::Persist(const Lease& l, std::span<const int> fds) {
   if (restart_.store == nullptr || restart_.handed_over) return Status::Ok();
-  Status st = restart_.store->Put(ToDurable(l), fd);
+  Status st = restart_.store->Put(ToDurable(l), fds);
   if (!st.ok()) {
     CXLPOOL_LOG(kError) << "journal lease " << l.id << ": " << st.ToString();
   }
@@ -131,18 +159,27 @@ void LeaseManager::Unpersist(uint64_t id) {
 }
 
 bool LeaseManager::PersistGrant(uint64_t id, const AllocDone& done) {
-  if (restart_.store == nullptr) return true;
   Lease& l = table_.leases().at(id);
-  uint64_t ino = 0, dev = 0;
-  struct stat st {};
-  if (l.backing->Identity(&ino, &dev)) {  // memfds: read when built, off the loop
-    l.inode = ino;
-    l.inode_dev = dev;
-  } else if (l.backing->fd() >= 0 && ::fstat(l.backing->fd(), &st) == 0) {
-    l.inode = st.st_ino;
-    l.inode_dev = st.st_dev;
+  // Every extent's size and memfd identity: what a RECLAIM is matched
+  // against, journalled or not.
+  const bool journal = restart_.store != nullptr;
+  l.identity.clear();
+  for (const auto& e : l.extents) {
+    DurableExtent x;
+    x.size_bytes = e->size_bytes();
+    struct stat st {};
+    if (e->Identity(&x.inode, &x.inode_dev)) {  // memfds: read when built, off the loop
+    } else if (journal && e->fd() >= 0 && ::fstat(e->fd(), &st) == 0) {
+      x.inode = st.st_ino;
+      x.inode_dev = st.st_dev;
+    }
+    l.identity.push_back(x);
   }
-  Status s = Persist(l, l.backing->fd());
+  l.inode = l.identity.front().inode;
+  l.inode_dev = l.identity.front().inode_dev;
+  if (!journal) return true;
+  const std::vector<int> fds = l.Fds();
+  Status s = Persist(l, fds);
   if (s.ok()) return true;
   // Not journalled means not restart-safe: take the grant back.
   Free(id, "journal_failures");
@@ -152,7 +189,7 @@ bool LeaseManager::PersistGrant(uint64_t id, const AllocDone& done) {
 }
 
 LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> journalled,
-                                                   std::map<uint64_t, UniqueFd> stored,
+                                                   std::map<uint64_t, std::vector<UniqueFd>> stored,
                                                    std::chrono::milliseconds grace,
                                                    const JournalHealth& health) {
   RecoveryReport r;
@@ -162,8 +199,14 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
     ++r.journalled;
     next_id_ = std::max(next_id_, d.id + 1);
     restart_.ids_reserved = std::max(restart_.ids_reserved, next_id_);
-    UniqueFd fd;
-    if (auto s = stored.find(d.id); s != stored.end()) fd = std::move(s->second);
+    // The fd store's fds of its extents, all of them or none.
+    std::vector<UniqueFd> fds;
+    if (auto s = stored.find(d.id); s != stored.end()) {
+      fds = std::move(s->second);
+      stored.erase(s);
+    }
+    const std::vector<DurableExtent> extents = ExtentsOf(d);
+    auto close_fds = [&fds] { fds.clear(); };
     auto drop = [&](const std::string& why) {
       CXLPOOL_LOG(kWarning) << "restart: lease " << d.id << " (" << HumanBytes(d.size_bytes)
                             << ", uid " << d.owner_uid << ") dropped: " << why;
@@ -187,7 +230,7 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
     if (dax_pool != nullptr) {
       d.dax_device = dax_pool->LeaseDevice(d.dax_device);
       if (d.dax_device.empty() || !dax_pool->DeviceExists(d.dax_device)) {
-        fd.Reset();
+        close_fds();
         drop(d.dax_device.empty()
                  ? std::string("journalled without its DAX device (an older cxlpoold)")
                  : "its DAX device " + d.dax_device + " no longer exists");
@@ -202,14 +245,18 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
     for (const HolderId& h : d.holders) {
       if (restart_.probe != nullptr && HolderAlive(*restart_.probe, h)) alive.push_back(h);
     }
-    std::unique_ptr<Backing> backing;
-    if (fd.valid()) {
-      Status st = dax_pool != nullptr ? dax_pool->CheckFd(fd.get(), d.dax_device, d.dax_rdev)
-                                      : CheckLeaseFd(fd.get(), d);
+    Extents backing;
+    if (!fds.empty()) {
+      Status st = dax_pool != nullptr
+                      ? (fds.size() == 1 ? dax_pool->CheckFd(fds[0].get(), d.dax_device, d.dax_rdev)
+                                         : Status(Code::kInvalidArgument,
+                                                  "a devdax lease has one fd, the store had " +
+                                                      std::to_string(fds.size())))
+                      : CheckLeaseFds(fds, d);
       if (!st.ok()) {
-        CXLPOOL_LOG(kWarning) << "restart: stored fd does not match the journal, closed: "
+        CXLPOOL_LOG(kWarning) << "restart: stored fds do not match the journal, closed: "
                               << st.ToString();
-        fd.Reset();
+        close_fds();
       }
     }
     if (alive.empty()) {
@@ -217,14 +264,16 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
         // The stored fd would keep the device busy: close it, then give a
         // carved sub-device back to its region (a static device is free
         // again once nothing reserves it).
-        fd.Reset();
+        close_fds();
         dax_pool->Recovered(d.dax_device, d.size_bytes, d.dax_rdev, UniqueFd())->Reclaim();
         drop("every holder exited while the daemon was down");
         continue;
       }
       // Its memory died with its last holder; if the fd store kept it, free it now.
-      if (fd.valid() && ::ftruncate(fd.get(), 0) != 0) {
-        CXLPOOL_LOG(kWarning) << "restart: truncating stored lease " << d.id << " failed";
+      for (const UniqueFd& fd : fds) {
+        if (fd.valid() && ::ftruncate(fd.get(), 0) != 0) {
+          CXLPOOL_LOG(kWarning) << "restart: truncating stored lease " << d.id << " failed";
+        }
       }
       drop("every holder exited while the daemon was down");
       continue;
@@ -238,11 +287,12 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
     pool->CommitReserve(d.size_bytes);
     bool adopted = false;
     if (dax_pool != nullptr) {
-      adopted = fd.valid();
-      backing = dax_pool->Recovered(d.dax_device, d.size_bytes, d.dax_rdev, std::move(fd));
-    } else if (fd.valid()) {
+      adopted = !fds.empty();
+      backing.push_back(dax_pool->Recovered(d.dax_device, d.size_bytes, d.dax_rdev,
+                                            fds.empty() ? UniqueFd() : std::move(fds[0])));
+    } else if (!fds.empty()) {
       auto* mp = dynamic_cast<MemfdPool*>(pool);
-      auto b = AdoptMemfd(std::move(fd), d, mp != nullptr && mp->config().pin);
+      auto b = AdoptMemfds(std::move(fds), d, mp != nullptr && mp->config().pin);
       if (b.ok()) {
         backing = std::move(*b);
         adopted = true;
@@ -251,7 +301,7 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
                               << b.status().ToString();
       }
     }
-    if (backing == nullptr) backing = MakeAwaitedBacking(d);
+    if (backing.empty()) backing = MakeAwaitedBackings(d);
     Lease fresh;
     fresh.id = d.id;
     fresh.size = d.size_bytes;
@@ -273,16 +323,18 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
     fresh.owner.cgroup = d.owner_cgroup;
     fresh.owner.start_time = d.owner_start_time;
     fresh.created_unix = d.created_unix;
-    fresh.backing = std::move(backing);
+    extra_extents_ += backing.size() - 1;
+    fresh.extents = std::move(backing);
     fresh.placement_reason = "recovered after a daemon restart";
     fresh.awaiting = alive;
     fresh.awaited_memory = !adopted;
     fresh.inode = d.inode;
     fresh.inode_dev = d.inode_dev;
+    fresh.identity = extents;
     Lease& l = table_.Add(std::move(fresh));  // indexed by owner and name
     quotas_.Charge(TenantOf(l.owner), l.tier, l.size);
     RecoverPoolMove(l, d.migrating_to_pool);
-    if (alive.size() != d.holders.size()) (void)Persist(l, -1);
+    if (alive.size() != d.holders.size()) (void)Persist(l, {});
     restart_.awaiting_any = true;
     Count(adopted ? "restart_adopted" : "restart_awaiting");
     ++(adopted ? r.adopted : r.awaiting);
@@ -292,16 +344,18 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
   // them. Their memory is live (the store holds it), so it is accounted
   // again now, in the pool its pages are on, with no owner until a holder
   // reclaims it; the id is taken (the store's names are a floor for ids).
-  for (auto& [id, fd] : stored) {
-    if (!fd.valid()) continue;
+  for (auto& [id, fds] : stored) {
+    std::erase_if(fds, [](const UniqueFd& fd) { return !fd.valid(); });
+    if (fds.empty()) continue;
     next_id_ = std::max(next_id_, id + 1);
     bool revoked = false;
-    auto a = Readopt(id, std::move(fd), nullptr, nullptr, &revoked);
+    const size_t stored_extents = fds.size();
+    auto a = Readopt(id, std::move(fds), nullptr, nullptr, &revoked);
     if (!a.ok()) {
       CXLPOOL_LOG(kError) << "restart: fd store lease-" << id
                           << " has no journal record and cannot be accounted again: "
                           << a.status().message();
-      if (restart_.store != nullptr) restart_.store->ForgetStoredFd(id);
+      if (restart_.store != nullptr) restart_.store->ForgetStoredFd(id, stored_extents);
       Count("fd_store_orphans_dropped");
       continue;
     }
@@ -476,7 +530,7 @@ void LeaseManager::SweepAwaiting(bool check_files, std::optional<HolderId> exite
     if (Unheld(l)) {
       unheld.push_back(id);
     } else {
-      (void)Persist(l, -1);
+      (void)Persist(l, {});
     }
   }
   restart_.awaiting_any = any;
@@ -500,7 +554,7 @@ void LeaseManager::CheckHolderOf(pid_t pid) {
     if (Unheld(l)) {
       unheld.push_back(id);
     } else {
-      (void)Persist(l, -1);
+      (void)Persist(l, {});
     }
   }
   for (uint64_t id : unheld) Free(id, "restart_drops");
@@ -566,7 +620,7 @@ LeaseManager::ReclaimOutcome LeaseManager::Reclaim(ConnId conn, std::vector<Recl
       }
       // An id this daemon granted, unknown now: the journal lost it.
       bool revoked = false;
-      auto a = Readopt(id, std::move(item.fd), &item, &who, &revoked);
+      auto a = Readopt(id, std::move(item.fds), &item, &who, &revoked);
       if (!a.ok()) {
         reject(a.status().message());
         continue;
@@ -575,7 +629,8 @@ LeaseManager::ReclaimOutcome LeaseManager::Reclaim(ConnId conn, std::vector<Recl
       l.holders[conn] += 1;
       l.refs += 1;
       c->second.held.insert(id);
-      (void)Persist(l, l.backing->fd());
+      const std::vector<int> fds = l.Fds();
+      (void)Persist(l, fds);
       CXLPOOL_LOG(kWarning) << "reclaim: lease " << id << " (" << HumanBytes(l.size) << " in "
                             << l.pool->name() << ", uid " << who.uid
                             << ") was not in the journal: accounted again";
@@ -597,33 +652,40 @@ LeaseManager::ReclaimOutcome LeaseManager::Reclaim(ConnId conn, std::vector<Recl
              std::to_string(item.size_bytes));
       continue;
     }
+    // Its extents as the holder tells them: as many as the lease has, of
+    // the same sizes, one fd each.
+    const std::vector<DurableExtent> extents = ExtentsOf(d);
+    if (Status st = CheckReclaimExtents(id, extents, item); !st.ok()) {
+      reject(st.message());
+      continue;
+    }
     auto* dax_pool = dynamic_cast<DevdaxPool*>(l.pool);
     if (dax_pool != nullptr) {
-      Status st = dax_pool->CheckFd(item.fd.get(), d.dax_device, d.dax_rdev);
+      Status st = dax_pool->CheckFd(item.fds[0].get(), d.dax_device, d.dax_rdev);
       if (!st.ok()) {
         reject("lease " + std::to_string(id) + " (devdax " + d.dax_device + "): " + st.message());
         continue;
       }
-    } else if (Status st = CheckLeaseFd(item.fd.get(), d); !st.ok()) {
+    } else if (Status st = CheckLeaseFds(item.fds, d); !st.ok()) {
       reject(st.message());
       continue;
     }
     if (l.awaited_memory && dax_pool != nullptr) {
-      auto* db = dynamic_cast<DevdaxBacking*>(l.backing.get());
+      auto* db = dynamic_cast<DevdaxBacking*>(l.extents.front().get());
       if (db == nullptr) {
         reject("lease " + std::to_string(id) + ": no devdax backing to adopt the device into");
         continue;
       }
-      db->AdoptFd(std::move(item.fd));
+      db->AdoptFd(std::move(item.fds[0]));
       l.awaited_memory = false;
     } else if (l.awaited_memory) {
       auto* mp = dynamic_cast<MemfdPool*>(l.pool);
-      auto b = AdoptMemfd(std::move(item.fd), d, mp != nullptr && mp->config().pin);
+      auto b = AdoptMemfds(std::move(item.fds), d, mp != nullptr && mp->config().pin);
       if (!b.ok()) {
         reject(b.status().message());
         continue;
       }
-      l.backing = std::move(*b);
+      l.extents = std::move(*b);
       l.awaited_memory = false;
     }
     if (l.unjournalled && l.owner_provisional) {
@@ -640,7 +702,7 @@ LeaseManager::ReclaimOutcome LeaseManager::Reclaim(ConnId conn, std::vector<Recl
       return SameHolder(h, who.pid, who.start_time);
     });
     if (a != l.awaiting.end()) l.awaiting.erase(a);
-    (void)Persist(l, -1);
+    (void)Persist(l, {});
     out.accepted.push_back(id);
     Count("reclaims");
   }
@@ -648,10 +710,27 @@ LeaseManager::ReclaimOutcome LeaseManager::Reclaim(ConnId conn, std::vector<Recl
   return out;
 }
 
-Result<uint64_t> LeaseManager::Readopt(uint64_t id, UniqueFd fd, const ReclaimItem* hints,
-                                       const CallerInfo* who, bool* revoked) {
+Result<uint64_t> LeaseManager::Readopt(uint64_t id, std::vector<UniqueFd> fds,
+                                       const ReclaimItem* hints, const CallerInfo* who,
+                                       bool* revoked) {
   *revoked = false;
   const std::string what = "lease " + std::to_string(id) + " (not in the journal)";
+  if (fds.size() != 1) {
+    // Without the journal the extents' order and sizes are only the
+    // holder's word: such a lease cannot be accounted again. What is sealed
+    // like a cxlpool lease is revoked, never left in use uncounted.
+    for (const UniqueFd& fd : fds) {
+      if (CheckUnknownMemfd(fd.get()).ok() && ::ftruncate(fd.get(), 0) == 0) *revoked = true;
+    }
+    Count(*revoked ? "unjournalled_revokes" : "unjournalled_rejects");
+    std::string msg = what + " has " + std::to_string(fds.size()) +
+                      " extents: a lease of several extents the journal lost cannot be accounted "
+                      "again" +
+                      (*revoked ? "; its memory was taken back (revoked)" : "");
+    CXLPOOL_LOG(kError) << "restart: " << msg;
+    return Status(Code::kInvalidArgument, msg);
+  }
+  UniqueFd fd = std::move(fds[0]);
   auto facts = CheckUnknownMemfd(fd.get());
   if (!facts.ok()) {
     Count("unjournalled_rejects");
@@ -674,7 +753,11 @@ Result<uint64_t> LeaseManager::Readopt(uint64_t id, UniqueFd fd, const ReclaimIt
     return Status(Code::kResourceExhausted, msg);
   };
   for (const auto& [other, l] : table_.leases()) {
-    if (l.inode == facts->inode && l.inode_dev == facts->dev) {
+    const bool same =
+        std::any_of(l.identity.begin(), l.identity.end(), [&](const DurableExtent& x) {
+          return x.inode == facts->inode && x.inode_dev == facts->dev;
+        });
+    if (same || (l.inode == facts->inode && l.inode_dev == facts->dev)) {
       Count("unjournalled_rejects");
       return Status(Code::kInvalidArgument, what + ": the fd is the memfd of another lease");
     }
@@ -749,13 +832,14 @@ Result<uint64_t> LeaseManager::Readopt(uint64_t id, UniqueFd fd, const ReclaimIt
   fresh.label = hints != nullptr ? hints->label.substr(0, 256) : std::string();
   fresh.owner = owner;
   fresh.created_unix = clock_->WallSeconds();
-  fresh.backing = std::move(backing);
+  fresh.extents.push_back(std::move(backing));
   fresh.placement_reason =
       "accounted again after journal damage (" +
       (node >= 0 ? "pages on node " + std::to_string(node) : std::string("no page resident")) +
       (who == nullptr ? ", from the fd store)" : ", from a reclaim)");
   fresh.inode = d.inode;
   fresh.inode_dev = d.inode_dev;
+  fresh.identity = ExtentsOf(d);
   fresh.unjournalled = true;
   fresh.owner_provisional =
       who == nullptr || hints == nullptr || !hints->owner_uid || *hints->owner_uid != who->uid;
@@ -787,15 +871,18 @@ void LeaseManager::HandOver() {
   // on purpose without Reclaim (which would truncate); the process exits next
   // and the kernel closes the daemon's fds and mappings only.
   for (auto& [id, l] : table_.leases()) {
-    Backing* kept = l.backing.release();
+    for (auto& e : l.extents) {
+      Backing* kept = e.release();
 #if defined(__SANITIZE_ADDRESS__)
-    __lsan_ignore_object(kept);  // deliberately never freed: see above
+      __lsan_ignore_object(kept);  // deliberately never freed: see above
 #else
-    (void)kept;
+      (void)kept;
 #endif
+    }
   }
   size_t n = table_.leases().size();
   table_.Clear();
+  extra_extents_ = 0;
   for (auto& [conn, c] : conns_) c.held.clear();
   for (Pool* p : pool_ptrs_) p->DropAllWarm();
   restart_.watches.clear();

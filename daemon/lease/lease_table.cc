@@ -6,6 +6,20 @@
 
 namespace cxlpool {
 
+std::vector<GrantedExtent> LeaseRecord::GrantedExtents() const {
+  std::vector<GrantedExtent> out;
+  out.reserve(extents.size());
+  for (const auto& e : extents) out.push_back({e->fd(), e->size_bytes(), e->page_size()});
+  return out;
+}
+
+std::vector<int> LeaseRecord::Fds() const {
+  std::vector<int> out;
+  out.reserve(extents.size());
+  for (const auto& e : extents) out.push_back(e ? e->fd() : -1);
+  return out;
+}
+
 LeaseRecord& LeaseTable::Add(LeaseRecord l) {
   const uint64_t id = l.id;
   auto [it, inserted] = leases_.emplace(id, std::move(l));

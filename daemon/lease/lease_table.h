@@ -40,7 +40,9 @@ struct LeaseRecord {
   std::vector<uint32_t> acl_gids;
   CallerInfo owner;
   int64_t created_unix = 0;
-  std::unique_ptr<Backing> backing;
+  // Its memory: the extents in mapping order, each mapped at the sum of the
+  // sizes before it. One for devdax and for a lease built whole.
+  std::vector<std::unique_ptr<Backing>> extents;
   bool from_warm = false;
   std::string placement_reason;
   std::unordered_map<ConnId, uint32_t> holders;  // connection -> references
@@ -49,6 +51,9 @@ struct LeaseRecord {
   // lives while refs > 0 or anyone awaits; awaited_memory: no fd yet.
   std::vector<HolderId> awaiting;
   bool awaited_memory = false;
+  // Each extent's size and memfd identity (journalled; what fds handed back
+  // are matched against). inode/inode_dev: the first extent's.
+  std::vector<DurableExtent> identity;
   uint64_t inode = 0;
   uint64_t inode_dev = 0;
   // Journal damage: accounted again without a journal record (a RECLAIM
@@ -72,6 +77,15 @@ struct LeaseRecord {
   std::optional<int> home_node;
   Pool* moving_to = nullptr;
   std::string moving_note;
+
+  // The first extent: its kind and page size are the lease's (every extent
+  // of a lease has the same).
+  const Backing& first() const { return *extents.front(); }
+  bool has_memory() const { return !extents.empty() && extents.front() != nullptr; }
+  // The borrowed fds and places of the extents (for a reply).
+  std::vector<GrantedExtent> GrantedExtents() const;
+  // The extents' fds, in order (-1 where there is none).
+  std::vector<int> Fds() const;
 };
 
 class LeaseTable {

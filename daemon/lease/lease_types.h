@@ -57,6 +57,9 @@ struct AllocParams {
   std::vector<uint32_t> acl_gids;
   std::optional<int> home_node;  // the caller's node (placement without GPU/node)
   bool long_term_pin = false;    // the holder will pin it long-term (lease/placement.h rule 4)
+  // The client takes one fd per lease (protocol version 1): never cut into
+  // extents.
+  bool one_extent = false;
   // Set by Allocate itself when a build on a mixed node could not keep the
   // lease in its kernel zones: those pools are skipped, and why is named.
   std::vector<const Pool*> exclude_pools;
@@ -77,6 +80,10 @@ struct LeaseSnapshot {
   uint32_t holders = 0;  // references (connections x attaches)
   std::string backing;
   uint64_t page_size = 0;
+  uint32_t extents = 1;  // memfds the lease is made of, mapped back to back
+  // A lease of several extents: each one's size, in mapping order (empty
+  // for one).
+  std::vector<uint64_t> extent_bytes;
   bool from_warm_stock = false;
   std::string placement_reason;
   std::string pool;
@@ -88,11 +95,22 @@ struct LeaseSnapshot {
   std::string moved_reason;
 };
 
-// A granted (or attached) lease and its fd, borrowed: valid until the lease
-// ends; send it before returning to the loop.
+// One extent of a granted lease: its fd (borrowed) and its size and page
+// size; it is mapped at the sum of the sizes of the extents before it.
+struct GrantedExtent {
+  int fd = -1;
+  uint64_t size_bytes = 0;
+  uint64_t page_size = 0;
+};
+
+// A granted (or attached) lease and its extents' fds, borrowed: valid until
+// the lease ends; send them before returning to the loop. One extent for a
+// lease built whole and for devdax; several, in mapping order, otherwise.
 struct Granted {
   LeaseSnapshot lease;
-  int fd = -1;
+  std::vector<GrantedExtent> extents;
+  // The fd of a one-extent lease; -1 for a lease of several.
+  int fd() const { return extents.size() == 1 ? extents.front().fd : -1; }
 };
 // Called exactly once with an allocation's outcome.
 using AllocDone = std::function<void(Result<Granted>)>;

@@ -8,6 +8,17 @@
 
 namespace cxlpool {
 
+namespace {
+// Every extent truncated (each holder's next access SIGBUSes), unmapped and
+// closed.
+void ReclaimAll(std::vector<std::unique_ptr<Backing>>* extents) {
+  for (auto& e : *extents) {
+    if (e) e->Reclaim();
+  }
+  extents->clear();
+}
+}  // namespace
+
 // How a reclaim on a worker reaches the loop without touching the queue:
 // closed (under its mutex) when the queue dies.
 struct ReclaimQueue::Channel {
@@ -30,10 +41,10 @@ ReclaimQueue::~ReclaimQueue() {
   channel_->open = false;
 }
 
-void ReclaimQueue::Submit(Pool* pool, uint64_t size, std::unique_ptr<Backing> backing,
+void ReclaimQueue::Submit(Pool* pool, uint64_t size, std::vector<std::unique_ptr<Backing>> extents,
                           std::function<void()> then, uid_t owner) {
   ++pending_;
-  deferred_.push_back(Item{pool, size, std::move(backing), std::move(then), owner});
+  deferred_.push_back(Item{pool, size, std::move(extents), std::move(then), owner});
   if (immediate_) {
     StartDeferred();
     return;
@@ -75,8 +86,7 @@ void ReclaimQueue::Start(Item item) {
     // take it, so the loop keeps serving. The bookkeeping is still posted,
     // so every path sees the same order as from a worker.
     const auto start = std::chrono::steady_clock::now();
-    if (item.backing) item.backing->Reclaim();
-    item.backing.reset();
+    ReclaimAll(&item.extents);
     if (charge_) charge_(item.owner, std::chrono::steady_clock::now() - start);
     boost::asio::post(
         loop_, [this, alive, pool = item.pool, size = item.size, then = std::move(item.then)] {
@@ -88,8 +98,7 @@ void ReclaimQueue::Start(Item item) {
   }
   boost::asio::post(workers_, [this, alive, channel = channel_, item = std::move(item)]() mutable {
     const auto start = std::chrono::steady_clock::now();
-    if (item.backing) item.backing->Reclaim();
-    item.backing.reset();
+    ReclaimAll(&item.extents);
     const auto took = std::chrono::steady_clock::now() - start;
     std::lock_guard<std::mutex> lock(channel->mu);
     if (!channel->open) return;  // the queue is gone

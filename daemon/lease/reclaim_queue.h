@@ -9,7 +9,7 @@
 // completion is always posted to the loop: `on_done(pool, size)`, then the
 // reclaim's own `then`.
 //
-// Thread safety: every method on the loop. A worker touches only the backing
+// Thread safety: every method on the loop. A worker touches only the extents
 // and the channel; once the queue is gone (its destructor closes the
 // channel) finished reclaims post nothing, and handlers already posted do
 // nothing. A reclaim whose worker task is dropped unrun (a stopped pool)
@@ -24,6 +24,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "pool/backing.h"
 
@@ -41,10 +42,11 @@ class ReclaimQueue {
   ReclaimQueue(const ReclaimQueue&) = delete;
   ReclaimQueue& operator=(const ReclaimQueue&) = delete;
 
-  // `size` bytes of `pool` held by `backing`; `then` runs on the loop once
-  // they are truncated (or never, when the queue is gone by then).
-  // `owner` is charged the reclaim's duration (set_charge).
-  void Submit(Pool* pool, uint64_t size, std::unique_ptr<Backing> backing,
+  // `size` bytes of `pool` held by `extents` (every extent of one lease);
+  // `then` runs on the loop once all of them are truncated (or never, when
+  // the queue is gone by then). `owner` is charged the reclaim's duration
+  // (set_charge).
+  void Submit(Pool* pool, uint64_t size, std::vector<std::unique_ptr<Backing>> extents,
               std::function<void()> then = nullptr, uid_t owner = static_cast<uid_t>(-1));
   // Told, on the loop, how long each reclaim took and whose lease it was.
   void set_charge(std::function<void(uid_t, std::chrono::nanoseconds)> charge) {
@@ -62,7 +64,7 @@ class ReclaimQueue {
   struct Item {
     Pool* pool;
     uint64_t size;
-    std::unique_ptr<Backing> backing;
+    std::vector<std::unique_ptr<Backing>> extents;
     std::function<void()> then;
     uid_t owner = static_cast<uid_t>(-1);
   };

@@ -112,8 +112,32 @@ bool HolderAlive(const ProcessProbe& probe, const HolderId& holder) {
   return holder.start_time == 0 || *st == holder.start_time;
 }
 
-Status CheckLeaseFd(int fd, const DurableLease& lease) {
-  const std::string what = "lease " + std::to_string(lease.id) + ": ";
+std::vector<DurableExtent> ExtentsOf(const DurableLease& lease) {
+  if (!lease.extents.empty()) return lease.extents;
+  return {DurableExtent{lease.size_bytes, lease.inode, lease.inode_dev}};
+}
+
+Status CheckLeaseFds(const std::vector<UniqueFd>& fds, const DurableLease& lease) {
+  const size_t n = ExtentsOf(lease).size();
+  if (fds.size() != n) {
+    return Status(Code::kInvalidArgument, "lease " + std::to_string(lease.id) + ": it has " +
+                                              std::to_string(n) + " extents, " +
+                                              std::to_string(fds.size()) + " fds were handed back");
+  }
+  for (size_t i = 0; i < n; ++i) {
+    CXLPOOL_RETURN_IF_ERROR(CheckLeaseFd(fds[i].get(), lease, i));
+  }
+  return Status::Ok();
+}
+
+Status CheckLeaseFd(int fd, const DurableLease& lease, size_t index) {
+  const std::vector<DurableExtent> extents = ExtentsOf(lease);
+  std::string what = "lease " + std::to_string(lease.id) + ": ";
+  if (index >= extents.size()) {
+    return Status(Code::kInvalidArgument, what + "it has no extent " + std::to_string(index));
+  }
+  const DurableExtent& x = extents[index];
+  if (extents.size() > 1) what += "extent " + std::to_string(index) + ": ";
   struct stat st {};
   if (fd < 0 || ::fstat(fd, &st) != 0) {
     return Status(Code::kInvalidArgument, what + "no usable fd handed back");
@@ -122,16 +146,15 @@ Status CheckLeaseFd(int fd, const DurableLease& lease) {
     return Status(Code::kInvalidArgument,
                   what + "the fd is not a memfd (this lease is a memfd lease)");
   }
-  if (lease.inode == 0 || st.st_ino != lease.inode ||
-      (lease.inode_dev != 0 && st.st_dev != lease.inode_dev)) {
+  if (x.inode == 0 || st.st_ino != x.inode || (x.inode_dev != 0 && st.st_dev != x.inode_dev)) {
     return Status(Code::kInvalidArgument, what + "the fd is not this lease's memfd (inode " +
                                               std::to_string(st.st_ino) + ", journalled " +
-                                              std::to_string(lease.inode) + ")");
+                                              std::to_string(x.inode) + ")");
   }
-  if (static_cast<uint64_t>(st.st_size) != lease.size_bytes) {
-    return Status(Code::kInvalidArgument, what + "the memfd is " + std::to_string(st.st_size) +
-                                              " bytes, the lease " +
-                                              std::to_string(lease.size_bytes));
+  if (static_cast<uint64_t>(st.st_size) != x.size_bytes) {
+    return Status(Code::kInvalidArgument,
+                  what + "the memfd is " + std::to_string(st.st_size) + " bytes, the " +
+                      (extents.size() > 1 ? "extent " : "lease ") + std::to_string(x.size_bytes));
   }
   int seals = ::fcntl(fd, F_GET_SEALS);
   if (seals < 0 || !(seals & F_SEAL_GROW)) {
@@ -201,24 +224,68 @@ std::map<int, uint64_t> ResidentNodes(void* addr, uint64_t size, uint32_t sample
   return out;
 }
 
-Result<std::unique_ptr<Backing>> AdoptMemfd(UniqueFd fd, const DurableLease& lease, bool pin) {
-  if (lease.size_bytes == 0) return Status(Code::kInvalidArgument, "lease size 0");
-  void* addr = ::mmap(nullptr, lease.size_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
+Result<std::unique_ptr<Backing>> AdoptMemfd(UniqueFd fd, const DurableLease& lease, bool pin,
+                                            uint64_t size) {
+  if (size == 0) size = lease.size_bytes;
+  if (size == 0) return Status(Code::kInvalidArgument, "lease size 0");
+  void* addr = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
   if (addr == MAP_FAILED) {
     return Status::FromErrno(errno, "mmap of lease " + std::to_string(lease.id) + "'s memfd");
   }
-  if (pin && ::mlock(addr, lease.size_bytes) != 0) {
+  if (pin && ::mlock(addr, size) != 0) {
     CXLPOOL_LOG(kWarning) << "lease " << lease.id << ": mlock after adoption failed ("
                           << std::strerror(errno) << "); the memory is kept, unpinned";
   }
-  return WrapMemfdBacking(std::move(fd), addr, lease.size_bytes,
-                          lease.page_size ? lease.page_size : 4096,
+  return WrapMemfdBacking(std::move(fd), addr, size, lease.page_size ? lease.page_size : 4096,
                           lease.backing.empty() ? std::string("memfd") : lease.backing);
 }
 
-std::unique_ptr<Backing> MakeAwaitedBacking(const DurableLease& lease) {
-  return std::make_unique<AwaitedMemory>(lease.size_bytes, lease.page_size ? lease.page_size : 4096,
-                                         lease.backing.empty() ? "memfd" : lease.backing);
+Result<std::vector<std::unique_ptr<Backing>>> AdoptMemfds(std::vector<UniqueFd> fds,
+                                                          const DurableLease& lease, bool pin) {
+  const std::vector<DurableExtent> extents = ExtentsOf(lease);
+  if (fds.size() != extents.size()) {
+    return Status(Code::kInvalidArgument, "lease " + std::to_string(lease.id) + ": " +
+                                              std::to_string(fds.size()) + " fds for " +
+                                              std::to_string(extents.size()) + " extents");
+  }
+  // Every extent mapped first: a backing truncates its memfd when it goes,
+  // so none is made until all of them can be (a failure unmaps and closes,
+  // and the holders' memory stays as it is).
+  std::vector<void*> maps;
+  for (size_t i = 0; i < fds.size(); ++i) {
+    void* addr = extents[i].size_bytes == 0
+                     ? MAP_FAILED
+                     : ::mmap(nullptr, extents[i].size_bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
+                              fds[i].get(), 0);
+    if (addr == MAP_FAILED) {
+      const int err = extents[i].size_bytes == 0 ? EINVAL : errno;
+      for (size_t j = 0; j < maps.size(); ++j) ::munmap(maps[j], extents[j].size_bytes);
+      return Status::FromErrno(
+          err, "mmap of lease " + std::to_string(lease.id) + "'s extent " + std::to_string(i));
+    }
+    maps.push_back(addr);
+  }
+  std::vector<std::unique_ptr<Backing>> out;
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (pin && ::mlock(maps[i], extents[i].size_bytes) != 0) {
+      CXLPOOL_LOG(kWarning) << "lease " << lease.id << ": mlock after adoption failed ("
+                            << std::strerror(errno) << "); the memory is kept, unpinned";
+    }
+    out.push_back(WrapMemfdBacking(std::move(fds[i]), maps[i], extents[i].size_bytes,
+                                   lease.page_size ? lease.page_size : 4096,
+                                   lease.backing.empty() ? std::string("memfd") : lease.backing));
+  }
+  return out;
+}
+
+std::vector<std::unique_ptr<Backing>> MakeAwaitedBackings(const DurableLease& lease) {
+  std::vector<std::unique_ptr<Backing>> out;
+  for (const DurableExtent& x : ExtentsOf(lease)) {
+    out.push_back(std::make_unique<AwaitedMemory>(x.size_bytes,
+                                                  lease.page_size ? lease.page_size : 4096,
+                                                  lease.backing.empty() ? "memfd" : lease.backing));
+  }
+  return out;
 }
 
 }  // namespace cxlpool

@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,6 +39,15 @@ struct HolderId {
   pid_t pid = -1;
   uint64_t start_time = 0;  // 0: unknown (then the pid alone is trusted)
   bool operator==(const HolderId& o) const { return pid == o.pid && start_time == o.start_time; }
+};
+
+// One extent of a lease as journalled: its size and the memfd's identity
+// (fstat st_ino / st_dev), to match an fd handed back.
+struct DurableExtent {
+  uint64_t size_bytes = 0;
+  uint64_t inode = 0;
+  uint64_t inode_dev = 0;
+  bool operator==(const DurableExtent&) const = default;
 };
 
 // What the journal keeps of a lease.
@@ -66,8 +76,12 @@ struct DurableLease {
   std::vector<uint32_t> acl_uids;
   std::vector<uint32_t> acl_gids;
   int64_t created_unix = 0;
-  uint64_t inode = 0;             // fstat st_ino of the memfd (devdax: of /dev/daxR.N)
-  uint64_t inode_dev = 0;         // fstat st_dev of the memfd
+  uint64_t inode = 0;      // fstat st_ino of the (first) memfd (devdax: of /dev/daxR.N)
+  uint64_t inode_dev = 0;  // fstat st_dev of the (first) memfd
+  // A lease of several extents: every one, in mapping order (the first is
+  // inode/inode_dev above). Empty: one extent of size_bytes (every older
+  // journal, devdax, and any lease built whole).
+  std::vector<DurableExtent> extents;
   std::string dax_device;         // devdax: the device ("dax0.1"), else ""
   uint64_t dax_rdev = 0;          // devdax: its device number (st_rdev); 0 unknown
   std::vector<HolderId> holders;  // every process holding a reference
@@ -96,13 +110,18 @@ class LeaseStore {
   virtual ~LeaseStore() = default;
   // Ids below `next_id` are taken; called before any of them is granted.
   virtual Status ReserveIds(uint64_t next_id) = 0;
-  // Records a lease (new, or its holders changed). `fd` >= 0 only for a new
-  // lease: the store may keep a duplicate (systemd's fd store).
-  virtual Status Put(const DurableLease& lease, int fd) = 0;
+  // Records a lease (new, or its holders changed). `fds` (one per extent,
+  // in order) only for a new lease: the store may keep duplicates
+  // (systemd's fd store); empty otherwise.
+  virtual Status Put(const DurableLease& lease, std::span<const int> fds) = 0;
   // The lease ended (released, revoked, dropped).
   virtual Status Delete(uint64_t id) = 0;
-  // Drops a stored fd (systemd's fd store) the journal has no record of.
-  virtual void ForgetStoredFd(uint64_t id) { (void)id; }
+  // Drops the stored fds (systemd's fd store) of a lease of `extents` the
+  // journal has no record of.
+  virtual void ForgetStoredFd(uint64_t id, size_t extents = 1) {
+    (void)id;
+    (void)extents;
+  }
 };
 
 enum class Holding { kYes, kNo, kUnknown };
@@ -129,10 +148,18 @@ std::optional<uint64_t> ParseStatStartTime(const std::string& stat_text);
 // True if `holder` is still the same live process.
 bool HolderAlive(const ProcessProbe& probe, const HolderId& holder);
 
-// Checks that `fd` is the memfd of `lease`: a regular file with the
-// journalled inode (and device when known), exactly size_bytes long, sealed
-// against growing. INVALID_ARGUMENT names what does not match.
-Status CheckLeaseFd(int fd, const DurableLease& lease);
+// The extents of `lease` in mapping order: `extents`, or the one extent of
+// size_bytes that an empty list means.
+std::vector<DurableExtent> ExtentsOf(const DurableLease& lease);
+
+// Checks that `fd` is the memfd of extent `index` of `lease`: a regular file
+// with the journalled inode (and device when known), exactly that extent's
+// size, sealed against growing. INVALID_ARGUMENT names what does not match.
+Status CheckLeaseFd(int fd, const DurableLease& lease, size_t index = 0);
+// Checks a holder's (or the fd store's) fds for every extent of `lease`:
+// exactly one per extent, in order, each CheckLeaseFd. INVALID_ARGUMENT
+// naming the count or the extent that does not match.
+Status CheckLeaseFds(const std::vector<UniqueFd>& fds, const DurableLease& lease);
 
 // Checks that `fd` can be a cxlpool lease memfd the journal lost: a regular
 // file, not empty, sealed the way the daemon seals (F_SEAL_GROW and
@@ -154,14 +181,21 @@ Result<MemfdFacts> CheckUnknownMemfd(int fd);
 // allocated). Empty when none is resident or the kernel cannot tell.
 std::map<int, uint64_t> ResidentNodes(void* addr, uint64_t size, uint32_t samples = 64);
 
-// Takes a checked memfd back: maps it MAP_SHARED in the daemon and, when
-// `pin`, mlocks it (a failed mlock is logged, not fatal: the memory exists).
-// The backing's Reclaim truncates, unmaps and closes, like a built one.
-Result<std::unique_ptr<Backing>> AdoptMemfd(UniqueFd fd, const DurableLease& lease, bool pin);
+// Takes checked memfds back, one per extent (CheckLeaseFds): maps each
+// MAP_SHARED in the daemon and, when `pin`, mlocks it (a failed mlock is
+// logged, not fatal: the memory exists). Each backing's Reclaim truncates,
+// unmaps and closes, like a built one. On error nothing is kept mapped (the
+// fds are closed, not truncated).
+Result<std::vector<std::unique_ptr<Backing>>> AdoptMemfds(std::vector<UniqueFd> fds,
+                                                          const DurableLease& lease, bool pin);
+// One extent of `size` (a lease of one: size_bytes).
+Result<std::unique_ptr<Backing>> AdoptMemfd(UniqueFd fd, const DurableLease& lease, bool pin,
+                                            uint64_t size = 0);
 
-// Stands in for the memory of a journalled lease nobody has handed back yet:
-// no fd (-1), the journalled kind and page size; Reclaim does nothing.
-std::unique_ptr<Backing> MakeAwaitedBacking(const DurableLease& lease);
+// Stands in for the memory of a journalled lease nobody has handed back yet,
+// one per extent: no fd (-1), the journalled kind, page size and extent
+// size; Reclaim does nothing.
+std::vector<std::unique_ptr<Backing>> MakeAwaitedBackings(const DurableLease& lease);
 
 // The lease manager's restart state: where grants are journalled, how
 // holders are looked at, the ids reserved, and the grace period after a

@@ -5,7 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <optional>
+#include <string_view>
 
 #include "cxlpool/common/log.h"
 #include "cxlpool/common/strings.h"
@@ -53,6 +56,12 @@ journal::LeaseRecord ToRecord(const DurableLease& d) {
   r.set_dax_device(d.dax_device);
   r.set_dax_rdev(d.dax_rdev);
   r.set_migrating_to_pool(d.migrating_to_pool);
+  for (const DurableExtent& x : d.extents) {
+    journal::ExtentRecord* e = r.add_extents();
+    e->set_size_bytes(x.size_bytes);
+    e->set_inode(x.inode);
+    e->set_inode_dev(x.inode_dev);
+  }
   for (const HolderId& h : d.holders) {
     journal::Holder* x = r.add_holders();
     x->set_pid(static_cast<uint32_t>(h.pid));
@@ -102,30 +111,53 @@ DurableLease FromRecord(const journal::LeaseRecord& r) {
   d.dax_device = r.dax_device();
   d.dax_rdev = r.dax_rdev();
   d.migrating_to_pool = r.migrating_to_pool();
+  for (const auto& e : r.extents()) {
+    d.extents.push_back(DurableExtent{e.size_bytes(), e.inode(), e.inode_dev()});
+  }
   for (const auto& h : r.holders()) {
     d.holders.push_back(HolderId{static_cast<pid_t>(h.pid()), h.start_time()});
   }
   return d;
 }
 
-std::map<uint64_t, UniqueFd> TakeLeaseFds(std::vector<InheritedFd>* fds) {
-  std::map<uint64_t, UniqueFd> out;
+namespace {
+// As many extents as a lease may have on the wire (proto/extents.h).
+constexpr uint64_t kMaxStoredExtents = 16384;
+}  // namespace
+
+std::string StoredFdName(uint64_t id, size_t extent, size_t extents) {
+  std::string name = "lease-" + std::to_string(id);
+  if (extents > 1) name += "-extent-" + std::to_string(extent);
+  return name;
+}
+
+std::map<uint64_t, std::vector<UniqueFd>> TakeLeaseFds(std::vector<InheritedFd>* fds) {
+  constexpr std::string_view kExtent = "-extent-";
+  std::map<uint64_t, std::vector<UniqueFd>> out;
   std::vector<InheritedFd> rest;
   for (InheritedFd& f : *fds) {
     if (!StartsWith(f.name, "lease-")) {
       rest.push_back(std::move(f));
       continue;
     }
-    auto id = ParseU64(std::string_view(f.name).substr(6));
-    if (!id || *id == 0) {
+    std::string_view tail = std::string_view(f.name).substr(6);
+    std::optional<uint64_t> extent = 0;
+    if (size_t at = tail.find(kExtent); at != std::string_view::npos) {
+      extent = ParseU64(tail.substr(at + kExtent.size()));
+      tail = tail.substr(0, at);
+    }
+    auto id = ParseU64(tail);
+    if (!id || *id == 0 || !extent || *extent >= kMaxStoredExtents) {
       CXLPOOL_LOG(kWarning) << "inherited fd named '" << f.name << "' is not a lease; closed";
       continue;
     }
-    if (out.count(*id)) {
+    std::vector<UniqueFd>& v = out[*id];
+    if (v.size() <= *extent) v.resize(*extent + 1);
+    if (v[*extent].valid()) {
       CXLPOOL_LOG(kWarning) << "inherited fd " << f.name << " twice; the second closed";
       continue;
     }
-    out[*id] = std::move(f.fd);
+    v[*extent] = std::move(f.fd);
   }
   *fds = std::move(rest);
   return out;
@@ -171,21 +203,28 @@ std::vector<DurableLease> JournalStore::JournalledLeases() const {
 
 Status JournalStore::ReserveIds(uint64_t next_id) { return journal_.ReserveIds(next_id); }
 
-Status JournalStore::Put(const DurableLease& lease, int fd) {
+Status JournalStore::Put(const DurableLease& lease, std::span<const int> fds) {
   CXLPOOL_RETURN_IF_ERROR(journal_.Put(ToRecord(lease)));
-  if (fd >= 0 && fd_store()) {
-    Status st = notifier_->StoreFd(fd, "lease-" + std::to_string(lease.id));
+  if (!fd_store()) return Status::Ok();
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (fds[i] < 0) continue;
+    Status st = notifier_->StoreFd(fds[i], StoredFdName(lease.id, i, fds.size()));
     if (!st.ok()) {
       // The journal still has it: clients can reclaim it after a restart.
-      CXLPOOL_LOG(kWarning) << "fd store: lease " << lease.id << ": " << st.ToString();
+      CXLPOOL_LOG(kWarning) << "fd store: lease " << lease.id << " extent " << i << ": "
+                            << st.ToString();
     }
   }
   return Status::Ok();
 }
 
 Status JournalStore::Delete(uint64_t id) {
+  size_t extents = 1;
+  if (auto it = journal_.state().leases.find(id); it != journal_.state().leases.end()) {
+    extents = std::max<size_t>(1, static_cast<size_t>(it->second.extents_size()));
+  }
   Status st = journal_.Delete(id);
-  if (fd_store()) ForgetStoredFd(id);
+  if (fd_store()) ForgetStoredFd(id, extents);
   if (st.ok()) {
     Status c = journal_.MaybeCompact();
     if (!c.ok()) {
@@ -195,11 +234,14 @@ Status JournalStore::Delete(uint64_t id) {
   return st;
 }
 
-void JournalStore::ForgetStoredFd(uint64_t id) {
+void JournalStore::ForgetStoredFd(uint64_t id, size_t extents) {
   if (!fd_store()) return;
-  Status st = notifier_->RemoveFd("lease-" + std::to_string(id));
-  if (!st.ok()) {
-    CXLPOOL_LOG(kWarning) << "fd store: remove lease-" << id << ": " << st.ToString();
+  for (size_t i = 0; i < extents; ++i) {
+    const std::string name = StoredFdName(id, i, extents);
+    Status st = notifier_->RemoveFd(name);
+    if (!st.ok()) {
+      CXLPOOL_LOG(kWarning) << "fd store: remove " << name << ": " << st.ToString();
+    }
   }
 }
 

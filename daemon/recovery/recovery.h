@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -45,9 +46,16 @@ journal::LeaseRecord ToRecord(const DurableLease& d);
 JournalHealth HealthOf(const JournalState& state);
 DurableLease FromRecord(const journal::LeaseRecord& r);
 
-// Splits inherited fds: those named "lease-<id>" go to the result (by id);
-// the rest stay in `fds`. A second fd for the same id is closed.
-std::map<uint64_t, UniqueFd> TakeLeaseFds(std::vector<InheritedFd>* fds);
+// The fd store's name of extent `extent` of lease `id` of `extents`:
+// "lease-<id>" for a lease of one extent (as every older daemon named it),
+// "lease-<id>-extent-<i>" for each extent of a lease of several.
+std::string StoredFdName(uint64_t id, size_t extent, size_t extents);
+
+// Splits inherited fds: those named as StoredFdName names them go to the
+// result (by id, each at its extent index; an index nobody filled stays an
+// invalid fd); the rest stay in `fds`. A second fd for the same name is
+// closed.
+std::map<uint64_t, std::vector<UniqueFd>> TakeLeaseFds(std::vector<InheritedFd>* fds);
 
 class JournalStore final : public LeaseStore {
  public:
@@ -63,11 +71,12 @@ class JournalStore final : public LeaseStore {
   const JournalState& state() const { return journal_.state(); }
 
   Status ReserveIds(uint64_t next_id) override;
-  Status Put(const DurableLease& lease, int fd) override;
+  Status Put(const DurableLease& lease, std::span<const int> fds) override;
   Status Delete(uint64_t id) override;
 
-  // Removes an fd-store entry (one no journal record claims).
-  void ForgetStoredFd(uint64_t id) override;
+  // Removes the fd-store entries of a lease of `extents` (one no journal
+  // record claims, or one that ended).
+  void ForgetStoredFd(uint64_t id, size_t extents = 1) override;
 
  private:
   JournalStore(LeaseJournal journal, UniqueFd lock, Notifier* notifier)

@@ -46,11 +46,15 @@ struct Request {
 
 // One reply: the header's type, the serialized payload, and fds to pass on
 // the same sendmsg. The server closes nothing it is given here: fds are
-// borrowed and must stay open until Reply returns.
+// borrowed and must stay open until Reply returns. `more`: frames that
+// follow it at once with the same request id (a lease reply's
+// MSG_EXTENT_FDS frames, proto/extents.h), each with its own fds; none of
+// them is sent unless the reply itself is queued.
 struct Reply {
   proto::MsgType type = proto::MSG_ERROR_REPLY;
   std::string payload;
   std::vector<int> fds;
+  std::vector<Reply> more;
 };
 
 using ReplyFn = std::function<void(Reply)>;

@@ -226,8 +226,10 @@ class Server::Impl : public std::enable_shared_from_this<Server::Impl> {
   void OnSendTimer(const std::shared_ptr<Connection>& c);
   // Sends at once what fits, queues the rest (within the queue limits);
   // false if the connection is (now) closed or closing.
+  // `substituted` (when given) says whether the frame could not be made
+  // (its fds not duplicated) and an ERROR_REPLY went in its place.
   bool Enqueue(const std::shared_ptr<Connection>& c, proto::MsgType type, uint64_t request_id,
-               const std::string& payload, std::span<const int> fds);
+               const std::string& payload, std::span<const int> fds, bool* substituted = nullptr);
   bool QueueChecked(const std::shared_ptr<Connection>& c, wire::OutFrame f);
   void QueueUnchecked(const std::shared_ptr<Connection>& c, wire::OutFrame f);
   void Uncharge(Connection* c, Queued& q);
@@ -932,20 +934,25 @@ ReplyFn Server::Impl::MakeReplyFn(ConnectionId id, uid_t uid, uint64_t request_i
       }
       return;
     }
-    // Off the loop: the fds are only borrowed until we return, so take copies.
+    // Off the loop: the fds are only borrowed until we return, so take
+    // copies (of every frame's: a lease reply's EXTENT_FDS frames too).
     auto owned = std::make_shared<std::vector<UniqueFd>>();
-    for (int fd : reply.fds) {
-      int d = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
-      if (d < 0) {
-        reply = MakeErrorReply(Status::FromErrno(errno, "dup reply fd"));
-        owned->clear();
-        break;
+    auto copy = [&owned](Reply* r) {
+      for (int& fd : r->fds) {
+        int d = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        if (d < 0) return false;
+        owned->emplace_back(d);
+        fd = d;  // the copy, valid until the reply is sent
       }
-      owned->emplace_back(d);
+      return true;
+    };
+    bool copied = copy(&reply);
+    for (size_t i = 0; copied && i < reply.more.size(); ++i) copied = copy(&reply.more[i]);
+    if (!copied) {
+      reply = MakeErrorReply(Status::FromErrno(errno, "dup reply fd"));
+      owned->clear();
     }
-    reply.fds.clear();
     asio::post(*state->io, [state, reply = std::move(reply), owned]() mutable {
-      for (const UniqueFd& fd : *owned) reply.fds.push_back(fd.get());
       if (auto self = state->impl.lock()) {
         self->CompleteRequest(state->conn, state->uid, state->request_id, state->request_type,
                               std::move(reply));
@@ -1008,8 +1015,18 @@ void Server::Impl::CompleteRequest(ConnectionId id, uid_t uid, uint64_t request_
       close_after = !c->hello_done;  // a failed hello ends the connection
     }
   }
-  const bool queued = Enqueue(c, reply.type, request_id, reply.payload, reply.fds);
+  bool substituted = false;
+  bool queued = Enqueue(c, reply.type, request_id, reply.payload, reply.fds, &substituted);
   if (c->hello_done) c->frame_version = static_cast<uint16_t>(c->version);
+  // The frames that follow it (a lease reply's EXTENT_FDS), at once and in
+  // order; none after an error went in place of a frame. One that cannot
+  // go leaves the client a reply it cannot finish: it reads the error (or
+  // the closed connection) as the reply's failure, and gives the fds that
+  // came back by closing the connection.
+  for (size_t i = 0; queued && !substituted && i < reply.more.size(); ++i) {
+    const Reply& m = reply.more[i];
+    queued = Enqueue(c, m.type, request_id, m.payload, m.fds, &substituted);
+  }
   if (!queued) return;
   if (close_after) {
     CloseAfterFlush(c, "HELLO failed");
@@ -1020,7 +1037,7 @@ void Server::Impl::CompleteRequest(ConnectionId id, uid_t uid, uint64_t request_
 
 bool Server::Impl::Enqueue(const std::shared_ptr<Connection>& c, proto::MsgType type,
                            uint64_t request_id, const std::string& payload,
-                           std::span<const int> fds) {
+                           std::span<const int> fds, bool* substituted) {
   if (c->closed || c->closing) return false;
   // Nothing queued ahead: send at once with the caller's fds, which are then
   // never duplicated (a lease grant's common case). Only a frame that has to
@@ -1050,6 +1067,7 @@ bool Server::Impl::Enqueue(const std::shared_ptr<Connection>& c, proto::MsgType 
     // Typically EMFILE while dup'ing the fds: the client gets the error
     // instead of a reply it cannot use.
     CXLPOOL_LOG(kError) << "server: " << Describe(*c) << ": " << f.status().ToString();
+    if (substituted != nullptr) *substituted = true;
     f = wire::MakeOutFrame(proto::MSG_ERROR_REPLY, request_id, wire::EncodeErrorPayload(f.status()),
                            {}, c->frame_version);
     if (!f.ok()) {

@@ -72,6 +72,9 @@ LeaseFacts LeaseManagerTable::Convert(const LeaseManager::MigrationFacts& m) con
     f.not_movable = "the topology is not this machine's (--sysfs-root): nothing is moved";
   } else if (!memfd) {
     f.not_movable = "devdax memory cannot move (the device is the memory)";
+  } else if (m.extents.size() > 1) {
+    f.not_movable = "a lease of " + std::to_string(m.extents.size()) +
+                    " extents: the tiering engine moves one-extent leases only";
   } else if (m.fd < 0) {
     f.not_movable = "its memory is not back since the daemon restarted (awaiting RECLAIM)";
   }
@@ -125,6 +128,11 @@ Result<UnitMemory> LeaseManagerTable::OpenUnit(uint64_t id, uint32_t unit) {
   }
   if (m->pool == nullptr || std::string(m->pool->backing()) != "memfd") {
     return Status(Code::kUnsupported, "devdax memory cannot move");
+  }
+  if (m->extents.size() > 1) {
+    return Status(Code::kUnsupported, "lease " + std::to_string(id) + " has " +
+                                          std::to_string(m->extents.size()) +
+                                          " extents: only one-extent leases are moved");
   }
   if (m->fd < 0) {
     return Status(Code::kUnavailable, "lease " + std::to_string(id) +

@@ -128,6 +128,15 @@ void ExpectError(const std::string& text, const std::string& key) {
       << "message '" << cfg.status().message() << "' does not name " << key;
 }
 
+TEST(ConfigTest, MaxExtentIsBytesInWholeHugePages) {
+  auto none = ParseConfig("", "<empty>");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->max_extent_bytes, 0u);  // one memfd per lease
+  auto cut = ParseConfig("[daemon]\nmax_extent = \"64M\"\n", "<t>");
+  ASSERT_TRUE(cut.ok()) << cut.status().ToString();
+  EXPECT_EQ(cut->max_extent_bytes, 64ull << 20);
+}
+
 TEST(ConfigTest, BadKeysAndValuesNameTheKey) {
   ExpectError("[pools]\ncapacty = \"50%\"\n", "pools.capacty: unknown key");
   ExpectError("[daemon]\nworkers = 0\n", "daemon.workers");
@@ -138,6 +147,7 @@ TEST(ConfigTest, BadKeysAndValuesNameTheKey) {
   ExpectError("[daemon]\nstock_idle = 1\n", "daemon.stock_idle");
   ExpectError("[daemon]\ninline_max = \"1G\"\n", "daemon.inline_max");
   ExpectError("[daemon]\ninline_max = \"lots\"\n", "daemon.inline_max");
+  ExpectError("[daemon]\nmax_extent = \"3M\"\n", "daemon.max_extent");
   ExpectError("[daemon]\nlog_level = \"loud\"\n", "daemon.log_level");
   ExpectError("[daemon]\nsocket = \"relative.sock\"\n", "daemon.socket");
   ExpectError("[daemon]\nsocket_mode = \"999\"\n", "daemon.socket_mode");

@@ -52,7 +52,7 @@ TEST(LeaseManagerTest, AdmissionNeverExceedsCapacity) {
     auto g = h.Alloc(1, 4 * kMiB, 0);
     ASSERT_TRUE(g.ok()) << g.status().ToString();
     EXPECT_EQ(g->lease.numa_node, 0);
-    EXPECT_EQ(FdSize(g->fd), static_cast<off_t>(4 * kMiB));
+    EXPECT_EQ(FdSize(g->fd()), static_cast<off_t>(4 * kMiB));
     ids.push_back(g->lease.id);
   }
   EXPECT_EQ(h.Pool("node0").free_bytes, 0u);
@@ -123,7 +123,7 @@ TEST(LeaseManagerTest, DisconnectReleasesEverythingAndTruncates) {
   auto c = h.Alloc(2, 1 * kMiB, 0);
   ASSERT_TRUE(a.ok() && b.ok() && c.ok());
   // A client that leaked the fd: keep a dup of it.
-  UniqueFd leaked(::dup(a->fd));
+  UniqueFd leaked(::dup(a->fd()));
   h.mgr->Disconnect(1);
   h.Drain();
   EXPECT_EQ(h.Pool("node0").leased_bytes, 1 * kMiB);
@@ -204,7 +204,7 @@ TEST(LeaseManagerTest, SharedLeaseRefcountsAndAcl) {
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->lease.id, g->lease.id);
   EXPECT_EQ(a->lease.owner.uid, 1000u);  // the attach says whose lease it is
-  EXPECT_EQ(a->fd, g->fd);               // the same memfd
+  EXPECT_EQ(a->fd(), g->fd());           // the same memfd
   EXPECT_EQ(a->lease.holders, 2u);
   // Not in the ACL and no such name: one answer, word for word.
   auto refused = h.mgr->Attach(3, "weights", 1000);
@@ -232,7 +232,7 @@ TEST(LeaseManagerTest, RevokeIsAdminOnlyAndReportsHolders) {
   h.Connect(9, 0, 0, /*admin=*/true);
   auto g = h.Alloc(1, 2 * kMiB);
   ASSERT_TRUE(g.ok());
-  UniqueFd client_copy(::dup(g->fd));
+  UniqueFd client_copy(::dup(g->fd()));
   EXPECT_EQ(RevokeNow(h, 1, g->lease.id).status().code(), Code::kPermissionDenied);
   auto holders = RevokeNow(h, 9, g->lease.id);
   ASSERT_TRUE(holders.ok());
@@ -472,7 +472,7 @@ TEST(LeaseManagerReclaimTest, ReleaseReturnsBeforeTheReclaimAndCountsItUntilDone
   h.Connect(1);
   auto g = h.Alloc(1, 4 * kMiB, 0);
   ASSERT_TRUE(g.ok());
-  UniqueFd client_copy(::dup(g->fd));
+  UniqueFd client_copy(::dup(g->fd()));
   ASSERT_TRUE(h.mgr->Release(1, g->lease.id).ok());
   // Release has answered; the worker has not run yet (the harness's loop and
   // workers share one io_context that nobody ran since).
@@ -608,7 +608,7 @@ TEST(LeaseManagerReclaimTest, DisconnectWithManyLeases) {
   for (int i = 0; i < 200; ++i) {
     auto g = h.Alloc(1, 64 * 1024, i % 2);
     ASSERT_TRUE(g.ok()) << g.status().ToString();
-    copies.emplace_back(::dup(g->fd));
+    copies.emplace_back(::dup(g->fd()));
   }
   auto other = h.Alloc(2, kMiB, 0);
   ASSERT_TRUE(other.ok());
@@ -633,7 +633,7 @@ TEST(LeaseManagerReclaimTest, RevokeAnswersOnlyAfterTheTruncate) {
   h.Connect(9, 0, 0, /*admin=*/true);
   auto g = h.Alloc(1, 2 * kMiB);
   ASSERT_TRUE(g.ok());
-  UniqueFd client_copy(::dup(g->fd));
+  UniqueFd client_copy(::dup(g->fd()));
   std::optional<Result<std::vector<ConnId>>> out;
   h.mgr->Revoke(9, g->lease.id, [&](Result<std::vector<ConnId>> r) {
     // The holders are told from here: the memory must already be gone.
@@ -725,7 +725,7 @@ TEST(LeaseManagerReclaimTest, DestroyedManagerStillReclaimsOnItsWorkers) {
       loop.run_one();
     }
     ASSERT_TRUE(out->ok()) << out->status().ToString();
-    copies.emplace_back(::dup((*out)->fd));
+    copies.emplace_back(::dup((*out)->fd()));
     ids.push_back((*out)->lease.id);
   }
   for (size_t i = 0; i < 4; ++i) ASSERT_TRUE(mgr->Release(1, ids[i]).ok());
@@ -797,7 +797,7 @@ TEST(LeaseManagerInlineTest, SmallLeasesNeverWaitForAWorker) {
   ASSERT_TRUE(small.has_value()) << "built on the loop";
   ASSERT_TRUE(small->ok()) << small->status().ToString();
   struct stat st;
-  ASSERT_EQ(fstat((*small)->fd, &st), 0);
+  ASSERT_EQ(fstat((*small)->fd(), &st), 0);
   EXPECT_EQ(st.st_size, 64 * 1024);
   EXPECT_EQ(mgr.pending_builds(), 0u);
   auto big = m.Alloc(64 * 1024 + 4096);
@@ -856,7 +856,7 @@ TEST(LeaseManagerInlineTest, ReclaimStartsOnTheLoopsNextTurnOrAtShutdown) {
   auto a = m.Alloc(64 * 1024);
   auto b = m.Alloc(64 * 1024);
   ASSERT_TRUE(a.has_value() && a->ok() && b.has_value() && b->ok());
-  UniqueFd a_copy(::dup((*a)->fd)), b_copy(::dup((*b)->fd));
+  UniqueFd a_copy(::dup((*a)->fd())), b_copy(::dup((*b)->fd()));
 
   ASSERT_TRUE(mgr.Release(1, (*a)->lease.id).ok());
   EXPECT_EQ(FdSize(a_copy.get()), 64 * 1024) << "not on the request path";
@@ -896,7 +896,7 @@ TEST(LeaseManagerMovedTest, AccountingFollowsThePagesTheDaemonSees) {
   EXPECT_TRUE(g->lease.long_term_pin);
   const uint64_t id = g->lease.id;
   // Where the kernel really has them (this machine's node), asked directly.
-  void* map = ::mmap(nullptr, 4 * kMiB, PROT_READ, MAP_SHARED | MAP_POPULATE, g->fd, 0);
+  void* map = ::mmap(nullptr, 4 * kMiB, PROT_READ, MAP_SHARED | MAP_POPULATE, g->fd(), 0);
   ASSERT_NE(map, MAP_FAILED);
   auto census = CensusPages(map, 4 * kMiB, 4096);
   ::munmap(map, 4 * kMiB);
@@ -1024,6 +1024,56 @@ TEST(LeaseManagerMovedTest, MixedNodeWithoutKernelZoneRoomFallsBackOrRefuses) {
   auto plain = h.Alloc(1, p);
   ASSERT_TRUE(plain.ok()) << plain.status().ToString();
   EXPECT_EQ(plain->lease.numa_node, 2);
+}
+
+// A lease cut into extents: one memfd per piece, in order, adding up to the
+// lease; released or revoked, every extent goes and the accounting is back.
+TEST(LeaseManagerTest, ALeaseOfSeveralExtentsIsGrantedAndEndsWhole) {
+  Harness h(TwoSocketCxl(64 * kMiB));
+  h.mgr->SetMaxExtentBytes(2 * kMiB);
+  h.Connect(1);
+  h.Connect(9, 0, 0, true);
+  const PoolSnapshot before = h.Pool("node0");
+  auto g = h.Alloc(1, 5 * kMiB + 1, 0);  // rounded to the page: 5 MiB + 4 KiB
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  ASSERT_EQ(g->extents.size(), 3u);
+  EXPECT_EQ(g->fd(), -1);  // no single fd
+  EXPECT_EQ(g->lease.extents, 3u);
+  const uint64_t sizes[3] = {2 * kMiB, 2 * kMiB, 1 * kMiB + 4096};
+  uint64_t sum = 0;
+  std::vector<UniqueFd> copies;
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(g->extents[i].size_bytes, sizes[i]) << i;
+    EXPECT_EQ(FdSize(g->extents[i].fd), static_cast<off_t>(sizes[i])) << i;
+    sum += g->extents[i].size_bytes;
+    copies.emplace_back(::dup(g->extents[i].fd));
+  }
+  EXPECT_EQ(sum, g->lease.size_bytes);
+  EXPECT_EQ(h.Pool("node0").leased_bytes, before.leased_bytes + sum);
+  // Limits count every extent's fd: a second lease still fits.
+  auto small = h.Alloc(1, 1 * kMiB, 0);
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(small->extents.size(), 1u);
+  ASSERT_TRUE(h.mgr->Release(1, small->lease.id).ok());
+  // Revoke truncates every extent, not only the first.
+  auto holders = RevokeNow(h, 9, g->lease.id);
+  ASSERT_TRUE(holders.ok()) << holders.status().ToString();
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(FdSize(copies[i].get()), 0) << "extent " << i;
+  h.Drain();
+  EXPECT_EQ(h.Pool("node0").leased_bytes, before.leased_bytes);
+  EXPECT_EQ(h.Pool("node0").reclaiming_bytes, 0u);
+  ExpectNoOvercommit(h);
+
+  // Released by disconnect: every extent truncated too.
+  auto d = h.Alloc(1, 6 * kMiB, 0);
+  ASSERT_TRUE(d.ok());
+  ASSERT_EQ(d->extents.size(), 3u);
+  std::vector<UniqueFd> kept;
+  for (const auto& e : d->extents) kept.emplace_back(::dup(e.fd));
+  h.mgr->Disconnect(1);
+  h.Drain();
+  for (const auto& fd : kept) EXPECT_EQ(FdSize(fd.get()), 0);
+  EXPECT_EQ(h.Pool("node0").leased_bytes, before.leased_bytes);
 }
 
 }  // namespace

@@ -8,14 +8,21 @@
 //
 // Restart support is on (an in-memory LeaseStore), so RECLAIM reaches the
 // path that accounts again a lease the journal lost: a RECLAIM request
-// carries one fd per listed lease (at most 4), each either an fd a grant or
-// attach of this run handed out or a fresh sealed memfd whose size comes from
-// the input, like a client whose daemon lost its journal would send.
+// carries one fd per extent of each listed lease (at most 8 fds), each either
+// an fd a grant or attach of this run handed out or a fresh sealed memfd
+// whose size comes from the input, like a client whose daemon lost its
+// journal would send.
+//
+// Leases are cut into extents of 128 KiB (daemon.max_extent), so grants to
+// the two version-2 connections come as multi-extent replies with
+// EXTENT_FDS frames (one fd per frame: their HELLO says so); the
+// version-1 connection (uid 2000) gets one fd per lease.
 #include <fcntl.h>
 #include <google/protobuf/stubs/logging.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -73,6 +80,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   cxlpool::testing::Harness h(SmallPools(), cxlpool::testing::TestConfig(), nullptr,
                               /*prefault=*/false);
   h.mgr->EnableRestart(&store, nullptr, 1);
+  h.mgr->SetMaxExtentBytes(128 << 10);
   std::vector<cxlpool::UniqueFd> handed_out;  // dups of fds replies carried
   cxlpool::FakeFileSystem proc;
   cxlpool::HandlerOptions o;
@@ -93,7 +101,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     handler.OnConnect(c, p);
     cxlpool::proto::HelloRequest hello;
     hello.set_min_version(1);
-    hello.set_max_version(1);
+    hello.set_max_version(c == 2 ? 1 : 2);
+    hello.set_max_fds_per_frame(1);
     cxlpool::Request r;
     r.type = cxlpool::proto::MSG_HELLO_REQUEST;
     r.request_id = 1;
@@ -117,12 +126,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       cxlpool::proto::ReclaimRequest rr;
       if (cxlpool::wire::Decode(r.payload, &rr).ok() && rr.leases_size() <= 4) {
         for (int i = 0; i < rr.leases_size(); ++i) {
-          const uint64_t pick = rr.leases(i).page_size();
-          if (!handed_out.empty() && pick % 2 == 0) {
-            r.fds.emplace_back(
-                ::fcntl(handed_out[pick / 2 % handed_out.size()].get(), F_DUPFD_CLOEXEC, 0));
-          } else {
-            r.fds.push_back(SealedMemfd(1 + rr.leases(i).size_bytes() % 128));
+          const int extents = std::max(1, std::min(rr.leases(i).extents_size(), 8));
+          for (int k = 0; k < extents && r.fds.size() < 8; ++k) {
+            const uint64_t pick = rr.leases(i).page_size() + static_cast<uint64_t>(k);
+            if (!handed_out.empty() && pick % 2 == 0) {
+              r.fds.emplace_back(
+                  ::fcntl(handed_out[pick / 2 % handed_out.size()].get(), F_DUPFD_CLOEXEC, 0));
+            } else {
+              r.fds.push_back(SealedMemfd(1 + rr.leases(i).size_bytes() % 128));
+            }
           }
         }
       }
@@ -130,9 +142,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     int replies = 0;
     handler.OnRequest(c, std::move(r), [&](Reply rep) {
       CheckReply(rep);
-      for (int fd : rep.fds) {
-        if (handed_out.size() < 16) handed_out.emplace_back(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+      // A lease reply's EXTENT_FDS frames: one fd each (the HELLO said so),
+      // and only behind an ALLOC or ATTACH reply.
+      if (!rep.more.empty() && rep.type != cxlpool::proto::MSG_ALLOC_REPLY &&
+          rep.type != cxlpool::proto::MSG_ATTACH_REPLY) {
+        __builtin_trap();
       }
+      for (const Reply& m : rep.more) {
+        if (m.type != cxlpool::proto::MSG_EXTENT_FDS || m.fds.size() != 1) __builtin_trap();
+      }
+      auto keep = [&](const Reply& f) {
+        for (int fd : f.fds) {
+          if (handed_out.size() < 16) handed_out.emplace_back(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+        }
+      };
+      keep(rep);
+      for (const Reply& m : rep.more) keep(m);
       ++replies;
     });
     h.Drain();

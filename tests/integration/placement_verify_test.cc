@@ -47,10 +47,12 @@ class PlacementVerifyTest : public ::testing::Test {
                                 std::to_string(id) + " MemFree:  262144 kB\n");
     }
     daemon_.set_log_to_file(true);
-    Status st = daemon_.Start("[pools]\npin = false\nthp = false\nwarm_stock = []\n",
+    Status st = daemon_.Start("[pools]\npin = false\nthp = false\nwarm_stock = []\n" + Extra(),
                               {"--sysfs-root", root_});
     ASSERT_TRUE(st.ok()) << st.ToString() << "\n" << daemon_.Log();
   }
+  // More of the daemon's config (after its [pools] table).
+  virtual std::string Extra() const { return ""; }
   void TearDown() override {
     if (::testing::Test::HasFailure())
       std::fprintf(stderr, "daemon log:\n%s", daemon_.Log().c_str());
@@ -165,6 +167,44 @@ TEST_F(PlacementVerifyTest, CtlAllocLongTermPinVerifies) {
   EXPECT_EQ(j["verify"]["pages_on_node"], j["verify"]["pages_sampled"]) << out;
   EXPECT_EQ(Counter("leases_moved"), 1u);
   EXPECT_TRUE(testsupport::PollUntil([&] { return Leased("node1") == 0; }, 5000, 10));
+}
+
+// The same check over a lease of four extents (daemon.max_extent = 2M): the
+// client's census covers its one range, the daemon's own census every
+// extent's mapping, each page of each.
+class PlacementVerifyExtentsTest : public PlacementVerifyTest {
+ protected:
+  std::string Extra() const override { return "[daemon]\nmax_extent = \"2M\"\n"; }
+};
+
+TEST_F(PlacementVerifyExtentsTest, EveryExtentIsAskedAndTheAccountingFollows) {
+  auto client = Client::Connect(daemon_.socket());
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  AllocOptions o;
+  o.size_bytes = 6 * kMiB + 4096;  // 2M + 2M + 2M + 4K
+  o.numa_node = 1;
+  o.strict = true;
+  o.long_term_pin = true;
+  auto lease = client->Allocate(o);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  EXPECT_EQ(Leased("node1"), 6 * kMiB + 4096);
+  auto p = lease->Verify();
+  if (!p.ok() && p.status().code() == ErrorCode::kUnsupported)
+    GTEST_SKIP() << p.status().ToString();
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  if (p->numa_node == 1) GTEST_SKIP() << "this machine put the pages on node 1";
+  EXPECT_TRUE(p->moved);
+  EXPECT_EQ(p->pages_sampled, 1537u);  // every page of the range
+  EXPECT_EQ(p->pages_on_node, 1537u);
+  // The daemon asked move_pages about every page of every extent.
+  const std::string seen = "node " + std::to_string(p->numa_node) + ": 1537 of 1537 pages";
+  EXPECT_NE(lease->info().moved_reason.find(seen), std::string::npos) << lease->info().moved_reason;
+  EXPECT_EQ(Leased("node1"), 0u);
+  EXPECT_EQ(Leased("node" + std::to_string(p->numa_node)), 6 * kMiB + 4096);
+  EXPECT_EQ(Counter("leases_moved"), 1u);
+  ASSERT_TRUE(lease->Release().ok());
+  EXPECT_TRUE(testsupport::PollUntil(
+      [&] { return Leased("node" + std::to_string(p->numa_node)) == 0; }, 5000, 10));
 }
 
 }  // namespace

@@ -99,7 +99,7 @@ LeaseManager::ReclaimItem Item(uint64_t id, uint64_t size, UniqueFd fd) {
   LeaseManager::ReclaimItem i;
   i.id = id;
   i.size_bytes = size;
-  i.fd = std::move(fd);
+  i.fds.push_back(std::move(fd));
   return i;
 }
 
@@ -124,7 +124,7 @@ std::unique_ptr<ClientLease> Keep(const Granted& g) {
   auto c = std::make_unique<ClientLease>();
   c->id = g.lease.id;
   c->size = g.lease.size_bytes;
-  c->fd = Dup(g.fd);
+  c->fd = Dup(g.fd());
   void* a = ::mmap(nullptr, c->size, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd.get(), 0);
   CXLPOOL_CHECK(a != MAP_FAILED);
   c->addr = a;
@@ -316,9 +316,9 @@ TEST_F(DevdaxRestartTest, FdStoreAdoptsTheDeviceAndClosesAWrongOne) {
   auto c_stat = Keep(*stat);
   // What systemd would hand back in LISTEN_FDS: lease-<id> for both, but
   // the static lease's entry is a memfd (mixed up): closed, not adopted.
-  std::map<uint64_t, UniqueFd> stored;
-  stored[c_dyn->id] = Dup(dyn->fd);
-  stored[c_stat->id] = SealedMemfd(32 * kMiB);
+  std::map<uint64_t, std::vector<UniqueFd>> stored;
+  stored[c_dyn->id].push_back(Dup(dyn->fd()));
+  stored[c_stat->id].push_back(SealedMemfd(32 * kMiB));
   std::vector<DurableLease> journal = CrashFirst();
 
   Daemon& b = StartNext(/*owner_alive=*/true);
@@ -345,8 +345,8 @@ TEST_F(DevdaxRestartTest, AStoredDevdaxLeaseWhoseHoldersDiedDestroysItsSubDevice
   Daemon& a = StartFirst();
   auto dyn = a.AllocDynamic(1, 4 * kMiB);
   ASSERT_TRUE(dyn.ok());
-  std::map<uint64_t, UniqueFd> stored;
-  stored[dyn->lease.id] = Dup(dyn->fd);
+  std::map<uint64_t, std::vector<UniqueFd>> stored;
+  stored[dyn->lease.id].push_back(Dup(dyn->fd()));
   std::vector<DurableLease> journal = CrashFirst();
   Daemon& b = StartNext(/*owner_alive=*/false);
   auto r = b.mgr->Recover(journal, std::move(stored), std::chrono::seconds(60));

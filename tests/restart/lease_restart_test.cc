@@ -31,6 +31,7 @@ using testing::TwoSocketCxl;
 
 using testing::FakeProbe;
 using testing::FakeStore;
+using testing::Fds;
 
 // A sealed memfd of `size` bytes and the journal record that matches it.
 struct TestMemfd {
@@ -94,7 +95,7 @@ TEST(LeaseRestartTest, GrantsAreJournalledWithInodeAndHolderAndFreesDeleted) {
   ASSERT_TRUE(h.store.leases.count(id));
   const DurableLease& d = h.store.leases[id];
   struct stat st {};
-  ASSERT_EQ(::fstat(g->fd, &st), 0);
+  ASSERT_EQ(::fstat(g->fd(), &st), 0);
   EXPECT_EQ(d.inode, st.st_ino);
   EXPECT_EQ(d.size_bytes, 1u << 20);
   EXPECT_EQ(d.pool, "node0");
@@ -164,9 +165,9 @@ TEST(LeaseRestartTest, RecoverDropsDeadOwnersAwaitsLiveOnesAndHoldsGrantsInGrace
   // Wrong fd, wrong size, wrong uid: rejected one by one.
   TestMemfd other = MakeMemfd(10, 1 << 20, 600);
   std::vector<LeaseManager::ReclaimItem> bad(3);
-  bad[0] = {10, 1 << 20, Dup(other.fd)};
-  bad[1] = {10, 4096, Dup(live.fd)};
-  bad[2] = {99, 4096, Dup(live.fd)};
+  bad[0] = {10, 1 << 20, Fds(Dup(other.fd))};
+  bad[1] = {10, 4096, Fds(Dup(live.fd))};
+  bad[2] = {99, 4096, Fds(Dup(live.fd))};
   auto out = h.mgr->Reclaim(1, std::move(bad));
   EXPECT_TRUE(out.accepted.empty());
   ASSERT_EQ(out.rejected.size(), 3u);
@@ -175,7 +176,7 @@ TEST(LeaseRestartTest, RecoverDropsDeadOwnersAwaitsLiveOnesAndHoldsGrantsInGrace
   EXPECT_NE(out.rejected[2].second.find("not journalled"), std::string::npos);
   h.ConnectPid(2, 700, 2000);
   std::vector<LeaseManager::ReclaimItem> foreign(1);
-  foreign[0] = {10, 1 << 20, Dup(live.fd)};
+  foreign[0] = {10, 1 << 20, Fds(Dup(live.fd))};
   auto f = h.mgr->Reclaim(2, std::move(foreign));
   ASSERT_EQ(f.rejected.size(), 1u);
   EXPECT_NE(f.rejected[0].second.find("not one this caller may hold"), std::string::npos);
@@ -183,7 +184,7 @@ TEST(LeaseRestartTest, RecoverDropsDeadOwnersAwaitsLiveOnesAndHoldsGrantsInGrace
 
   // The right one: accepted, held by the connection, grace over.
   std::vector<LeaseManager::ReclaimItem> good(1);
-  good[0] = {10, 1 << 20, Dup(live.fd)};
+  good[0] = {10, 1 << 20, Fds(Dup(live.fd))};
   auto ok = h.mgr->Reclaim(1, std::move(good));
   ASSERT_EQ(ok.accepted, std::vector<uint64_t>{10});
   EXPECT_FALSE(h.mgr->in_grace());
@@ -207,8 +208,8 @@ TEST(LeaseRestartTest, StoredFdIsAdoptedWithoutReclaimAndNoGrace) {
   RestartHarness h;
   h.probe.start[600] = 77;
   TestMemfd m = MakeMemfd(5, 1 << 20, 600);
-  std::map<uint64_t, UniqueFd> stored;
-  stored[5] = Dup(m.fd);
+  std::map<uint64_t, std::vector<UniqueFd>> stored;
+  stored[5].push_back(Dup(m.fd));
   auto r = h.mgr->Recover({m.rec}, std::move(stored), std::chrono::seconds(60));
   EXPECT_EQ(r.adopted, 1u);
   EXPECT_EQ(r.awaiting, 0u);
@@ -217,7 +218,7 @@ TEST(LeaseRestartTest, StoredFdIsAdoptedWithoutReclaimAndNoGrace) {
   // Its holder still comes back and takes a reference.
   h.ConnectPid(1, 600);
   std::vector<LeaseManager::ReclaimItem> items(1);
-  items[0] = {5, 1 << 20, Dup(m.fd)};
+  items[0] = {5, 1 << 20, Fds(Dup(m.fd))};
   EXPECT_EQ(h.mgr->Reclaim(1, std::move(items)).accepted.size(), 1u);
   h.mgr->Disconnect(1);  // last holder gone: freed
   EXPECT_EQ(h.Pool("node0").leased_bytes, 0u);
@@ -247,14 +248,14 @@ TEST(LeaseRestartTest, AReadoptedSharedLeaseKeepsItsAclAndItsPlacementFacts) {
   m.rec.placed_numa_node = 1;
   m.rec.moved_reason = "pages found on node 0, not node 1";
   m.rec.pages_numa_node = 0;
-  std::map<uint64_t, UniqueFd> stored;
-  stored[5] = Dup(m.fd);
+  std::map<uint64_t, std::vector<UniqueFd>> stored;
+  stored[5].push_back(Dup(m.fd));
   auto r =
       h.mgr->Recover({FromRecord(ToRecord(m.rec))}, std::move(stored), std::chrono::seconds(60));
   ASSERT_EQ(r.adopted, 1u);
   h.ConnectPid(1, 600);  // the owner is back
   std::vector<LeaseManager::ReclaimItem> items(1);
-  items[0] = {5, 1 << 20, Dup(m.fd)};
+  items[0] = {5, 1 << 20, Fds(Dup(m.fd))};
   ASSERT_EQ(h.mgr->Reclaim(1, std::move(items)).accepted.size(), 1u);
   EXPECT_FALSE(h.mgr->in_grace());
 
@@ -286,8 +287,8 @@ TEST(LeaseRestartTest, AReadoptedSharedLeaseKeepsItsAclAndItsPlacementFacts) {
 TEST(LeaseRestartTest, AStoredLeaseWhoseHoldersAllDiedIsTruncated) {
   RestartHarness h;
   TestMemfd m = MakeMemfd(5, 1 << 20, 600);  // pid 600 unknown: dead
-  std::map<uint64_t, UniqueFd> stored;
-  stored[5] = Dup(m.fd);
+  std::map<uint64_t, std::vector<UniqueFd>> stored;
+  stored[5].push_back(Dup(m.fd));
   auto r = h.mgr->Recover({m.rec}, std::move(stored), std::chrono::seconds(60));
   EXPECT_EQ(r.dropped, 1u);
   struct stat st {};
@@ -308,7 +309,7 @@ TEST(LeaseRestartTest, AGrantThatNeverReachedItsOwnerIsDroppedWhenTheOwnerComesB
   EXPECT_TRUE(h.store.deleted.count(2));
   EXPECT_TRUE(h.mgr->in_grace());  // lease 1 still awaits
   std::vector<LeaseManager::ReclaimItem> items(1);
-  items[0] = {1, 1 << 20, Dup(held.fd)};
+  items[0] = {1, 1 << 20, Fds(Dup(held.fd))};
   EXPECT_EQ(h.mgr->Reclaim(1, std::move(items)).accepted.size(), 1u);
   EXPECT_FALSE(h.mgr->in_grace());
   EXPECT_EQ(h.Pool("node0").leased_bytes, 1u << 20);
@@ -326,7 +327,7 @@ TEST(LeaseRestartTest, UnreclaimedLeaseOfALiveOwnerStaysAccountedAfterGrace) {
   // A reclaim after the grace period is still accepted.
   h.ConnectPid(1, 600);
   std::vector<LeaseManager::ReclaimItem> items(1);
-  items[0] = {3, 1 << 20, Dup(m.fd)};
+  items[0] = {3, 1 << 20, Fds(Dup(m.fd))};
   EXPECT_EQ(h.mgr->Reclaim(1, std::move(items)).accepted.size(), 1u);
 }
 
@@ -337,8 +338,8 @@ TEST(LeaseRestartTest, AWatchedHolderThatExitsIsStruckOffEvenAsAZombie) {
   h.probe.pidfds[600] = exit_signal.get();
   TestMemfd m = MakeMemfd(8, 1 << 20, 600);
   h.probe.holds[{600, m.rec.inode}] = Holding::kYes;
-  std::map<uint64_t, UniqueFd> stored;
-  stored[8] = Dup(m.fd);
+  std::map<uint64_t, std::vector<UniqueFd>> stored;
+  stored[8].push_back(Dup(m.fd));
   h.mgr->Recover({m.rec}, std::move(stored), std::chrono::seconds(60));
   EXPECT_EQ(h.Pool("node0").leased_bytes, 1u << 20);
   h.io.restart();
@@ -361,7 +362,7 @@ TEST(LeaseRestartTest, HandOverKeepsTheMemoryAndTheJournal) {
   h.ConnectPid(1, 500);
   auto g = h.Alloc(1, 1 << 20, 0);
   ASSERT_TRUE(g.ok());
-  UniqueFd mine(::fcntl(g->fd, F_DUPFD_CLOEXEC, 0));
+  UniqueFd mine(::fcntl(g->fd(), F_DUPFD_CLOEXEC, 0));
   uint64_t id = g->lease.id;
   h.mgr->HandOver();
   h.mgr->Disconnect(1);
@@ -394,13 +395,134 @@ uint64_t FileSize(const UniqueFd& fd) {
   return static_cast<uint64_t>(st.st_size);
 }
 
+// ---- leases of several extents ----
+
+struct MultiExtentGrant {
+  DurableLease rec;
+  std::vector<UniqueFd> fds;  // the holder's dups, in order
+};
+// A lease of 3 extents (2M + 2M + 1M) granted to pid 500 by a daemon that
+// then hands over, as at SIGTERM.
+MultiExtentGrant GrantThreeExtentsAndHandOver() {
+  RestartHarness a;
+  a.mgr->SetMaxExtentBytes(2 << 20);
+  a.ConnectPid(1, 500);
+  auto g = a.Alloc(1, 5 << 20, 0);
+  CXLPOOL_CHECK(g.ok() && g->extents.size() == 3);
+  MultiExtentGrant out;
+  for (const auto& e : g->extents) out.fds.emplace_back(::fcntl(e.fd, F_DUPFD_CLOEXEC, 0));
+  CXLPOOL_CHECK(a.store.stored_extents[g->lease.id] == 3);
+  out.rec = a.store.leases.at(g->lease.id);
+  a.mgr->HandOver();
+  return out;
+}
+
+TEST(LeaseRestartTest, EveryExtentIsJournalledAndStored) {
+  MultiExtentGrant m = GrantThreeExtentsAndHandOver();
+  ASSERT_EQ(m.rec.extents.size(), 3u);
+  EXPECT_EQ(m.rec.extents[0].size_bytes + m.rec.extents[1].size_bytes + m.rec.extents[2].size_bytes,
+            m.rec.size_bytes);
+  for (size_t i = 0; i < 3; ++i) {
+    struct stat st {};
+    ASSERT_EQ(::fstat(m.fds[i].get(), &st), 0);
+    EXPECT_EQ(m.rec.extents[i].inode, st.st_ino) << i;
+    EXPECT_EQ(m.rec.extents[i].size_bytes, static_cast<uint64_t>(st.st_size)) << i;
+  }
+  EXPECT_EQ(m.rec.inode, m.rec.extents[0].inode);
+  // The journal's record keeps them across a daemon upgrade.
+  DurableLease back = FromRecord(ToRecord(m.rec));
+  EXPECT_EQ(back.extents, m.rec.extents);
+  // An older record (no extent list) is one extent of the lease's size.
+  DurableLease old = m.rec;
+  old.extents.clear();
+  ASSERT_EQ(ExtentsOf(old).size(), 1u);
+  EXPECT_EQ(ExtentsOf(old)[0].size_bytes, m.rec.size_bytes);
+}
+
+TEST(LeaseRestartTest, AReclaimMustHandBackEveryExtentInOrder) {
+  MultiExtentGrant m = GrantThreeExtentsAndHandOver();
+  // Data across the extents' boundaries survives the restart.
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_EQ(::pwrite(m.fds[i].get(), "x", 1, 0), 1);
+  }
+  RestartHarness b;
+  b.probe.start[500] = 77;
+  auto r = b.mgr->Recover({m.rec}, {}, std::chrono::seconds(60));
+  EXPECT_EQ(r.awaiting, 1u);
+  const PoolSnapshot recovered = b.Pool("node0");
+  EXPECT_EQ(recovered.leased_bytes, m.rec.size_bytes);
+  b.ConnectPid(1, 500);
+  auto item = [&](std::vector<size_t> order, std::vector<uint64_t> sizes = {}) {
+    LeaseManager::ReclaimItem it;
+    it.id = m.rec.id;
+    it.size_bytes = m.rec.size_bytes;
+    for (size_t i : order) it.fds.push_back(Dup(m.fds[i]));
+    it.extent_sizes = std::move(sizes);
+    std::vector<LeaseManager::ReclaimItem> v;
+    v.push_back(std::move(it));
+    return v;
+  };
+  auto why = [&](std::vector<LeaseManager::ReclaimItem> v) {
+    auto out = b.mgr->Reclaim(1, std::move(v));
+    return out.rejected.empty() ? std::string() : out.rejected[0].second;
+  };
+  EXPECT_NE(why(item({0, 1})).find("it has 3 extents, 2 fds"), std::string::npos);
+  EXPECT_NE(why(item({0, 2, 1})).find("extent 1"), std::string::npos);
+  EXPECT_NE(why(item({0, 1, 2}, {2 << 20, 1 << 20, 2 << 20})).find("extent 1 is"),
+            std::string::npos);
+  EXPECT_NE(why(item({0, 1, 2}, {2 << 20, 2 << 20})).find("3 extents, not 2"), std::string::npos);
+  EXPECT_TRUE(b.mgr->in_grace());  // nothing was taken
+  EXPECT_EQ(b.Pool("node0").leased_bytes, recovered.leased_bytes);
+  auto ok = b.mgr->Reclaim(1, item({0, 1, 2}, {2 << 20, 2 << 20, 1 << 20}));
+  ASSERT_EQ(ok.accepted.size(), 1u) << (ok.rejected.empty() ? "" : ok.rejected[0].second);
+  EXPECT_FALSE(b.mgr->in_grace());
+  auto st = b.mgr->Stat(1, m.rec.id);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(st->extents, 3u);
+  // Released: every extent is truncated, the accounting is back to zero.
+  ASSERT_TRUE(b.mgr->Release(1, m.rec.id).ok());
+  b.Drain();
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(FileSize(m.fds[i]), 0u) << "extent " << i;
+  EXPECT_EQ(b.Pool("node0").leased_bytes, 0u);
+  EXPECT_EQ(b.Pool("node0").reclaiming_bytes, 0u);
+}
+
+TEST(LeaseRestartTest, TheFdStoreGivesBackAllExtentsOrNone) {
+  MultiExtentGrant m = GrantThreeExtentsAndHandOver();
+  {
+    // All three stored: adopted at once.
+    RestartHarness b;
+    b.probe.start[500] = 77;
+    std::map<uint64_t, std::vector<UniqueFd>> stored;
+    for (const auto& fd : m.fds) stored[m.rec.id].push_back(Dup(fd));
+    auto r = b.mgr->Recover({m.rec}, std::move(stored), std::chrono::seconds(60));
+    EXPECT_EQ(r.adopted, 1u);
+    EXPECT_FALSE(b.mgr->in_grace());
+    b.mgr->HandOver();
+  }
+  {
+    // One missing (a hole): none adopted, the lease awaits its holder.
+    RestartHarness b;
+    b.probe.start[500] = 77;
+    std::map<uint64_t, std::vector<UniqueFd>> stored;
+    stored[m.rec.id].push_back(Dup(m.fds[0]));
+    stored[m.rec.id].emplace_back();
+    stored[m.rec.id].push_back(Dup(m.fds[2]));
+    auto r = b.mgr->Recover({m.rec}, std::move(stored), std::chrono::seconds(60));
+    EXPECT_EQ(r.adopted, 0u);
+    EXPECT_EQ(r.awaiting, 1u);
+    for (const auto& fd : m.fds) EXPECT_GT(FileSize(fd), 0u);  // nothing truncated
+    b.mgr->HandOver();
+  }
+}
+
 LeaseManager::ReclaimItem Item(uint64_t id, const UniqueFd& fd, uint64_t size,
                                std::string pool = "node0",
                                std::optional<uid_t> owner = std::nullopt, std::string name = "") {
   LeaseManager::ReclaimItem it;
   it.id = id;
   it.size_bytes = size;
-  it.fd = Dup(fd);
+  it.fds.push_back(Dup(fd));
   it.pool = std::move(pool);
   it.owner_uid = owner;
   it.name = std::move(name);
@@ -594,8 +716,8 @@ TEST(JournalDamageTest, AnUnheldReadoptedLeaseLivesThroughGraceThenIsTakenBack) 
 TEST(JournalDamageTest, FdStoreOrphanIsAccountedAndItsHolderBecomesTheOwner) {
   DamagedHarness h;
   UniqueFd mem = LeaseLikeMemfd(1 << 20);
-  std::map<uint64_t, UniqueFd> stored;
-  stored[1500] = Dup(mem);  // above the mark: the store's names raise it
+  std::map<uint64_t, std::vector<UniqueFd>> stored;
+  stored[1500].push_back(Dup(mem));  // above the mark: the store's names raise it
   auto r = h.mgr->Recover({}, std::move(stored), std::chrono::seconds(60), {});
   EXPECT_EQ(r.orphans, 1u);
   EXPECT_TRUE(h.mgr->in_grace()) << "orphans mean the journal lost leases";
@@ -619,8 +741,8 @@ TEST(JournalDamageTest, FdStoreOrphanIsAccountedAndItsHolderBecomesTheOwner) {
 TEST(JournalDamageTest, AnUnclaimedOrphanIsTakenBackAtTheEndOfGrace) {
   DamagedHarness h;
   UniqueFd mem = LeaseLikeMemfd(1 << 20);
-  std::map<uint64_t, UniqueFd> stored;
-  stored[20] = Dup(mem);
+  std::map<uint64_t, std::vector<UniqueFd>> stored;
+  stored[20].push_back(Dup(mem));
   h.mgr->Recover({}, std::move(stored), std::chrono::milliseconds(10), {});
   EXPECT_EQ(h.Pool("node0").leased_bytes, 1u << 20);
   h.Drain();
@@ -716,11 +838,24 @@ TEST(RecoveryHelpersTest, LeaseFdsAreSortedFromTheRest) {
   add("lease-7");
   add("lease-x");
   add("lease-7");
+  // A lease of several extents: one name per extent, in any order.
+  add("lease-9-extent-1");
+  add("lease-9-extent-0");
+  add("lease-9-extent-x");
+  add("lease-11-extent-1");  // extent 0 never stored: a hole
   auto leases = TakeLeaseFds(&fds);
-  ASSERT_EQ(leases.size(), 1u);
-  EXPECT_TRUE(leases.count(7));
+  ASSERT_EQ(leases.size(), 3u);
+  ASSERT_EQ(leases[7].size(), 1u);
+  EXPECT_TRUE(leases[7][0].valid());
+  ASSERT_EQ(leases[9].size(), 2u);
+  EXPECT_TRUE(leases[9][0].valid() && leases[9][1].valid());
+  ASSERT_EQ(leases[11].size(), 2u);
+  EXPECT_FALSE(leases[11][0].valid());
+  EXPECT_TRUE(leases[11][1].valid());
   ASSERT_EQ(fds.size(), 1u);
   EXPECT_EQ(fds[0].name, "cxlpoold.socket");
+  EXPECT_EQ(StoredFdName(7, 0, 1), "lease-7");
+  EXPECT_EQ(StoredFdName(9, 1, 2), "lease-9-extent-1");
 }
 
 TEST(RecoveryHelpersTest, OneDaemonPerStateDirAndTheJournalReplays) {
@@ -735,7 +870,7 @@ TEST(RecoveryHelpersTest, OneDaemonPerStateDirAndTheJournalReplays) {
     EXPECT_EQ(b.status().code(), Code::kAlreadyExists);
     TestMemfd m = MakeMemfd(4, 4096, 1);
     ASSERT_TRUE((*a)->ReserveIds(1024).ok());
-    ASSERT_TRUE((*a)->Put(m.rec, -1).ok());
+    ASSERT_TRUE((*a)->Put(m.rec, {}).ok());
   }
   auto c = JournalStore::Open(dir, nullptr);
   ASSERT_TRUE(c.ok());

@@ -12,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -19,16 +20,26 @@
 
 namespace cxlpool::testing {
 
+// The fds of a one-extent lease handed back (LeaseManager::ReclaimItem).
+inline std::vector<UniqueFd> Fds(UniqueFd fd) {
+  std::vector<UniqueFd> v;
+  v.push_back(std::move(fd));
+  return v;
+}
+
 class FakeStore final : public LeaseStore {
  public:
   Status ReserveIds(uint64_t next_id) override {
     reserved.push_back(next_id);
     return Status::Ok();
   }
-  Status Put(const DurableLease& lease, int fd) override {
+  Status Put(const DurableLease& lease, std::span<const int> fds) override {
     if (fail_puts) return Status(Code::kIo, "disk full");
     leases[lease.id] = lease;
-    if (fd >= 0) stored_fds.insert(lease.id);
+    if (!fds.empty()) {
+      stored_fds.insert(lease.id);
+      stored_extents[lease.id] = fds.size();
+    }
     ++puts;
     return Status::Ok();
   }
@@ -44,6 +55,7 @@ class FakeStore final : public LeaseStore {
   }
   std::map<uint64_t, DurableLease> leases;
   std::set<uint64_t> stored_fds, deleted;
+  std::map<uint64_t, size_t> stored_extents;  // fds stored with each grant
   std::vector<uint64_t> reserved;
   int puts = 0;
   bool fail_puts = false;

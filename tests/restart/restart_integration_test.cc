@@ -316,21 +316,7 @@ TEST_F(RestartTest, AnIdleLibraryClientIsReclaimedByItsWatcher) {
   ASSERT_TRUE(daemon_.Restart().ok());
   // The client makes no call: its watcher notices, reconnects and reclaims.
   std::string last;
-  bool back = PollUntil(
-      [&] {
-        auto a = Snapshot(sock);
-        if (!a.ok()) return false;
-        auto it = a->leases.find(*id);
-        if (it == a->leases.end()) {
-          last = "lease not listed";
-          return false;
-        }
-        last = "holders " + std::to_string(it->second.holders());
-        return it->second.holders() == 1 &&
-               it->second.owner_pid() == static_cast<uint32_t>(w.pid()) && !InGrace(sock) &&
-               a->Inconsistencies().empty();
-      },
-      20000, 5);
+  bool back = HeldAgainByOne(sock, *id, w.pid(), &last);
   ASSERT_TRUE(back) << last;
   std::printf("restart: idle client reclaimed %llu ms after the SIGKILL\n",
               static_cast<unsigned long long>((testsupport::NowMicros() - t0) / 1000));

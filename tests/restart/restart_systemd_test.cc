@@ -126,26 +126,38 @@ struct ReapAtExit {
   ~ReapAtExit() { KillAndReap(pid); }
 };
 
+// A cxlpoold to start the way systemd would: its config in a temp dir, a
+// socket there, a state directory, and a fake notification socket.
+struct SystemdDaemon {
+  explicit SystemdDaemon(const char* config) : notify(dir.path + "/notify") {
+    conf = dir.path + "/cxlpoold.toml";
+    FILE* f = std::fopen(conf.c_str(), "w");
+    written = f != nullptr && std::fputs(config, f) >= 0;
+    if (f != nullptr) written = std::fclose(f) == 0 && written;
+    sock = dir.path + "/cxlpool.sock";
+    args = {"--foreground",      "--socket",       sock, "--config", conf, "--state-dir",
+            dir.path + "/state", "--grace-period", "60s"};
+  }
+  bool ok() const { return !dir.path.empty() && written && notify.ok(); }
+  TempDir dir{"restart"};
+  FakeNotify notify;
+  std::string conf;
+  std::string sock;
+  std::vector<std::string> args;
+  bool written = false;
+};
+
 bool WaitHello(const std::string& sock) {
   return PollUntil([&] { return RawClient::Connect(sock, "probe", 2000).ok(); }, 10000, 5);
 }
 
 TEST(RestartSystemdTest, FdStoreGivesLeasesBackWithoutAnyClientReclaim) {
   testsupport::SkipWithoutDaemon();
-  TempDir dir("restart");
-  ASSERT_FALSE(dir.path.empty());
-  std::string conf = dir.path + "/cxlpoold.toml";
-  FILE* f = std::fopen(conf.c_str(), "w");
-  ASSERT_NE(f, nullptr);
-  std::fputs(kRestartConfig, f);
-  std::fclose(f);
-  const std::string sock = dir.path + "/cxlpool.sock";
-  FakeNotify notify(dir.path + "/notify");
-  ASSERT_TRUE(notify.ok());
-  std::vector<std::string> args = {
-      "--foreground",      "--socket",       sock, "--config", conf, "--state-dir",
-      dir.path + "/state", "--grace-period", "60s"};
-  pid_t d = SpawnLikeSystemd(args, notify.path(), {});
+  SystemdDaemon s(kRestartConfig);
+  ASSERT_TRUE(s.ok());
+  const std::string& sock = s.sock;
+  FakeNotify& notify = s.notify;
+  pid_t d = SpawnLikeSystemd(s.args, notify.path(), {});
   ReapAtExit reap_d{d};
   ASSERT_TRUE(WaitHello(sock));
 
@@ -181,7 +193,7 @@ TEST(RestartSystemdTest, FdStoreGivesLeasesBackWithoutAnyClientReclaim) {
   EXPECT_GE(notify.ready, 1);
 
   KillAndReap(d);
-  d = SpawnLikeSystemd(args, notify.path(), {{name, notify.store[name].get()}});
+  d = SpawnLikeSystemd(s.args, notify.path(), {{name, notify.store[name].get()}});
   ASSERT_TRUE(WaitHello(sock));
   {
     auto admin = RawClient::Connect(sock, "fdstore-check");
@@ -210,6 +222,87 @@ TEST(RestartSystemdTest, FdStoreGivesLeasesBackWithoutAnyClientReclaim) {
         last = std::to_string(a->leases.size()) + " leases, store has " +
                std::to_string(notify.store.count(name));
         return a->leases.empty() && a->Gauge("leased_bytes") == 0 && notify.store.count(name) == 0;
+      },
+      10000, 5))
+      << last;
+  KillAndReap(d);
+}
+
+// A lease of three extents (daemon.max_extent = 2M): one store entry per
+// extent, named lease-<id>-extent-<i>; all three handed back at start adopt
+// the lease at once; when its holder exits, all three leave the store.
+TEST(RestartSystemdTest, FdStoreKeepsEveryExtentOfALease) {
+  testsupport::SkipWithoutDaemon();
+  SystemdDaemon s(kExtentConfig);
+  ASSERT_TRUE(s.ok());
+  const std::string& sock = s.sock;
+  FakeNotify& notify = s.notify;
+  pid_t d = SpawnLikeSystemd(s.args, notify.path(), {});
+  ReapAtExit reap_d{d};
+  ASSERT_TRUE(WaitHello(sock));
+  std::optional<RawClient> c;
+  std::vector<UniqueFd> fds;
+  Helper holder([&](char cmd) -> uint64_t {
+    if (cmd == 'a') {
+      auto n = RawClient::Connect(sock, "fdstore-holder");
+      if (!n.ok()) return 0;
+      c.emplace(std::move(*n));
+      proto::AllocRequest req;
+      req.set_size_bytes(6 * kMiB);
+      proto::AllocReply rep;
+      if (!c->Call(req, &rep, &fds).ok() || fds.size() != 3) return 0;
+      return rep.lease().id();
+    }
+    return 0;
+  });
+  auto id = holder.Ask('a');
+  ASSERT_TRUE(id && *id);
+  std::vector<std::string> names;
+  for (int i = 0; i < 3; ++i) {
+    names.push_back("lease-" + std::to_string(*id) + "-extent-" + std::to_string(i));
+  }
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        notify.Drain();
+        for (const auto& n : names) {
+          if (!notify.store.count(n)) return false;
+        }
+        return true;
+      },
+      10000, 2))
+      << "cxlpoold did not push every extent to the fd store";
+  KillAndReap(d);
+  // Handed back out of order: the names say which extent each fd is.
+  d = SpawnLikeSystemd(s.args, notify.path(),
+                       {{names[2], notify.store[names[2]].get()},
+                        {names[0], notify.store[names[0]].get()},
+                        {names[1], notify.store[names[1]].get()}});
+  ASSERT_TRUE(WaitHello(sock));
+  {
+    auto admin = RawClient::Connect(sock, "fdstore-check");
+    ASSERT_TRUE(admin.ok());
+    EXPECT_FALSE(admin->hello().in_grace_period());
+    auto a = testsupport::ReadAccounting(*admin);
+    ASSERT_TRUE(a.ok());
+    ASSERT_TRUE(a->leases.count(*id));
+    EXPECT_EQ(a->leases.at(*id).extents_size(), 3);
+    EXPECT_EQ(a->Counter("restart_adopted"), 1u);
+    EXPECT_EQ(a->Gauge("leased_bytes"), 6 * kMiB);
+    EXPECT_EQ(a->Inconsistencies(), "");
+  }
+  holder.Kill();
+  std::string last;
+  EXPECT_TRUE(PollUntil(
+      [&] {
+        auto admin = RawClient::Connect(sock, "fdstore-check");
+        if (!admin.ok()) return false;
+        auto a = testsupport::ReadAccounting(*admin);
+        if (!a.ok()) return false;
+        notify.Drain();
+        size_t stored = 0;
+        for (const auto& n : names) stored += notify.store.count(n);
+        last = std::to_string(a->leases.size()) + " leases, store has " + std::to_string(stored);
+        return a->leases.empty() && a->Gauge("leased_bytes") == 0 && stored == 0;
       },
       10000, 5))
       << last;

@@ -27,6 +27,18 @@ using testsupport::Intact;
 using testsupport::kRestartConfig;
 using testsupport::TempDir;
 
+// kRestartConfig with request-path builds cut into 2 MiB extents
+// (daemon.max_extent): a lease of 2n MiB is n memfds.
+inline constexpr const char* kExtentConfig = R"(
+[daemon]
+socket_mode = "0666"
+log_level = "warning"
+max_extent = "2M"
+[pools]
+capacity = "256M"
+warm_stock = []
+)";
+
 // A helper process. Its body gets the command it was sent and returns the
 // answer; command 'q' ends it (exit 0).
 class Helper {
@@ -98,6 +110,28 @@ inline Result<testsupport::Accounting> Snapshot(const std::string& socket,
 inline bool InGrace(const std::string& socket) {
   auto c = testsupport::RawClient::Connect(socket, "restart-probe");
   return c.ok() && c->hello().in_grace_period();
+}
+
+// Waits (up to `limit_ms`) until the daemon on `socket` holds lease `id`
+// for one holder again (owned by `owner`, unless 0), out of its grace period
+// and with accounting that agrees; `*last` says what was seen last.
+inline bool HeldAgainByOne(const std::string& socket, uint64_t id, pid_t owner, std::string* last,
+                           int limit_ms = 20000) {
+  return testsupport::PollUntil(
+      [&] {
+        auto a = Snapshot(socket);
+        if (!a.ok()) return false;
+        auto it = a->leases.find(id);
+        if (it == a->leases.end()) {
+          *last = "lease not listed";
+          return false;
+        }
+        *last = "holders " + std::to_string(it->second.holders());
+        return it->second.holders() == 1 &&
+               (owner == 0 || it->second.owner_pid() == static_cast<uint32_t>(owner)) &&
+               !InGrace(socket) && a->Inconsistencies().empty();
+      },
+      limit_ms, 5);
 }
 
 }  // namespace cxlpool::restart

@@ -96,6 +96,19 @@ class TestHandler : public RequestHandler {
         }).detach();
         return;
       }
+      case proto::MSG_POOLS_REQUEST: {
+        // A lease reply of three extents, one fd per frame: ALLOC_REPLY and
+        // two EXTENT_FDS frames, answered from another thread (the server
+        // duplicates every frame's fds before this thread closes them).
+        std::thread([reply] {
+          UniqueFd e0 = MemfdWith("e0"), e1 = MemfdWith("e1"), e2 = MemfdWith("e2");
+          Reply r{proto::MSG_ALLOC_REPLY, "", {e0.get()}};
+          r.more.push_back(Reply{proto::MSG_EXTENT_FDS, "", {e1.get()}});
+          r.more.push_back(Reply{proto::MSG_EXTENT_FDS, "", {e2.get()}});
+          reply(std::move(r));
+        }).detach();
+        return;
+      }
       case proto::MSG_METRICS_REQUEST: {
         proto::MetricsReply out;
         out.set_text(std::string(big_reply_bytes_, 'm'));
@@ -501,6 +514,34 @@ TEST_F(ServerTest, ReplyFdsArriveFromTheLoopAndFromWorkers) {
   std::memset(buf, 0, sizeof buf);
   EXPECT_EQ(13, ::pread(f->fds[0].get(), buf, sizeof buf, 0));
   EXPECT_STREQ(buf, "from a worker");
+}
+
+TEST_F(ServerTest, AReplysFollowingFramesComeRightBehindItWithTheirFds) {
+  Start();
+  UniqueFd fd = Connect();
+  ASSERT_TRUE(Hello(fd.get()).ok());
+  Result<wire::Frame> f = Call(fd.get(), proto::MSG_POOLS_REQUEST, 70, "");
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  ASSERT_EQ(f->type(), proto::MSG_ALLOC_REPLY);
+  ASSERT_EQ(f->fds.size(), 1u);
+  const char* want[] = {"e1", "e2"};
+  for (const char* text : want) {
+    Result<wire::Frame> next = wire::RecvFrame(fd.get(), {}, kWaitMs);
+    ASSERT_TRUE(next.ok()) << next.status().ToString();
+    EXPECT_EQ(next->type(), proto::MSG_EXTENT_FDS);
+    EXPECT_EQ(next->request_id(), 70u);
+    ASSERT_EQ(next->fds.size(), 1u);
+    char buf[8] = {};
+    EXPECT_EQ(2, ::pread(next->fds[0].get(), buf, sizeof buf, 0));
+    EXPECT_STREQ(buf, text);
+  }
+  // And the connection goes on as before.
+  proto::StatRequest sr;
+  sr.set_lease_id(5);
+  f = Call(fd.get(), proto::MSG_STAT_REQUEST, 71, *wire::Encode(sr));
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->type(), proto::MSG_STAT_REPLY);
+  EXPECT_EQ(f->request_id(), 71u);
 }
 
 TEST_F(ServerTest, DroppedReplyFnStillAnswersInternal) {

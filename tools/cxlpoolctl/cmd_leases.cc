@@ -40,6 +40,11 @@ nlohmann::ordered_json LeaseJson(const proto::LeaseInfo& l) {
   j["cgroup"] = l.cgroup();
   j["size_bytes"] = l.size_bytes();
   j["requested_bytes"] = l.requested_bytes();
+  // What rounding added (size_bytes - requested_bytes).
+  j["waste_bytes"] =
+      l.size_bytes() > l.requested_bytes() ? l.size_bytes() - l.requested_bytes() : 0;
+  // The memfds it is made of, mapped back to back (1: one memfd).
+  j["extents"] = std::max(1, l.extents_size());
   j["numa_node"] = l.numa_node();
   j["kind"] = l.kind();
   j["pool"] = l.pool();
