@@ -43,6 +43,7 @@ constexpr CounterMap kCounterMap[] = {
     {"unjournalled_revokes", kRecovered, "revoked"},
     {"dax_orphans", kRecovered, "dax_orphan"},
     {"dax_orphans_destroyed", kRecovered, "dax_orphan_destroyed"},
+    {"unjournalled_dax_adopted", kRecovered, "dax_adopted"},
     {"acl_refusals", kRefusals, "acl"},
     {"releases", "cxlpool_releases_total", "",
      "RELEASE requests handled: a holder let go of a lease (the lease ends with its last "

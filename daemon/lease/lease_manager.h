@@ -420,6 +420,16 @@ class LeaseManager {
   // memfd (a cxlpool lease that could not be accounted) was truncated.
   Result<uint64_t> Readopt(uint64_t id, std::vector<UniqueFd> fds, const ReclaimItem* hints,
                            const CallerInfo* who, bool* revoked);
+  // Readopt for a DAX device fd: a static device no lease holds, or a
+  // sub-device held as a DaxOrphan, becomes the lease `id` again (a device
+  // cannot be revoked like a memfd, so it is accounted even over a quota).
+  // nullopt: the fd is no device of a devdax pool here.
+  std::optional<Result<uint64_t>> ReadoptDevdax(uint64_t id, UniqueFd& fd, const ReclaimItem* hints,
+                                                const CallerInfo* who);
+  // The last step of both: `fresh` (id, size, pool, tier, extents, placement
+  // and identity set) gets its owner, label and name from the reclaimer,
+  // enters the table and is charged.
+  uint64_t AddReadopted(Lease fresh, const ReclaimItem* hints, const CallerInfo* who);
   // Moves a lease to a new owner (quota charge, owner's list; and the name
   // when `confirmed`: the caller says it is the owner).
   void TakeOver(Lease& l, const CallerInfo& who, const std::string& name, bool confirmed);

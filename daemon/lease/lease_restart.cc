@@ -731,6 +731,7 @@ Result<uint64_t> LeaseManager::Readopt(uint64_t id, std::vector<UniqueFd> fds,
     return Status(Code::kInvalidArgument, msg);
   }
   UniqueFd fd = std::move(fds[0]);
+  if (auto dax = ReadoptDevdax(id, fd, hints, who); dax.has_value()) return *dax;
   auto facts = CheckUnknownMemfd(fd.get());
   if (!facts.ok()) {
     Count("unjournalled_rejects");
@@ -829,9 +830,6 @@ Result<uint64_t> LeaseManager::Readopt(uint64_t id, std::vector<UniqueFd> fds,
   fresh.requested = d.size_bytes;
   fresh.pool = pool;
   fresh.tier = tier;
-  fresh.label = hints != nullptr ? hints->label.substr(0, 256) : std::string();
-  fresh.owner = owner;
-  fresh.created_unix = clock_->WallSeconds();
   fresh.extents.push_back(std::move(backing));
   fresh.placement_reason =
       "accounted again after journal damage (" +
@@ -840,17 +838,86 @@ Result<uint64_t> LeaseManager::Readopt(uint64_t id, std::vector<UniqueFd> fds,
   fresh.inode = d.inode;
   fresh.inode_dev = d.inode_dev;
   fresh.identity = ExtentsOf(d);
+  return AddReadopted(std::move(fresh), hints, who);
+}
+
+std::optional<Result<uint64_t>> LeaseManager::ReadoptDevdax(uint64_t id, UniqueFd& fd,
+                                                            const ReclaimItem* hints,
+                                                            const CallerInfo* who) {
+  const std::string what = "lease " + std::to_string(id) + " (not in the journal)";
+  for (Pool* p : pool_ptrs_) {
+    auto* dax = dynamic_cast<DevdaxPool*>(p);
+    if (dax == nullptr) continue;
+    std::string device;
+    uint64_t size = 0;
+    if (!dax->dynamic_region()) {
+      const std::string whole = dax->LeaseDevice("");
+      if (whole.empty() || !dax->CheckFd(fd.get(), whole, 0).ok()) continue;
+      // The static device is leased whole: the journal lost its lease, and
+      // its holder is back. Held by another lease, it is not this one.
+      if (dax->lease_count() > 0 || dax->reserved_bytes() > 0) {
+        Count("unjournalled_rejects");
+        return Result<uint64_t>(
+            Status(Code::kInvalidArgument, what + ": " + whole + " is held by another lease"));
+      }
+      size = dax->capacity();
+      if (!dax->TryReserve(size)) {
+        Count("unjournalled_rejects");
+        return Result<uint64_t>(Status(Code::kResourceExhausted,
+                                       what + ": " + whole + " is not free in " + dax->name()));
+      }
+      dax->CommitReserve(size);
+      device = whole;
+    } else {
+      // A sub-device the previous daemon carved, that no journalled lease
+      // names and a process held open at start (FindDaxOrphans): its bytes
+      // are reserved already and become this lease's.
+      auto o = std::find_if(dax_orphans_.begin(), dax_orphans_.end(), [&](const DaxOrphan& x) {
+        return x.pool == dax && dax->CheckFd(fd.get(), x.device, 0).ok();
+      });
+      if (o == dax_orphans_.end()) continue;
+      device = o->device;
+      size = o->size;
+      dax_orphans_.erase(o);
+    }
+    auto rdev = dax->CurrentDeviceNumber(device);
+    std::unique_ptr<DevdaxBacking> backing =
+        dax->Recovered(device, size, rdev.ok() ? *rdev : 0, std::move(fd));
+    Lease fresh;
+    fresh.id = id;
+    fresh.size = size;
+    fresh.requested = size;
+    fresh.pool = dax;
+    fresh.tier = dax->quota_tier();
+    fresh.extents.push_back(std::move(backing));
+    fresh.placement_reason = "accounted again after journal damage (DAX device " + device +
+                             (who == nullptr ? ", from the fd store)" : ", from a reclaim)");
+    CXLPOOL_LOG(kError) << "restart: " << what << ": DAX device " << device << " ("
+                        << HumanBytes(size) << " of " << dax->name()
+                        << ") is held again and accounted as this lease";
+    Count("unjournalled_dax_adopted");
+    return Result<uint64_t>(AddReadopted(std::move(fresh), hints, who));
+  }
+  return std::nullopt;
+}
+
+uint64_t LeaseManager::AddReadopted(Lease fresh, const ReclaimItem* hints, const CallerInfo* who) {
+  const CallerInfo owner = who != nullptr ? *who : CallerInfo();
+  const Tenant tenant = TenantOf(owner);
+  fresh.label = hints != nullptr ? hints->label.substr(0, 256) : std::string();
+  fresh.owner = owner;
+  fresh.created_unix = clock_->WallSeconds();
   fresh.unjournalled = true;
   fresh.owner_provisional =
       who == nullptr || hints == nullptr || !hints->owner_uid || *hints->owner_uid != who->uid;
   Lease& l = table_.Add(std::move(fresh));  // indexed by owner and name
-  quotas_.Charge(tenant, tier, l.size);
+  quotas_.Charge(tenant, l.tier, l.size);
   if (!l.owner_provisional && hints != nullptr && !hints->name.empty() &&
       hints->name.size() <= 255) {
     (void)table_.SetName(l, hints->name);  // unless the owner has that name already
   }
   if (who != nullptr) Count("unjournalled_adopted");
-  return id;
+  return l.id;
 }
 
 void LeaseManager::TakeOver(Lease& l, const CallerInfo& who, const std::string& name,

@@ -329,6 +329,10 @@ bool DevdaxPool::DeviceExists(const std::string& device) const {
   return !device.empty() && control_->DeviceNumber(device).ok();
 }
 
+Result<uint64_t> DevdaxPool::CurrentDeviceNumber(const std::string& device) const {
+  return control_->DeviceNumber(device);
+}
+
 std::vector<std::pair<std::string, uint64_t>> DevdaxPool::CarvedDevices() const {
   std::vector<std::pair<std::string, uint64_t>> out;
   if (!dynamic_) return out;

@@ -191,6 +191,8 @@ class DevdaxPool final : public Pool {
   std::string LeaseDevice(const std::string& journalled) const;
   // Does `device` exist now (the seam's DeviceNumber)?
   bool DeviceExists(const std::string& device) const;
+  // Its device number now (st_rdev of /dev/<device>).
+  Result<uint64_t> CurrentDeviceNumber(const std::string& device) const;
   // A dynamic region's capacity is what was not carved at start. A
   // sub-device the previous daemon carved for a journalled lease is counted
   // back in (the lease then reserves it again, or is dropped and destroys it).

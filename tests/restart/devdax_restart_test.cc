@@ -397,6 +397,73 @@ TEST_F(DevdaxRestartTest, ASubDeviceTheJournalLostIsDestroyedWhenFreeNeverSilent
   EXPECT_TRUE(b.AllocDynamic(2, 64 * kMiB).ok()) << "the whole region is free again";
 }
 
+TEST_F(DevdaxRestartTest, DevicesTheJournalLostAreHeldAgainByTheirHoldersReclaim) {
+  // A static device leased whole and a sub-device, both still mapped by
+  // their holder; the journal then loses both records.
+  Daemon& a = StartFirst();
+  auto stat = a.AllocStatic(1);
+  auto held = a.AllocDynamic(1, 6 * kMiB);
+  ASSERT_TRUE(stat.ok() && held.ok());
+  auto c_stat = Keep(*stat);
+  auto c_held = Keep(*held);
+  const std::string held_dev = a.store.leases.at(held->lease.id).dax_device;
+  ASSERT_FALSE(a.store.reserved.empty());
+  const uint64_t ids_floor = a.store.reserved.back();  // the id high-water mark survives
+  CrashFirst();
+  dax_.busy.insert(held_dev);
+
+  Daemon& b = StartNext(/*owner_alive=*/true);
+  b.mgr->EnableRestart(&b.store, &b.probe, ids_floor);
+  b.mgr->Recover({}, {}, std::chrono::milliseconds(50));
+  ASSERT_TRUE(b.mgr->in_grace()) << "the journal lost leases: nothing is granted yet";
+  EXPECT_EQ(b.Pool("dax1.0").leased_bytes, 0u) << "nothing says the static device is held";
+
+  // The holder reclaims both with its device fds: each is its lease again.
+  b.ConnectPid(1, kOwner);
+  std::vector<LeaseManager::ReclaimItem> items;
+  items.push_back(Item(c_stat->id, 32 * kMiB, Dup(c_stat->fd.get())));
+  items.push_back(Item(c_held->id, 6 * kMiB, Dup(c_held->fd.get())));
+  auto out = b.mgr->Reclaim(1, std::move(items));
+  ASSERT_EQ(out.accepted.size(), 2u) << (out.rejected.empty() ? "" : out.rejected[0].second);
+  EXPECT_EQ(b.Pool("dax1.0").leased_bytes, 32 * kMiB) << "the static device is leased again";
+  EXPECT_EQ(b.Pool("dax_region0").leased_bytes, 6 * kMiB);
+  EXPECT_EQ(b.mgr->Counters()["unjournalled_dax_adopted"], 2u);
+  auto s = b.mgr->Stat(1, c_stat->id);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->backing, "devdax");
+  EXPECT_EQ(s->owner.uid, 1000u);
+  // Journalled again, with its device.
+  EXPECT_EQ(b.store.leases.at(c_stat->id).dax_device, "dax1.0");
+  EXPECT_EQ(b.store.leases.at(c_held->id).dax_device, held_dev);
+  EXPECT_TRUE(PatternIntact(*c_stat));
+  EXPECT_TRUE(PatternIntact(*c_held));
+
+  // The same device under another lost id is refused: it is this lease's now.
+  b.ConnectPid(2, 601);
+  auto twice = b.mgr->Reclaim(2, Items(Item(c_stat->id + 2, 32 * kMiB, Dup(c_stat->fd.get()))));
+  ASSERT_EQ(twice.rejected.size(), 1u);
+  EXPECT_NE(twice.rejected[0].second.find("held by another lease"), std::string::npos)
+      << twice.rejected[0].second;
+
+  // After the grace period the static device is still not granted to anyone else.
+  b.io.restart();
+  b.io.run_for(std::chrono::milliseconds(300));
+  ASSERT_FALSE(b.mgr->in_grace());
+  EXPECT_EQ(b.AllocStatic(2).status().code(), Code::kResourceExhausted);
+  EXPECT_EQ(b.Pool("dax1.0").leased_bytes, 32 * kMiB);
+
+  // Released by its holder: the static device is free, the sub-device destroyed.
+  ASSERT_TRUE(b.mgr->Release(1, c_stat->id).ok());
+  c_held.reset();
+  dax_.busy.clear();
+  ASSERT_TRUE(b.mgr->Release(1, held->lease.id).ok());
+  b.Drain();
+  EXPECT_EQ(b.Pool("dax1.0").leased_bytes, 0u);
+  EXPECT_EQ(b.Pool("dax_region0").leased_bytes, 0u);
+  EXPECT_EQ(dax_.destroyed, (std::vector<std::string>{held_dev}));
+  EXPECT_TRUE(b.AllocStatic(2).ok());
+}
+
 TEST_F(DevdaxRestartTest, AnAwaitedHolderThatExitsAfterTheGraceFreesTheSubDevice) {
   Daemon& a = StartFirst();
   auto dyn = a.AllocDynamic(1, 4 * kMiB);
