@@ -105,6 +105,9 @@ struct DaemonConfig {
   std::string capacity = "90%";
   // size bytes -> count
   std::vector<std::pair<uint64_t, int>> warm_stock;
+  // The pools' warm reserve watermarks (bytes; 0: no reserve).
+  uint64_t reserve_low = 0;
+  uint64_t reserve_high = 0;
   int workers = 2;
   std::string extra_toml;  // appended to the config (e.g. a [tiering] table)
 };

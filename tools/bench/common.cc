@@ -257,7 +257,7 @@ std::string ConfigText(const DaemonConfig& c) {
     t << (i ? ", " : "") << "{ size = \"" << c.warm_stock[i].first / kKiB
       << "K\", count = " << c.warm_stock[i].second << " }";
   }
-  t << "]\n";
+  t << "]\nreserve_low = " << c.reserve_low << "\nreserve_high = " << c.reserve_high << "\n";
   if (!c.extra_toml.empty()) t << "\n" << c.extra_toml << "\n";
   return t.str();
 }
