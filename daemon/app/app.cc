@@ -43,6 +43,7 @@
 #include "reload/reload.h"
 #include "sd.h"
 #include "server/server.h"
+#include "tiering/damon_sampler.h"
 #include "tiering/engine.h"
 #include "tiering/lease_adapter.h"
 #include "tiering/migrator.h"
@@ -492,12 +493,14 @@ int RunDaemon(const DaemonFlags& command_line) {
         &tiering_table, migrator.get(), &tiering_requests, &SystemClock::Get(), io.get_executor(),
         tiering_thread.get_executor(), tiering::TieringOptionsFrom(cfg->tiering));
     tiering::KernelAccess access = tiering::DetectKernelAccess(*proc, *proc);
+    if (fs->IsThisSystem()) {
+      if (auto sampler = tiering::ChooseSampler(cfg->tiering.sampling, &access, proc.get(),
+                                                proc.get(), kernel_writer.get())) {
+        tiering_engine->SetSampler(std::move(sampler));
+      }
+    }
     CXLPOOL_LOG(kInfo) << "tiering: " << access.ToString();
     tiering_engine->SetKernelAccess(access.ToString());
-    if (cfg->tiering.sampling == "auto" && access.sampler == "idle_page" && fs->IsThisSystem()) {
-      tiering_engine->SetSampler(
-          std::make_unique<tiering::IdlePageSampler>(proc.get(), proc.get(), kernel_writer.get()));
-    }
     if (!tiering::HaveCapSysNice()) {
       tiering_engine->DisableMoves(
           "no CAP_SYS_NICE: pages that other processes map cannot be moved (give cxlpoold "

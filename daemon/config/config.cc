@@ -402,8 +402,10 @@ Status ReadTiering(const toml::table& t, TieringConfig* out) {
   CXLPOOL_RETURN_IF_ERROR(percent("cxl_reserve", &out->cxl_reserve));
   CXLPOOL_RETURN_IF_ERROR(r.ReadUint("rate_limit_mbps", 1u << 24, &out->rate_limit_mbps));
   CXLPOOL_RETURN_IF_ERROR(r.ReadString("sampling", &out->sampling));
-  if (out->sampling != "auto" && out->sampling != "off") {
-    return Bad("tiering.sampling", "expected \"auto\" or \"off\", not '" + out->sampling + "'");
+  if (out->sampling != "auto" && out->sampling != "off" && out->sampling != "idle_page" &&
+      out->sampling != "damon") {
+    return Bad("tiering.sampling", "expected \"auto\", \"idle_page\", \"damon\" or \"off\", not '" +
+                                       out->sampling + "'");
   }
   if (!(out->hot_threshold > out->cold_threshold)) {
     return Bad("tiering.hot_threshold", "must be greater than cold_threshold");

@@ -116,7 +116,9 @@ struct TieringConfig {
   std::chrono::milliseconds cooperative_deadline{2000};
   std::chrono::milliseconds cooperative_retry{300000};
   std::chrono::milliseconds max_pause{2000};
-  std::string sampling = "auto";  // "auto": idle page tracking when usable; "off"
+  // "auto": idle page tracking when usable, else DAMON; "idle_page", "damon"
+  // (only that one); "off"
+  std::string sampling = "auto";
 };
 
 // [limits]: what one client may make the daemon hold, per connection, per

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 #include <set>
+#include <utility>
 
 #include "cxlpool/common/strings.h"
 
@@ -64,7 +65,9 @@ std::string KernelAccess::ToString() const {
     for (const auto& o : damon_operations) ops += (ops.empty() ? "" : ",") + o;
     s += "sysfs present, operations " + (ops.empty() ? std::string("?") : ops) + ", " +
          std::to_string(damon_kdamonds) + " kdamond(s), " + std::to_string(damon_running) +
-         " running; not driven by cxlpoold";
+         " running" +
+         (damon_driven ? "; driven by cxlpoold (its own kdamond, paddr)"
+                       : "; not driven by cxlpoold");
   }
   s += "; idle page tracking: ";
   if (!page_idle) {
@@ -135,6 +138,39 @@ KernelAccess DetectKernelAccess(const FileSystem& sys, const FileSystem& proc) {
 
 // ---------------------------------------------------------------- sampler
 
+Result<SampledMapping> SampledMapping::Map(const SampleTarget& t) {
+  if (t.fd < 0 || t.length == 0) return Status(Code::kInvalidArgument, "nothing to map");
+  void* a = ::mmap(nullptr, t.length, PROT_READ, MAP_SHARED, t.fd, static_cast<off_t>(t.offset));
+  if (a == MAP_FAILED) {
+    return Status(Code::kIo, std::string("mmap for sampling: ") + std::strerror(errno));
+  }
+  // Page-table entries of our own, so that pagemap shows the frames.
+  if (::madvise(a, t.length, MADV_POPULATE_READ) != 0) {
+    int err = errno;
+    ::munmap(a, t.length);
+    return Status(Code::kIo, std::string("populate for sampling: ") + std::strerror(err));
+  }
+  SampledMapping m;
+  m.addr_ = a;
+  m.length_ = t.length;
+  m.offset_ = t.offset;
+  return m;
+}
+
+SampledMapping::~SampledMapping() {
+  if (addr_ != nullptr) ::munmap(addr_, length_);
+}
+
+SampledMapping::SampledMapping(SampledMapping&& o) noexcept
+    : addr_(std::exchange(o.addr_, nullptr)), length_(o.length_), offset_(o.offset_) {}
+
+SampledMapping& SampledMapping::operator=(SampledMapping&& o) noexcept {
+  std::swap(addr_, o.addr_);
+  std::swap(length_, o.length_);
+  std::swap(offset_, o.offset_);
+  return *this;
+}
+
 IdlePageSampler::IdlePageSampler(const FileSystem* sys, const FileSystem* proc,
                                  KernelFileWriter* writer, uint32_t pages_per_target)
     : sys_(sys),
@@ -142,25 +178,9 @@ IdlePageSampler::IdlePageSampler(const FileSystem* sys, const FileSystem* proc,
       writer_(writer),
       pages_per_target_(pages_per_target == 0 ? 1 : pages_per_target) {}
 
-IdlePageSampler::~IdlePageSampler() {
-  for (auto& [k, t] : tracked_) Unmap(t);
-}
+IdlePageSampler::~IdlePageSampler() = default;
 
-void IdlePageSampler::Unmap(Tracked& t) {
-  if (t.addr != nullptr) ::munmap(t.addr, t.length);
-  t.addr = nullptr;
-}
-
-void IdlePageSampler::Forget(uint64_t lease_id) {
-  for (auto it = tracked_.begin(); it != tracked_.end();) {
-    if (it->first.first == lease_id) {
-      Unmap(it->second);
-      it = tracked_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-}
+void IdlePageSampler::Forget(uint64_t lease_id) { EraseLease(&tracked_, lease_id); }
 
 Result<uint64_t> IdlePageSampler::Pfn(const void* addr) const {
   uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
@@ -189,40 +209,15 @@ std::vector<SampleResult> IdlePageSampler::Sample(const std::vector<SampleTarget
   };
   for (const auto& t : targets) {
     SampleResult res{t.lease_id, t.unit, 0, 0};
-    auto key = std::make_pair(t.lease_id, t.unit);
-    auto it = tracked_.find(key);
-    if (it != tracked_.end() && (it->second.offset != t.offset || it->second.length != t.length)) {
-      Unmap(it->second);
-      tracked_.erase(it);
-      it = tracked_.end();
-    }
-    if (it == tracked_.end()) {
-      if (t.fd < 0 || t.length == 0) continue;
-      Tracked tr;
-      tr.offset = t.offset;
-      tr.length = t.length;
-      tr.page_size = t.page_size;
-      void* a =
-          ::mmap(nullptr, t.length, PROT_READ, MAP_SHARED, t.fd, static_cast<off_t>(t.offset));
-      if (a == MAP_FAILED) {
-        last_error_ = std::string("mmap for sampling: ") + std::strerror(errno);
-        continue;
-      }
-      tr.addr = a;
-      if (::madvise(a, t.length, MADV_POPULATE_READ) != 0) {
-        last_error_ = std::string("populate for sampling: ") + std::strerror(errno);
-        ::munmap(a, t.length);
-        continue;
-      }
-      it = tracked_.emplace(key, std::move(tr)).first;
-    }
-    Tracked& tr = it->second;
-    uint64_t pages = tr.length / 4096;
+    Tracked* found = TrackTarget(&tracked_, t, &last_error_);
+    if (found == nullptr) continue;
+    Tracked& tr = *found;
+    uint64_t pages = tr.map.length() / 4096;
     uint64_t n = std::min<uint64_t>(pages, pages_per_target_);
     std::vector<uint64_t> pfns(n, 0);
     for (uint64_t i = 0; i < n; ++i) {
       uint64_t page = n == 1 ? 0 : i * (pages - 1) / (n - 1);
-      auto pfn = Pfn(static_cast<char*>(tr.addr) + page * 4096);
+      auto pfn = Pfn(static_cast<char*>(tr.map.addr()) + page * 4096);
       if (!pfn.ok()) {
         last_error_ = pfn.status().ToString();
         break;

@@ -13,14 +13,12 @@
 //    touched it since. The frame numbers come from /proc/self/pagemap over
 //    the sampler's own mapping of the lease, which shows them only with
 //    CAP_SYS_ADMIN. This is the sampler implemented here (IdlePageSampler).
-//  - DAMON (/sys/kernel/mm/damon/admin, CONFIG_DAMON_SYSFS). Its "vaddr"
-//    operations watch one process's page tables, so they would see a lease
-//    only through one holder at a time; "paddr" watches physical ranges and
-//    does see every holder, but a lease's pages are scattered over physical
-//    memory and a kdamond is shared machine state (writing nr_kdamonds fails
-//    with EBUSY while any kdamond runs, e.g. DAMON_RECLAIM's). The daemon
-//    detects and reports DAMON (operations, kdamonds and whether they run)
-//    and does not drive it.
+//  - DAMON (/sys/kernel/mm/damon/admin, CONFIG_DAMON_SYSFS). Its "paddr"
+//    operations check page frames' accessed bits through the reverse map,
+//    so they see every holder too; DamonSampler (damon_sampler.h) drives a
+//    kdamond of its own with them, where no other kdamond exists (a kdamond
+//    is machine-wide state, e.g. DAMON_RECLAIM's). "vaddr" would watch one
+//    process's page tables, so it would see a lease through one holder only.
 // Detection is read-only; reads go through the FileSystem seam (ReadAt for
 // the binary files), the bitmap writes through KernelFileWriter, so tests run
 // the sampler against fakes that fail closed.
@@ -47,11 +45,12 @@ struct KernelAccess {
   std::vector<std::string> damon_operations;  // kdamond 0's avail_operations
   uint32_t damon_kdamonds = 0;                // kdamonds/nr_kdamonds
   uint32_t damon_running = 0;                 // of them with state "on"
+  bool damon_driven = false;                  // a DamonSampler of ours runs (ChooseSampler)
   // Idle page tracking
   bool page_idle = false;           // the bitmap exists
   bool page_idle_readable = false;  // its first word could be read
   bool pagemap_pfns = false;        // /proc/self/pagemap shows frame numbers
-  // What the engine samples with: "idle_page" or "none", and why.
+  // What the engine samples with: "idle_page", "damon" or "none", and why.
   std::string sampler = "none";
   std::string why;
 
@@ -108,6 +107,74 @@ class AccessSampler {
   virtual void Forget(uint64_t lease_id) = 0;
 };
 
+// A sampler's own read-only MAP_SHARED mapping of one sampled range,
+// populated so that /proc/self/pagemap shows its frames; unmapped when
+// destroyed. Move-only.
+class SampledMapping {
+ public:
+  SampledMapping() = default;
+  // IO ("mmap for sampling: ...", "populate for sampling: ..."),
+  // INVALID_ARGUMENT (no fd, empty range).
+  static Result<SampledMapping> Map(const SampleTarget& t);
+  ~SampledMapping();
+  SampledMapping(SampledMapping&& o) noexcept;
+  SampledMapping& operator=(SampledMapping&& o) noexcept;
+  SampledMapping(const SampledMapping&) = delete;
+  SampledMapping& operator=(const SampledMapping&) = delete;
+
+  void* addr() const { return addr_; }
+  uint64_t length() const { return length_; }
+  // The same range of the lease as `t` (else it is mapped again).
+  bool Covers(const SampleTarget& t) const { return offset_ == t.offset && length_ == t.length; }
+
+ private:
+  void* addr_ = nullptr;
+  uint64_t length_ = 0;
+  uint64_t offset_ = 0;
+};
+
+// Erases the entries of a map keyed by (lease id, unit) that belong to
+// `lease_id`; true if there were any.
+template <typename Map>
+bool EraseLease(Map* m, uint64_t lease_id) {
+  bool any = false;
+  for (auto it = m->begin(); it != m->end();) {
+    if (it->first.first == lease_id) {
+      it = m->erase(it);
+      any = true;
+    } else {
+      ++it;
+    }
+  }
+  return any;
+}
+
+// The entry of `m` (keyed by (lease id, unit); its values have a
+// `SampledMapping map`) for `t`, mapped anew when it is missing or covers
+// another range of the lease. Null when `t` has nothing to map, or when the
+// mapping failed (`error` then says why).
+template <typename Map>
+typename Map::mapped_type* TrackTarget(Map* m, const SampleTarget& t, std::string* error) {
+  const auto key = std::make_pair(t.lease_id, t.unit);
+  auto it = m->find(key);
+  if (it != m->end() && !it->second.map.Covers(t)) {
+    m->erase(it);
+    it = m->end();
+  }
+  if (it == m->end()) {
+    if (t.fd < 0 || t.length == 0) return nullptr;
+    auto mapped = SampledMapping::Map(t);
+    if (!mapped.ok()) {
+      *error = mapped.status().message();
+      return nullptr;
+    }
+    typename Map::mapped_type entry;
+    entry.map = std::move(*mapped);
+    it = m->emplace(key, std::move(entry)).first;
+  }
+  return &it->second;
+}
+
 // Samples up to `pages_per_target` pages of each range, spread evenly.
 class IdlePageSampler final : public AccessSampler {
  public:
@@ -122,16 +189,12 @@ class IdlePageSampler final : public AccessSampler {
 
  private:
   struct Tracked {
-    void* addr = nullptr;
-    uint64_t length = 0;
-    uint64_t offset = 0;
-    uint64_t page_size = 4096;
+    SampledMapping map;
     std::vector<uint64_t> pfns;  // per sampled page, as armed last round (0: none)
   };
   // The frame number of the page at `addr` from /proc/self/pagemap, 0 if
   // not present or not visible.
   Result<uint64_t> Pfn(const void* addr) const;
-  void Unmap(Tracked& t);
 
   const FileSystem* sys_;
   const FileSystem* proc_;

@@ -1,7 +1,7 @@
 // Smoke test of cxlpool-bench: --quick prints a table and valid JSON naming
-// every figure P1..P7, each measured row carrying a value, a baseline ratio
-// that matches its numbers and a verdict; bad usage is an error, a missing
-// daemon is reported per figure rather than crashing. No timing is judged.
+// every figure (P1..P7, P1u, the P2 mixes, recycled), each measured row carrying a value, a
+// baseline ratio that matches its numbers and a verdict; bad usage is an error, a missing daemon is
+// reported per figure rather than crashing. No timing is judged.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,6 +9,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -95,9 +96,35 @@ TEST_F(BenchSmoke, QuickJsonNamesEveryFigureWithConsistentRatios) {
       EXPECT_EQ(verdict, met ? "met" : "NOT met") << metric;
     }
   }
-  for (const char* f : {"P1", "P2", "P3", "P4", "P5", "P6", "P7"}) {
+  for (const char* f :
+       {"P1", "P1u", "P2", "P2any", "P2_4k", "P2cold", "P3", "P4", "P5", "P6", "P7", "recycled"}) {
     EXPECT_TRUE(figures.count(f)) << f << " missing from:\n" << r.out;
   }
+  // Issue 18's figures through the daemon: each any-size mix has its whole-mix
+  // row and at least one band row; P1u its p50 and p99 with goals; recycled
+  // a row per page size; P5 counts the reserve.
+  std::map<std::string, std::set<std::string>> metrics;
+  for (const auto& row : j["results"]) metrics[row.at("figure")].insert(row.at("metric"));
+  for (const char* f : {"P2any", "P2_4k", "P2cold"}) {
+    EXPECT_TRUE(metrics[f].count("ready, whole mix (sum of times)")) << f << "\n" << r.out;
+    int bands = 0;
+    for (const std::string& m : metrics[f]) bands += m.rfind("ready, median per request ", 0) == 0;
+    EXPECT_EQ(bands, 3) << f << " (the --quick mix reaches every size band)\n" << r.out;
+  }
+  for (const auto& row : j["results"]) {
+    const std::string fig = row.at("figure"), m = row.at("metric");
+    if (fig == "P2any" && m == "ready, whole mix (sum of times)") {
+      EXPECT_TRUE(row["goal"].is_object()) << "P2any's whole mix has the 0.1x goal";
+    }
+    if (fig == "P2cold" && m.rfind("ready, median per request ", 0) == 0) {
+      EXPECT_EQ(row["goal"]["ratio"], 1.2) << m;
+    }
+  }
+  EXPECT_TRUE(metrics["P1u"].count("cxlpool_alloc 2 MiB to a usable pointer p50")) << r.out;
+  EXPECT_TRUE(metrics["P1u"].count("cxlpool_alloc 2 MiB to a usable pointer p99")) << r.out;
+  EXPECT_TRUE(metrics["recycled"].count("release to reserve again, 32 MiB thp")) << r.out;
+  EXPECT_TRUE(metrics["recycled"].count("release to reserve again, 32 MiB 4k")) << r.out;
+  EXPECT_TRUE(metrics["P5"].count("node Shmem incl. reserve / requested")) << r.out;
   // Every P3 load level comes with its floor (the memfd work alone), an
   // informational row against the same bare baseline.
   std::set<std::string> p3, floors;
@@ -138,6 +165,27 @@ TEST_F(BenchSmoke, QuickTableForOneFigure) {
   EXPECT_NE(r.out.find("|---"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("| P5  | node Shmem delta / requested"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("| P1 "), std::string::npos) << "--only P5 ran P1:\n" << r.out;
+}
+
+TEST_F(BenchSmoke, MixSizeOptionsShapeTheMix) {
+  BenchRun r = RunBench("--quick --json --only p2_4K --max-size 3000000 --mix-count 6");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << r.out;
+  bool whole = false;
+  for (const auto& row : j["results"]) {
+    EXPECT_EQ(row.at("figure"), "P2_4k") << row;
+    EXPECT_NE(row.at("verdict"), "skipped") << row;
+    if (row.at("metric") == "ready, whole mix (sum of times)") {
+      whole = true;
+      EXPECT_NE(row.at("note").get<std::string>().find("6 sizes log-uniform 4 KiB..3000000 B"),
+                std::string::npos)
+          << row;
+    }
+    // Nothing of 64 MiB or more in a mix capped at 3 MB.
+    EXPECT_EQ(row.at("metric").get<std::string>().find(">= 64 MiB"), std::string::npos) << row;
+  }
+  EXPECT_TRUE(whole) << r.out;
 }
 
 TEST_F(BenchSmoke, UnknownFigureIsAUsageError) {

@@ -13,6 +13,9 @@
 #include <functional>
 #include <map>
 
+#include "fake_damon.h"
+#include "tiering/damon_sampler.h"
+
 namespace cxlpool::tiering {
 namespace {
 
@@ -75,6 +78,10 @@ class FakeTable final : public LeaseTable {
     if (!leases.count(id) || unit != 0) return Status(Code::kNotFound, "no lease");
     UnitMemory m;
     m.fd.Reset(::memfd_create("fake-unit", MFD_CLOEXEC));
+    // The unit's size, so that a sampler can map it.
+    if (::ftruncate(m.fd.get(), static_cast<off_t>(leases.at(id).units[0].length)) != 0) {
+      return Status::FromErrno(errno, "ftruncate");
+    }
     return m;
   }
   Status BeginMove(uint64_t id, uint32_t unit, const std::string& to) override {
@@ -233,6 +240,7 @@ class EngineTest : public ::testing::Test {
   FakeTable table;
   FakeMigrator migrator;
   FakeChannel channel;
+  fakes::FakeDamon damon;  // outlives the engine, which may own a sampler over it
   std::unique_ptr<TieringEngine> engine;
 };
 
@@ -272,6 +280,40 @@ TEST_F(EngineTest, CopiedBytesHeatALeaseAndItIsPromotedThenAccounted) {
   Drain();
   EXPECT_EQ(migrator.requests.size(), 1u);
   EXPECT_NE(Verdict(1).find("moved"), std::string::npos) << Verdict(1);
+}
+
+// With no client signal at all: a holder touches the lease's pages, DAMON
+// (paddr, through the fake sysfs) sees it, the temperature rises and the
+// lease is promoted, the reason naming the sampler.
+TEST_F(EngineTest, DamonSamplesHeatALeaseWithNoClientSignalAndItIsPromoted) {
+  TieringOptions o = Defaults();
+  o.sample_interval_ns = kSec;
+  Make(o);
+  auto sampler = std::make_unique<DamonSampler>(&damon, &damon, &damon);
+  ASSERT_TRUE(sampler->Open().ok());
+  engine->SetSampler(std::move(sampler));
+  table.AddLease(1, "node2", 8 * kMiB, {7});
+  engine->Tick();  // the first round arms: DAMON starts on the lease's frames
+  Drain();
+  ASSERT_TRUE(damon.running);
+  ASSERT_FALSE(damon.pagemap_reads.empty());
+  EXPECT_EQ(migrator.requests.size(), 0u);
+  for (int round = 0; round < 4 && migrator.requests.empty(); ++round) {
+    damon.touched.push_back(damon.FramesOfRead(0));  // the holder, every page
+    clock.AdvanceNs(kSec);
+    engine->Tick();
+    Drain();
+  }
+  ASSERT_EQ(migrator.requests.size(), 1u) << Verdict(1);
+  EXPECT_EQ(migrator.requests[0].target_node, 0);
+  EXPECT_EQ(table.PoolOf(1), "node0");
+  const MigrationRecord r = Last();
+  EXPECT_EQ(r.direction, "promote");
+  EXPECT_NE(r.why.find("sampler saw"), std::string::npos) << r.why;
+  auto rep = engine->Report(std::nullopt);
+  ASSERT_EQ(rep.leases.size(), 1u);
+  EXPECT_EQ(rep.leases[0].units[0].bytes_written, 0u);  // no holder signal at all
+  EXPECT_EQ(rep.leases[0].units[0].bytes_read, 0u);
 }
 
 TEST_F(EngineTest, HeatDecaysAndAColdLeaseIsDemotedUnderPressure) {

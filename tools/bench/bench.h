@@ -48,6 +48,11 @@ struct Options {
   // Spawned daemons pin (mlock) leases; off when we may not lock memory
   // (not root and RLIMIT_MEMLOCK below 2 GiB), noted in the report.
   bool pin = true;
+  // The any-size mixes (P2any, P2_4k, P2cold): largest request and number of
+  // requests; 0 means the figure's default (2 GiB and 200; --quick 256 MiB
+  // and 24).
+  uint64_t max_size = 0;
+  int mix_count = 0;
 
   bool Wants(const std::string& p) const;
   bool spawn() const { return socket.empty(); }
@@ -105,9 +110,11 @@ struct DaemonConfig {
   std::string capacity = "90%";
   // size bytes -> count
   std::vector<std::pair<uint64_t, int>> warm_stock;
-  // The pools' warm reserve watermarks (bytes; 0: no reserve).
-  uint64_t reserve_low = 0;
-  uint64_t reserve_high = 0;
+  // The pool's warm reserve in bytes, for the figures that measure a warm or
+  // an exhausted reserve (P1u, P2any, P2_4k, P2cold, recycled, P5). How it
+  // reaches the daemon's config is ReserveToml (common.cc), the one place
+  // that knows the daemon's reserve keys. 0: no reserve (P2cold).
+  uint64_t reserve_bytes = 0;
   int workers = 2;
   std::string extra_toml;  // appended to the config (e.g. a [tiering] table)
 };
@@ -187,10 +194,15 @@ class BareServer {
   BareServer& operator=(const BareServer&) = delete;
   // Forks; returns once the socket accepts.
   Status Start(std::optional<MemfdSpec> build = std::nullopt);
+  // The P1u floor: op 1 hands over one memfd built (bound, prefaulted,
+  // pinned, sealed) before the first request, the same file every time, so a
+  // grant costs the round trip and the client's mapping only.
+  Status StartPrebuilt(const MemfdSpec& spec);
   void Stop();
   const std::string& socket() const { return socket_; }
 
  private:
+  Status Fork(std::optional<MemfdSpec> build, bool prebuilt);
   pid_t pid_ = -1;
   std::string dir_;
   std::string socket_;
@@ -202,6 +214,8 @@ class BareClient {
   // One round trip that brings back an fd (closed at once), the shape of a
   // grant. IO/PROTOCOL on failure.
   Status GrantRoundTrip();
+  // The same round trip, keeping the fd it brings back.
+  Result<UniqueFd> GrantFd();
   // One round trip without fd, the shape of a release.
   Status ReleaseRoundTrip();
   // Whether the last reply was sent on the CPU it was received on (the
@@ -211,7 +225,7 @@ class BareClient {
   std::optional<bool> last_same_cpu() const;
 
  private:
-  Status RoundTrip(uint32_t op, bool expect_fd);
+  Status RoundTrip(uint32_t op, bool expect_fd, UniqueFd* keep = nullptr);
   UniqueFd sock_;
   uint64_t next_id_ = 1;
   int last_server_cpu_ = -1;
@@ -232,6 +246,20 @@ std::string ReadFirstLine(const std::string& path);  // "" if unreadable
 Status BindToNode(void* p, uint64_t len, int node);
 // MADV_POPULATE_WRITE, else a write to every `page`.
 void PopulateWrite(void* p, uint64_t len, uint64_t page);
+// The page kinds the figures compare with the same kind on both sides.
+enum class Pages { k4K, kThp, kHugetlb };
+const char* PagesName(Pages p);  // "4k", "thp", "hugetlb"
+// A STATS counter, 0 when the daemon does not have it.
+uint64_t CounterOf(const proto::StatsReply& s, const std::string& k);
+// The baseline of the "ready" figures, the client doing it alone: anonymous
+// mmap (MAP_HUGETLB for hugetlb) of `size`, mbind to `node`, MADV_HUGEPAGE
+// or MADV_NOHUGEPAGE, MADV_POPULATE_WRITE; unmapped afterwards. Its ns.
+Result<uint64_t> PopulateYourselfNs(uint64_t size, int node, Pages pages);
+// Whether memfds (shmem) may get transparent huge pages: shmem_enabled is
+// advise, always, within_size or force.
+bool ShmemThpAllowed();
+// Free 2 MiB hugepages of `node` (0 when unreadable).
+uint64_t FreeHugepages(int node);
 // Per-node meminfo counters are per-CPU deltas folded every
 // vm.stat_interval seconds: sleeps two intervals so they have caught up.
 void SettleVmstat();
@@ -250,6 +278,16 @@ void RunP7(const Options& o, Report* r);  // pinned committed bytes (p7_pinned.c
 // fd-passing costs, and scrubbing against memset.
 void RunLadder(const Options& o, Report* r);
 void RunRecycle(const Options& o, Report* r);
+// Issue 18's figures through the daemon (mix.cc): P2any / P2_4k / P2cold,
+// any-size leases ready in the client against populating them yourself, with
+// the reserve warm (THP, then 4 KiB pages) and exhausted; P1u, cxlpool_alloc
+// of 2 MiB against a bare server's prebuilt memfd; recycled, a released
+// lease's memory back in the reserve against a memset of it.
+void RunP2Any(const Options& o, Report* r);
+void RunP2Small(const Options& o, Report* r);
+void RunP2Cold(const Options& o, Report* r);
+void RunP1u(const Options& o, Report* r);
+void RunRecycled(const Options& o, Report* r);
 // Tiering (tiering.cc): T1 migration throughput against the kernel's own
 // migrate_pages/move_pages of the same memory, T2 the cooperative pause,
 // T3 a KV-block trace with shifting Zipf popularity, engine vs first-fit.

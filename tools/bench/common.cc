@@ -247,17 +247,28 @@ std::string MakeTempDir(const char* prefix) {
   return buf.data();
 }
 
+// The daemon's warm reserve of `bytes`, as [pools] keys: the one place that
+// knows how the daemon is told. Refilled after every grant (low = high), so
+// each sample finds it full once the daemon is idle; warm-stock classes, if
+// any, beside it.
+std::string ReserveToml(const DaemonConfig& c) {
+  std::ostringstream t;
+  t << "warm_stock = [";
+  for (size_t i = 0; i < c.warm_stock.size(); ++i) {
+    t << (i ? ", " : "") << "{ size = \"" << c.warm_stock[i].first / kKiB
+      << "K\", count = " << c.warm_stock[i].second << " }";
+  }
+  t << "]\nreserve_low = " << c.reserve_bytes << "\nreserve_high = " << c.reserve_bytes << "\n";
+  return t.str();
+}
+
 std::string ConfigText(const DaemonConfig& c) {
   std::ostringstream t;
   t << "[daemon]\nsocket_mode = \"0600\"\nlog_level = \"warning\"\nworkers = " << c.workers
     << "\n\n[pools]\ncapacity = \"" << c.capacity << "\"\npin = " << (c.pin ? "true" : "false")
     << "\nthp = " << (c.thp ? "true" : "false") << "\nhugetlb = " << (c.hugetlb ? "true" : "false")
-    << "\nwarm_stock = [";
-  for (size_t i = 0; i < c.warm_stock.size(); ++i) {
-    t << (i ? ", " : "") << "{ size = \"" << c.warm_stock[i].first / kKiB
-      << "K\", count = " << c.warm_stock[i].second << " }";
-  }
-  t << "]\nreserve_low = " << c.reserve_low << "\nreserve_high = " << c.reserve_high << "\n";
+    << "\n"
+    << ReserveToml(c);
   if (!c.extra_toml.empty()) t << "\n" << c.extra_toml << "\n";
   return t.str();
 }
@@ -466,9 +477,19 @@ int GrantFd(int shared_memfd, const std::optional<MemfdSpec>& build, Built* buil
   return built->back()->fd();
 }
 
-[[noreturn]] void BareServe(int lfd, std::optional<MemfdSpec> build) {
-  int memfd = ::memfd_create("cxlpool-bench-bare", MFD_CLOEXEC);
-  if (memfd < 0 || ::ftruncate(memfd, 4096) != 0) ::_exit(2);
+[[noreturn]] void BareServe(int lfd, std::optional<MemfdSpec> build, bool prebuilt) {
+  int memfd = -1;
+  std::unique_ptr<Backing> ready;  // prebuilt: the one memfd every grant hands over
+  if (prebuilt) {
+    auto b = CreateMemfdBacking(*build);
+    if (!b.ok()) ::_exit(3);
+    ready = std::move(*b);
+    memfd = ready->fd();
+    build.reset();
+  } else {
+    memfd = ::memfd_create("cxlpool-bench-bare", MFD_CLOEXEC);
+    if (memfd < 0 || ::ftruncate(memfd, 4096) != 0) ::_exit(2);
+  }
   int ep = ::epoll_create1(EPOLL_CLOEXEC);
   if (ep < 0) ::_exit(2);
   epoll_event ev{};
@@ -549,7 +570,11 @@ int GrantFd(int shared_memfd, const std::optional<MemfdSpec>& build, Built* buil
 
 BareServer::~BareServer() { Stop(); }
 
-Status BareServer::Start(std::optional<MemfdSpec> build) {
+Status BareServer::Start(std::optional<MemfdSpec> build) { return Fork(std::move(build), false); }
+
+Status BareServer::StartPrebuilt(const MemfdSpec& spec) { return Fork(spec, true); }
+
+Status BareServer::Fork(std::optional<MemfdSpec> build, bool prebuilt) {
   dir_ = MakeTempDir("cxlpool-bench-bare");
   if (dir_.empty()) return Status::FromErrno(errno, "mkdtemp");
   socket_ = dir_ + "/bare.sock";
@@ -570,7 +595,7 @@ Status BareServer::Start(std::optional<MemfdSpec> build) {
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(127);
-    BareServe(lfd, std::move(build));
+    BareServe(lfd, std::move(build), prebuilt);
   }
   pid_ = pid;
   Track(pid);
@@ -603,9 +628,15 @@ Result<BareClient> BareClient::Connect(const std::string& socket_path) {
 }
 
 Status BareClient::GrantRoundTrip() { return RoundTrip(1, true); }
+
+Result<UniqueFd> BareClient::GrantFd() {
+  UniqueFd fd;
+  CXLPOOL_RETURN_IF_ERROR(RoundTrip(1, true, &fd));
+  return fd;
+}
 Status BareClient::ReleaseRoundTrip() { return RoundTrip(2, false); }
 
-Status BareClient::RoundTrip(uint32_t op, bool expect_fd) {
+Status BareClient::RoundTrip(uint32_t op, bool expect_fd, UniqueFd* keep) {
   BareMsg m{op, 0, next_id_++};
   if (::send(sock_.get(), &m, sizeof m, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof m)) {
     return Status::FromErrno(errno, "bare send");
@@ -632,7 +663,11 @@ Status BareClient::RoundTrip(uint32_t op, bool expect_fd) {
         for (size_t i = 0; i < k; ++i) {
           int fd;
           std::memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
-          ::close(fd);
+          if (keep != nullptr && fds_seen == 0) {
+            keep->Reset(fd);
+          } else {
+            ::close(fd);
+          }
           ++fds_seen;
         }
       }
@@ -669,6 +704,53 @@ void PopulateWrite(void* p, uint64_t len, uint64_t page) {
   if (::madvise(p, len, MADV_POPULATE_WRITE) == 0) return;
   auto* c = static_cast<volatile char*>(p);
   for (uint64_t off = 0; off < len; off += page) c[off] = 0;
+}
+
+const char* PagesName(Pages p) {
+  switch (p) {
+    case Pages::k4K:
+      return "4k";
+    case Pages::kThp:
+      return "thp";
+    case Pages::kHugetlb:
+      return "hugetlb";
+  }
+  return "?";
+}
+
+uint64_t CounterOf(const proto::StatsReply& s, const std::string& k) {
+  auto it = s.counters().find(k);
+  return it == s.counters().end() ? 0 : it->second;
+}
+
+Result<uint64_t> PopulateYourselfNs(uint64_t size, int node, Pages pages) {
+  uint64_t t0 = NowNs();
+  int flags = MAP_PRIVATE | MAP_ANONYMOUS | (pages == Pages::kHugetlb ? MAP_HUGETLB : 0);
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, flags, -1, 0);
+  if (p == MAP_FAILED) return Status::FromErrno(errno, "mmap baseline");
+  Status st = BindToNode(p, size, node);
+  if (st.ok() && pages != Pages::kHugetlb) {
+    ::madvise(p, size, pages == Pages::kThp ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+  }
+  if (st.ok()) PopulateWrite(p, size, pages == Pages::kHugetlb ? 2 * kMiB : 4 * kKiB);
+  uint64_t t1 = NowNs();
+  ::munmap(p, size);
+  if (!st.ok()) return st;
+  return t1 - t0;
+}
+
+bool ShmemThpAllowed() {
+  std::string mode = ReadFirstLine("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+  auto open = mode.find('['), close = mode.find(']');
+  std::string cur =
+      open != std::string::npos && close > open ? mode.substr(open + 1, close - open - 1) : "";
+  return cur == "advise" || cur == "always" || cur == "within_size" || cur == "force";
+}
+
+uint64_t FreeHugepages(int node) {
+  std::string v = ReadFirstLine("/sys/devices/system/node/node" + std::to_string(node) +
+                                "/hugepages/hugepages-2048kB/free_hugepages");
+  return v.empty() ? 0 : std::strtoull(v.c_str(), nullptr, 10);
 }
 
 namespace {

@@ -54,20 +54,6 @@ namespace cxlpool::bench {
 
 namespace {
 
-enum class PageKind { k4K, kThp, kHugetlb };
-
-const char* KindName(PageKind k) {
-  switch (k) {
-    case PageKind::k4K:
-      return "4k";
-    case PageKind::kThp:
-      return "thp";
-    case PageKind::kHugetlb:
-      return "hugetlb";
-  }
-  return "?";
-}
-
 // Where THP extents come from in this run: memfd (shmem_enabled allows it)
 // or a huge=always tmpfs the bench mounted privately; empty: no THP.
 struct ThpSource {
@@ -116,12 +102,6 @@ ThpSource FindThp() {
   return s;
 }
 
-uint64_t FreeHugepages(int node) {
-  std::string v = ReadFirstLine("/sys/devices/system/node/node" + std::to_string(node) +
-                                "/hugepages/hugepages-2048kB/free_hugepages");
-  return v.empty() ? 0 : std::stoull(v);
-}
-
 // One extent built the way the pool builds it, step by step.
 struct Steps {
   uint64_t create = 0, size = 0, map = 0, bind = 0, populate = 0, lock = 0, seal = 0;
@@ -147,12 +127,12 @@ struct TestExtent {
 };
 
 struct Builder {
-  PageKind kind = PageKind::k4K;
+  Pages kind = Pages::k4K;
   const ThpSource* thp = nullptr;
   int node = 0;
   bool pin = true;
 
-  uint64_t page() const { return kind == PageKind::kHugetlb ? 2 * kMiB : 4 * kKiB; }
+  uint64_t page() const { return kind == Pages::kHugetlb ? 2 * kMiB : 4 * kKiB; }
 
   Result<TestExtent> Build(uint64_t size, Steps* t) const {
     TestExtent e;
@@ -160,12 +140,12 @@ struct Builder {
     uint64_t t0 = NowNs();
     int fd = -1;
     bool sealable = true;
-    if (kind == PageKind::kThp && !thp->memfd) {
+    if (kind == Pages::kThp && !thp->memfd) {
       fd = ::open(thp->tmpfs_dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
       sealable = false;
     } else {
       unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
-      if (kind == PageKind::kHugetlb) flags |= MFD_HUGETLB | MFD_HUGE_2MB;
+      if (kind == Pages::kHugetlb) flags |= MFD_HUGETLB | MFD_HUGE_2MB;
       fd = ::memfd_create("cxlpool-bench-extent", flags);
     }
     if (fd < 0) return Status::FromErrno(errno, "create extent file");
@@ -179,7 +159,7 @@ struct Builder {
     e.addr = p;
     uint64_t t3 = NowNs();
     CXLPOOL_RETURN_IF_ERROR(BindToNode(p, size, node));
-    if (kind == PageKind::kThp) ::madvise(p, size, MADV_HUGEPAGE);
+    if (kind == Pages::kThp) ::madvise(p, size, MADV_HUGEPAGE);
     // Pinned as the pool pins (pool/backing.cc BuildMemfd): locked on fault,
     // so the prefault locks each page as it brings it in.
     uint64_t t4 = NowNs();
@@ -200,21 +180,7 @@ struct Builder {
   }
 
   // The same process doing it alone: anonymous memory, bound, populated.
-  Result<uint64_t> LocalNs(uint64_t size) const {
-    uint64_t t0 = NowNs();
-    int flags = MAP_PRIVATE | MAP_ANONYMOUS | (kind == PageKind::kHugetlb ? MAP_HUGETLB : 0);
-    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, flags, -1, 0);
-    if (p == MAP_FAILED) return Status::FromErrno(errno, "mmap baseline");
-    Status st = BindToNode(p, size, node);
-    if (st.ok() && kind != PageKind::kHugetlb) {
-      ::madvise(p, size, kind == PageKind::kThp ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
-    }
-    if (st.ok()) PopulateWrite(p, size, page());
-    uint64_t t1 = NowNs();
-    ::munmap(p, size);
-    if (!st.ok()) return st;
-    return t1 - t0;
-  }
+  Result<uint64_t> LocalNs(uint64_t size) const { return PopulateYourselfNs(size, node, kind); }
 };
 
 // Median of `v` (empty: 0).
@@ -230,12 +196,12 @@ double GBs(uint64_t bytes, uint64_t ns) {
 
 std::string Us(uint64_t ns) { return std::to_string((ns + 500) / 1000) + " us"; }
 
-std::vector<PageKind> Kinds(const ThpSource& thp, int node, uint64_t need_huge_bytes, Report* r) {
-  std::vector<PageKind> kinds = {PageKind::k4K};
-  if (thp.available()) kinds.push_back(PageKind::kThp);
+std::vector<Pages> Kinds(const ThpSource& thp, int node, uint64_t need_huge_bytes, Report* r) {
+  std::vector<Pages> kinds = {Pages::k4K};
+  if (thp.available()) kinds.push_back(Pages::kThp);
   uint64_t free_huge = FreeHugepages(node);
   if (free_huge * 2 * kMiB >= need_huge_bytes) {
-    kinds.push_back(PageKind::kHugetlb);
+    kinds.push_back(Pages::kHugetlb);
   } else {
     r->notes.push_back("hugetlb rows left out: node " + std::to_string(node) + " has " +
                        std::to_string(free_huge) + " free 2 MiB pages, " +
@@ -274,7 +240,7 @@ void LadderBuildRows(const Options& o, const Builder& b, const std::vector<uint6
       }
       local.push_back(*l);
     }
-    std::string metric = "build " + HumanSize(size) + " " + KindName(b.kind);
+    std::string metric = "build " + HumanSize(size) + " " + PagesName(b.kind);
     if (!error.empty()) {
       r->notes.push_back("ladder " + metric + ": " + error);
       continue;
@@ -408,7 +374,7 @@ void LadderMapRows(const Builder& b, uint64_t total, const std::vector<uint64_t>
   {
     auto e = b.Build(total, nullptr);
     if (!e.ok()) {
-      r->notes.push_back(std::string("ladder map ") + KindName(b.kind) + ": " +
+      r->notes.push_back(std::string("ladder map ") + PagesName(b.kind) + ": " +
                          e.status().ToString());
       return;
     }
@@ -434,7 +400,8 @@ void LadderMapRows(const Builder& b, uint64_t total, const std::vector<uint64_t>
     if (v.empty()) continue;
     Row x;
     x.figure = "ladder";
-    x.metric = "map " + HumanSize(total) + " " + KindName(b.kind) + " as 1 extent, " + HowName(how);
+    x.metric =
+        "map " + HumanSize(total) + " " + PagesName(b.kind) + " as 1 extent, " + HowName(how);
     x.value = static_cast<double>(Median(v)) / 1000.0;
     x.baseline = static_cast<double>(base_ns) / 1000.0;
     x.unit = "us";
@@ -467,7 +434,7 @@ void LadderMapRows(const Builder& b, uint64_t total, const std::vector<uint64_t>
       if (v.empty()) continue;
       Row x;
       x.figure = "ladder";
-      x.metric = "map " + HumanSize(total) + " " + KindName(b.kind) + " as " +
+      x.metric = "map " + HumanSize(total) + " " + PagesName(b.kind) + " as " +
                  std::to_string(cut.size()) + " x " + HumanSize(g) + ", " + HowName(how);
       x.value = static_cast<double>(Median(v)) / 1000.0;
       x.baseline = static_cast<double>(base_ns) / 1000.0;
@@ -479,7 +446,7 @@ void LadderMapRows(const Builder& b, uint64_t total, const std::vector<uint64_t>
       x.note = buf;
       r->Add(std::move(x));
     }
-    if (b.kind == PageKind::k4K) {
+    if (b.kind == Pages::k4K) {
       std::vector<int> raw;
       for (const auto& e : cut) raw.push_back(e.fd.get());
       std::vector<int> single = {raw.front()};
@@ -524,7 +491,7 @@ void ZeroRepStosb(void* p, uint64_t len) {
 #endif
 
 void RecycleRows(const Options& o, const Builder& b, uint64_t size, int reps, Report* r) {
-  std::string kind = KindName(b.kind);
+  std::string kind = PagesName(b.kind);
   auto e = b.Build(size, nullptr);
   if (!e.ok()) {
     r->notes.push_back("recycle " + kind + ": " + e.status().ToString());
@@ -655,7 +622,7 @@ void RunLadder(const Options& o, Report* r) {
   const std::vector<uint64_t> granules =
       o.quick ? std::vector<uint64_t>{2 * kMiB, 8 * kMiB}
               : std::vector<uint64_t>{2 * kMiB, 32 * kMiB, 256 * kMiB};
-  for (PageKind k : Kinds(thp, o.node, 2 * map_total, r)) {
+  for (Pages k : Kinds(thp, o.node, 2 * map_total, r)) {
     Builder b{k, &thp, o.node, o.pin};
     LadderBuildRows(o, b, sizes, reps, r);
     LadderMapRows(b, map_total, granules, reps, r);
@@ -666,7 +633,7 @@ void RunRecycle(const Options& o, Report* r) {
   const ThpSource& thp = Thp(r);
   const uint64_t size = o.quick ? 32 * kMiB : kGiB;
   const int reps = o.quick ? 2 : 5;
-  for (PageKind k : Kinds(thp, o.node, 2 * size, r)) {
+  for (Pages k : Kinds(thp, o.node, 2 * size, r)) {
     Builder b{k, &thp, o.node, o.pin};
     RecycleRows(o, b, size, reps, r);
   }

@@ -2,6 +2,7 @@
 // prints each figure as a ratio with its goal (issue 5, docs/benchmarks.md).
 //
 //   cxlpool-bench [--only P1,P3] [--quick] [--json] [--node N]
+//                 [--max-size BYTES] [--mix-count N]
 //                 [--daemon PATH | --socket PATH]
 //
 // By default every figure spawns its own cxlpoold (the one next to this
@@ -13,6 +14,7 @@
 // 1 when it cannot run on this machine (no such node), 2 on a usage error
 // (the same table as cxlpoolctl's).
 #include <signal.h>
+#include <strings.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -74,11 +76,19 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", cxlpool::VersionLine("cxlpool-bench"),
                        "Print the version and exit");
   app.add_option("--only", only,
-                 "comma-separated figures to run (P1..P7, ladder, recycle, tier); default all");
+                 "comma-separated figures to run (P1, P1u, P2, P2any, P2_4k, P2cold, P3..P7, "
+                 "ladder, recycle, recycled, tier; any case); default all");
   app.add_flag("--quick", o.quick, "small sizes and few samples (smoke test)");
   app.add_flag("--json", o.json, "print one JSON document instead of the table");
   app.add_option("--node", o.node, "NUMA node to lease from and bind baselines to")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-size", o.max_size,
+                 "largest request of the P2any/P2_4k/P2cold mixes in bytes (default 2 GiB, "
+                 "--quick 256 MiB)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--mix-count", o.mix_count,
+                 "number of requests in those mixes (default 200, --quick 24)")
+      ->check(CLI::PositiveNumber);
   auto* d = app.add_option("--daemon", o.daemon_path, "cxlpoold binary to spawn");
   app.add_option("--socket", o.socket, "use the daemon running on this socket")->excludes(d);
   try {
@@ -86,23 +96,37 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  struct Fig {
+    const char* id;
+    void (*run)(const Options&, Report*);
+  };
+  const Fig figs[] = {
+      {"P1", cxlpool::bench::RunP1},           {"P1u", cxlpool::bench::RunP1u},
+      {"P2", cxlpool::bench::RunP2},           {"P2any", cxlpool::bench::RunP2Any},
+      {"P2_4k", cxlpool::bench::RunP2Small},   {"P2cold", cxlpool::bench::RunP2Cold},
+      {"P3", cxlpool::bench::RunP3},           {"P4", cxlpool::bench::RunP4},
+      {"P5", cxlpool::bench::RunP5},           {"P6", cxlpool::bench::RunP6},
+      {"P7", cxlpool::bench::RunP7},           {"ladder", cxlpool::bench::RunLadder},
+      {"recycle", cxlpool::bench::RunRecycle}, {"recycled", cxlpool::bench::RunRecycled},
+      {"tier", cxlpool::bench::RunTier}};
+  std::string known;
+  for (const Fig& f : figs) known += std::string(known.empty() ? "" : ", ") + f.id;
   if (!only.empty()) {
     size_t start = 0;
     while (start <= only.size()) {
       size_t comma = only.find(',', start);
       std::string p =
           only.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-      for (char& c : p) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-      if (p == "LADDER" || p == "RECYCLE" || p == "TIER") {
-        for (char& c : p) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      } else if (p != "P1" && p != "P2" && p != "P3" && p != "P4" && p != "P5" && p != "P6" &&
-                 p != "P7") {
-        std::fprintf(stderr,
-                     "cxlpool-bench: --only: unknown figure '%s' (P1..P7, ladder, recycle, tier)\n",
-                     p.c_str());
+      const Fig* hit = nullptr;
+      for (const Fig& f : figs) {
+        if (::strcasecmp(f.id, p.c_str()) == 0) hit = &f;
+      }
+      if (hit == nullptr) {
+        std::fprintf(stderr, "cxlpool-bench: --only: unknown figure '%s' (%s)\n", p.c_str(),
+                     known.c_str());
         return 2;
       }
-      o.only.push_back(p);
+      o.only.push_back(hit->id);
       if (comma == std::string::npos) break;
       start = comma + 1;
     }
@@ -130,16 +154,6 @@ int main(int argc, char** argv) {
         "spawned daemons run with pools.pin = false: not root and "
         "RLIMIT_MEMLOCK is too small to pin leases");
   }
-  struct Fig {
-    const char* id;
-    void (*run)(const Options&, Report*);
-  };
-  const Fig figs[] = {
-      {"P1", cxlpool::bench::RunP1},           {"P2", cxlpool::bench::RunP2},
-      {"P3", cxlpool::bench::RunP3},           {"P4", cxlpool::bench::RunP4},
-      {"P5", cxlpool::bench::RunP5},           {"P6", cxlpool::bench::RunP6},
-      {"P7", cxlpool::bench::RunP7},           {"ladder", cxlpool::bench::RunLadder},
-      {"recycle", cxlpool::bench::RunRecycle}, {"tier", cxlpool::bench::RunTier}};
   for (const Fig& f : figs) {
     if (!o.Wants(f.id)) continue;
     std::fprintf(stderr, "cxlpool-bench: running %s ...\n", f.id);

@@ -22,52 +22,10 @@ namespace cxlpool::bench {
 
 namespace {
 
-enum class Backing { k4K, kThp, kHugetlb };
-
-const char* Name(Backing b) {
-  switch (b) {
-    case Backing::k4K:
-      return "4k";
-    case Backing::kThp:
-      return "thp";
-    case Backing::kHugetlb:
-      return "hugetlb";
-  }
-  return "?";
-}
-
-// The baseline: what the client would do on its own. Returns ns, or an error.
-Result<uint64_t> SelfPopulate(uint64_t size, int node, Backing b) {
-  uint64_t t0 = NowNs();
-  int flags = MAP_PRIVATE | MAP_ANONYMOUS | (b == Backing::kHugetlb ? MAP_HUGETLB : 0);
-  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, flags, -1, 0);
-  if (p == MAP_FAILED) return Status::FromErrno(errno, "mmap baseline");
-  Status st = BindToNode(p, size, node);
-  if (st.ok() && b != Backing::kHugetlb) {
-    ::madvise(p, size, b == Backing::kThp ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
-  }
-  if (st.ok()) PopulateWrite(p, size, b == Backing::kHugetlb ? 2 * kMiB : 4 * kKiB);
-  uint64_t t1 = NowNs();
-  ::munmap(p, size);
-  if (!st.ok()) return st;
-  return t1 - t0;
-}
-
-uint64_t FreeHugepages(int node) {
-  std::string v = ReadFirstLine("/sys/devices/system/node/node" + std::to_string(node) +
-                                "/hugepages/hugepages-2048kB/free_hugepages");
-  return v.empty() ? 0 : std::stoull(v);
-}
-
-uint64_t CounterOf(const proto::StatsReply& s, const std::string& k) {
-  auto it = s.counters().find(k);
-  return it == s.counters().end() ? 0 : it->second;
-}
-
-void RunVariant(const Options& o, Backing b, uint64_t size, int samples, Report* r) {
-  std::string metric = "ready " + HumanSize(size) + " " + Name(b);
+void RunVariant(const Options& o, Pages b, uint64_t size, int samples, Report* r) {
+  std::string metric = "ready " + HumanSize(size) + " " + PagesName(b);
   std::string thp_mode = ReadFirstLine("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
-  if (b == Backing::kHugetlb) {
+  if (b == Pages::kHugetlb) {
     uint64_t need = size / (2 * kMiB) * 2;  // the lease and the reserve's refill
     uint64_t have = FreeHugepages(o.node);
     if (have < need) {
@@ -77,16 +35,16 @@ void RunVariant(const Options& o, Backing b, uint64_t size, int samples, Report*
                          " needed (lease + warm refill); set vm.nr_hugepages to run it");
     }
   }
-  if (!o.spawn() && b != Backing::k4K) {
+  if (!o.spawn() && b != Pages::k4K) {
     return r->Skip("P2", metric,
                    "a running daemon (--socket) has one backing configuration; measured as 4k row");
   }
   DaemonConfig cfg;
-  cfg.thp = b == Backing::kThp;
-  cfg.hugetlb = b == Backing::kHugetlb;
-  // A warm reserve of the lease's size, refilled after every grant (low =
-  // high): the lease is cut from it whole.
-  cfg.reserve_low = cfg.reserve_high = (size + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB);
+  cfg.thp = b == Pages::kThp;
+  cfg.hugetlb = b == Pages::kHugetlb;
+  // A warm reserve of the lease's size, refilled after every grant: the
+  // lease is cut from it whole.
+  cfg.reserve_bytes = (size + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB);
   DaemonProc daemon;
   auto sock = PhaseSocket(o, cfg, &daemon);
   if (!sock.ok()) return r->Skip("P2", metric, sock.status().ToString());
@@ -107,7 +65,7 @@ void RunVariant(const Options& o, Backing b, uint64_t size, int samples, Report*
     opts.size_bytes = size;
     opts.numa_node = o.node;
     opts.strict = true;
-    opts.hugetlb = b == Backing::kHugetlb;
+    opts.hugetlb = b == Pages::kHugetlb;
     opts.label = "cxlpool-bench P2";
     uint64_t t0 = NowNs();
     auto lease = client->Allocate(opts);
@@ -120,7 +78,7 @@ void RunVariant(const Options& o, Backing b, uint64_t size, int samples, Report*
       ++warm;
     }
     backing = lease->info().backing;
-    if (b == Backing::kThp) {
+    if (b == Pages::kThp) {
       auto pmd = SmapsField(lease->data(), lease->size(), "ShmemPmdMapped");
       pmd_min = std::min<uint64_t>(pmd_min, pmd.ok() ? *pmd : 0);
     }
@@ -129,7 +87,7 @@ void RunVariant(const Options& o, Backing b, uint64_t size, int samples, Report*
     // The baseline runs on a quiet daemon: the release reclaimed, the refill
     // built (and the hugepages it needs back in the pool).
     if (Status s = ctl->WaitIdle(); !s.ok()) return r->Skip("P2", metric, s.ToString());
-    auto self = SelfPopulate(size, o.node, b);
+    auto self = PopulateYourselfNs(size, o.node, b);
     if (!self.ok()) return r->Skip("P2", metric, "baseline: " + self.status().ToString());
     self_ns.Add(*self);
   }
@@ -139,13 +97,13 @@ void RunVariant(const Options& o, Backing b, uint64_t size, int samples, Report*
   x.value = lease_ns.MedianUs() / 1000.0;
   x.baseline = self_ns.MedianUs() / 1000.0;
   x.unit = "ms";
-  if (b != Backing::k4K) {
+  if (b != Pages::k4K) {
     x.goal_op = "le";
     x.goal = 0.02;
   }
   x.note = "median of " + std::to_string(samples) + "; " + std::to_string(warm) + "/" +
            std::to_string(samples) + " from the warm reserve; backing " + backing;
-  if (b == Backing::kThp) {
+  if (b == Pages::kThp) {
     if (pmd_min == 0 || backing != "memfd-thp") {
       x.note += "; THP FELL BACK to 4 KiB pages (ShmemPmdMapped " + std::to_string(pmd_min / kKiB) +
                 " kB; shmem_enabled: " + thp_mode + ")";
@@ -161,8 +119,7 @@ void RunVariant(const Options& o, Backing b, uint64_t size, int samples, Report*
 void RunP2(const Options& o, Report* r) {
   uint64_t size = o.quick ? 64 * kMiB : kGiB;
   int samples = o.quick ? 3 : 5;
-  for (Backing b : {Backing::k4K, Backing::kThp, Backing::kHugetlb})
-    RunVariant(o, b, size, samples, r);
+  for (Pages b : {Pages::k4K, Pages::kThp, Pages::kHugetlb}) RunVariant(o, b, size, samples, r);
 }
 
 // ---------------------------------------------------------------- P4

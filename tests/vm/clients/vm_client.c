@@ -38,17 +38,26 @@
  *       says so. --expect-refused: the strict request must be refused with
  *       EUNSUPPORTED naming ZONE_MOVABLE and a daxctl remedy. --hold: print
  *       "READY <id>" and keep the pin until a line on stdin, then release.
+ *   cxlpool-vm-client leak --uid-a U --uid-b U [--node N]
+ *       No leak between tenants: a child as uid U (A) leases 17 MiB in
+ *       granule-sized and odd-sized leases, fills them with a pattern and
+ *       releases them; then a child as the other uid (B) leases at least
+ *       twice those bytes (releasing its oldest when the pool is full, so
+ *       later leases come out of the same memory again) and reads every byte:
+ *       all zeros. Prints "LEAK-CHECK <bytes read>". Needs root.
  * Common option: --socket PATH. Exit 0 when the check holds, 1 otherwise
  * (reason on stderr), 2 on bad usage. Single-threaded. */
 #define _GNU_SOURCE
 #include <cxlpool/cxlpool.h>
 #include <errno.h>
+#include <grp.h>
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../probe/longterm_pin.h"
@@ -69,14 +78,17 @@ typedef struct {
   int expect_moved_to;        /* pin: -1, or the node the pin must move the pages to */
   int expect_refused;         /* pin: the strict request must be refused */
   int hold;                   /* pin: wait for a line on stdin before releasing */
+  int uid_a, uid_b;           /* leak: the two tenants */
 } Args;
 
 static int Usage(void) {
   fprintf(stderr,
-          "usage: cxlpool-vm-client place|refuse|share-write|share-read|hold [NAME] [--socket P]\n"
+          "usage: cxlpool-vm-client place|refuse|share-write|share-read|hold|pin|leak [NAME]\n"
+          "       [--socket P]\n"
           "       [--size B] [--node N] [--tier LIST] [--strict] [--expect-node N]\n"
           "       [--expect-backing B] [--expect-size B] [--touch-mib M]\n"
-          "       pin: [--no-pin-flag] [--expect-moved-to N] [--expect-refused] [--hold]\n");
+          "       pin: [--no-pin-flag] [--expect-moved-to N] [--expect-refused] [--hold]\n"
+          "       leak: --uid-a U --uid-b U\n");
   return 2;
 }
 
@@ -372,8 +384,134 @@ static int Hold(cxlpool_client* c, const Args* a) {
   return bad == 0 && !revoked && rc == CXLPOOL_OK ? 0 : 1;
 }
 
+/* ---- leak: one tenant's released bytes never reach another ---- */
+
+static const uint64_t kLeakSizes[] = {2u << 20,         2u << 20,           (8u << 20) + 4097,
+                                      (100u << 10) + 1, (5u << 20) + 12345, 64u << 10};
+enum { kLeakCount = sizeof kLeakSizes / sizeof kLeakSizes[0], kLeakMax = 64 };
+
+static uint64_t PageUp(uint64_t v) { return (v + 4095) / 4096 * 4096; }
+
+static int BecomeUid(int uid) {
+  gid_t g = (gid_t)uid;
+  return setgroups(1, &g) == 0 && setresgid(g, g, g) == 0 &&
+         setresuid((uid_t)uid, (uid_t)uid, (uid_t)uid) == 0;
+}
+
+static int LeakFill(const Args* a) {
+  cxlpool_client* c = NULL;
+  int rc = cxlpool_connect(a->socket_path, &c);
+  if (rc != CXLPOOL_OK) return Fail("tenant A: connect", rc);
+  cxlpool_lease* held[kLeakCount];
+  for (int k = 0; k < kLeakCount; ++k) {
+    cxlpool_alloc_opts o;
+    cxlpool_alloc_opts_init(&o);
+    o.size_bytes = kLeakSizes[k];
+    o.numa_node = a->node;
+    o.label = "vm-leak-a";
+    rc = cxlpool_alloc(c, &o, &held[k]);
+    if (rc != CXLPOOL_OK) return Fail("tenant A: alloc", rc);
+    unsigned char* p = cxlpool_lease_ptr(held[k]);
+    uint64_t n = cxlpool_lease_size(held[k]);
+    for (uint64_t i = 0; i < n; ++i) p[i] = (unsigned char)(Pattern(i, 0x5a) | 1);
+    for (uint64_t i = 0; i < n; ++i) {
+      if (p[i] != (unsigned char)(Pattern(i, 0x5a) | 1)) {
+        fprintf(stderr, "tenant A: pattern did not stick at byte %" PRIu64 "\n", i);
+        return 1;
+      }
+    }
+  }
+  for (int k = 0; k < kLeakCount; ++k) (void)cxlpool_release(held[k]);
+  cxlpool_disconnect(c);
+  return 0;
+}
+
+static int LeakCheck(const Args* a, uint64_t want) {
+  cxlpool_client* c = NULL;
+  int rc = cxlpool_connect(a->socket_path, &c);
+  if (rc != CXLPOOL_OK) return Fail("tenant B: connect", rc);
+  cxlpool_lease* held[kLeakMax];
+  int first = 0, last = 0; /* held[first..last) */
+  uint64_t got = 0;
+  for (int k = 0; got < want;) {
+    cxlpool_alloc_opts o;
+    cxlpool_alloc_opts_init(&o);
+    o.size_bytes = kLeakSizes[(kLeakCount - 1 - k % kLeakCount)];
+    o.numa_node = a->node;
+    o.label = "vm-leak-b";
+    cxlpool_lease* l = NULL;
+    rc = cxlpool_alloc(c, &o, &l);
+    if (rc != CXLPOOL_OK) {
+      if (first == last) return Fail("tenant B: alloc", rc);
+      (void)cxlpool_release(held[first % kLeakMax]);
+      ++first;
+      continue;
+    }
+    const unsigned char* p = cxlpool_lease_ptr(l);
+    uint64_t n = cxlpool_lease_size(l);
+    for (uint64_t i = 0; i < n; ++i) {
+      if (p[i] != 0) {
+        fprintf(stderr,
+                "tenant B: lease %" PRIu64 " byte %" PRIu64
+                " is 0x%02x%s: another tenant's bytes\n",
+                cxlpool_lease_id(l), i, p[i],
+                p[i] == (unsigned char)(Pattern(i, 0x5a) | 1) ? " (tenant A's pattern)" : "");
+        return 1;
+      }
+    }
+    got += n;
+    if (last - first == kLeakMax) {
+      (void)cxlpool_release(held[first % kLeakMax]);
+      ++first;
+    }
+    held[last % kLeakMax] = l;
+    ++last;
+    ++k;
+  }
+  for (; first < last; ++first) (void)cxlpool_release(held[first % kLeakMax]);
+  cxlpool_disconnect(c);
+  printf("LEAK-CHECK %" PRIu64 " bytes of zeros read by uid %d after uid %d's pattern\n", got,
+         a->uid_b, a->uid_a);
+  return 0;
+}
+
+static int AsUid(int uid, int (*fn)(const Args*, uint64_t), const Args* a, uint64_t arg) {
+  fflush(NULL);
+  pid_t p = fork();
+  if (p < 0) return 1;
+  if (p == 0) {
+    if (!BecomeUid(uid)) {
+      fprintf(stderr, "cannot become uid %d: %s\n", uid, strerror(errno));
+      _exit(1);
+    }
+    _exit(fn(a, arg));
+  }
+  int st = 0;
+  if (waitpid(p, &st, 0) != p) return 1;
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+}
+
+static int LeakFillArg(const Args* a, uint64_t unused) {
+  (void)unused;
+  return LeakFill(a);
+}
+
+static int Leak(const Args* a) {
+  if (a->uid_a < 0 || a->uid_b < 0 || a->uid_a == a->uid_b) return Usage();
+  uint64_t total = 0;
+  for (int k = 0; k < kLeakCount; ++k) total += PageUp(kLeakSizes[k]);
+  int rc = AsUid(a->uid_a, LeakFillArg, a, 0);
+  if (rc != 0) return rc;
+  return AsUid(a->uid_b, LeakCheck, a, 2 * total);
+}
+
 int main(int argc, char** argv) {
-  Args a = {.node = -1, .expect_node = -1, .expect_moved_to = -1, .size = 4u << 20};
+  Args a = {.node = -1,
+            .expect_node = -1,
+            .expect_moved_to = -1,
+            .uid_a = -1,
+            .uid_b = -1,
+            .size = 4u << 20};
   if (argc < 2) return Usage();
   a.cmd = argv[1];
   int i = 2;
@@ -415,10 +553,15 @@ int main(int argc, char** argv) {
       a.expect_node = atoi(val);
     } else if (strcmp(opt, "--expect-moved-to") == 0) {
       a.expect_moved_to = atoi(val);
+    } else if (strcmp(opt, "--uid-a") == 0) {
+      a.uid_a = atoi(val);
+    } else if (strcmp(opt, "--uid-b") == 0) {
+      a.uid_b = atoi(val);
     } else {
       return Usage();
     }
   }
+  if (strcmp(a.cmd, "leak") == 0) return Leak(&a); /* its tenants connect themselves */
   cxlpool_client* c = NULL;
   int rc = cxlpool_connect(a.socket_path, &c);
   if (rc != CXLPOOL_OK) return Fail("connect", rc);

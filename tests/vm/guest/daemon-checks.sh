@@ -172,6 +172,40 @@ vm_unknown_node_not_pooled() {  # node
   wait "$_p" 2>/dev/null
 }
 
+# No leak between tenants (issue 18): uid 4201 fills leases with a pattern
+# and releases them, then uid 4202 leases twice those bytes from a pool too
+# small to serve them from anything but that memory and reads all zeros
+# (cxlpool-vm-client leak). Its own daemon: a socket every uid may use, the
+# node's pool capped at 32 MiB, a small warm reserve.
+vm_no_leak_between_tenants() {  # node
+  if ! vm_have cxlpool-vm-client; then
+    vm_skip "no leak between tenants on node $1" "libcxlpool not built yet, so no tests/vm/clients"
+    return
+  fi
+  mkdir -p /run/cxlpool
+  cat >/out/cxlpoold-leak.toml <<CONF
+[daemon]
+socket_mode = "0666"
+
+[pools]
+warm_stock = [{ size = "2M", count = 2 }]
+
+[pools.node.$1]
+capacity = "32M"
+enabled = true
+CONF
+  cxlpoold --foreground --config /out/cxlpoold-leak.toml --socket /run/cxlpool/leak.sock \
+    >/out/cxlpoold-leak.log 2>&1 &
+  _p=$!
+  if vm_check "cxlpoold for the tenant leak check listens" \
+    vm_wait_for 240 test -S /run/cxlpool/leak.sock; then
+    vm_check "no leak between tenants on node $1: uid 4202 reads zeros where uid 4201 wrote" \
+      cxlpool-vm-client leak --socket /run/cxlpool/leak.sock --node "$1" --uid-a 4201 --uid-b 4202
+  fi
+  kill "$_p" 2>/dev/null
+  wait "$_p" 2>/dev/null
+}
+
 vm_daemon_checks() {
   if [ "${TOPO_OWN_DAEMON_CHECKS:-0}" = 1 ]; then
     # The topology started its own daemons with its own configurations; the
@@ -238,4 +272,5 @@ vm_daemon_checks() {
     vm_check "daemon still running after all of the above" kill -0 "$VM_DAEMON_PID"
   fi
   vm_stop_daemon
+  vm_no_leak_between_tenants "${VM_CXL_NODE:-0}"
 }
