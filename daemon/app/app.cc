@@ -226,6 +226,7 @@ Result<ServerLimits> ResolveLimits(const LimitsConfig& c, uint64_t nofile) {
   if (c.idle_timeout) l.idle_timeout = *c.idle_timeout;
   if (c.frame_timeout) l.frame_timeout = *c.frame_timeout;
   if (c.send_timeout) l.send_timeout = *c.send_timeout;
+  if (c.max_busy_per_uid) l.max_busy_per_uid = *c.max_busy_per_uid;
   CXLPOOL_RETURN_IF_ERROR(l.Validate(wire::kDefaultMaxFrameBytes));
   // What is left of the fd table must hold some leases.
   if (l.FdsReserved() + 256 > nofile) {
@@ -391,6 +392,10 @@ int RunDaemon(const DaemonFlags& command_line) {
   }
 
   boost::asio::io_context io;
+  // Daemon time per uid (limits.max_busy_per_uid): the server charges its
+  // loop time, the lease manager its workers'; declared first, it outlives
+  // both.
+  BusyBudget busy(limits->max_busy_per_uid);
   LeaseManager leases(&topo, std::move(*pools), QuotaTable(cfg->quotas), io.get_executor(),
                       workers.get_executor(), &SystemClock::Get());
   leases.SetDaemonLimits(DaemonLimitsNow(*proc, nofile, *limits));
@@ -398,6 +403,11 @@ int RunDaemon(const DaemonFlags& command_line) {
   leases.SetInlineMax(cfg->inline_max_bytes);
   leases.SetMaxExtentBytes(cfg->max_extent_bytes);
   leases.SetBuildConcurrency(cfg->workers);
+  leases.SetBusyHooks(
+      [&busy](uid_t uid, std::chrono::nanoseconds d) {
+        busy.Charge(uid, d, std::chrono::steady_clock::now());
+      },
+      [&busy](uid_t uid) { return busy.Throttled(uid, std::chrono::steady_clock::now()); });
   // Long-term pinned leases on a mixed node are moved into its kernel zones
   // before the grant; only where the topology is this machine's.
   if (fs->IsThisSystem()) leases.SetPinSettle(proc.get());
@@ -443,6 +453,7 @@ int RunDaemon(const DaemonFlags& command_line) {
   sopts.fs = proc.get();
   int metrics_fd = -1;  // cxlpoold-metrics.socket's listening TCP socket
   sopts.limits = *limits;
+  sopts.busy = &busy;
   for (auto& inh : inherited) {
     if (sopts.listen_fd < 0 && IsListeningUnixSocket(inh.fd.get())) {
       sopts.listen_fd = inh.fd.Release();

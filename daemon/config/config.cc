@@ -602,6 +602,12 @@ Status ReadLimits(TableReader& r, LimitsConfig* l) {
   CXLPOOL_RETURN_IF_ERROR(r.ReadDuration("idle_timeout", &l->idle_timeout));
   CXLPOOL_RETURN_IF_ERROR(r.ReadDuration("frame_timeout", &l->frame_timeout));
   CXLPOOL_RETURN_IF_ERROR(r.ReadDuration("send_timeout", &l->send_timeout));
+  CXLPOOL_RETURN_IF_ERROR(r.ReadDuration("max_busy_per_uid", &l->max_busy_per_uid));
+  if (l->max_busy_per_uid && (*l->max_busy_per_uid > std::chrono::seconds(64) ||
+                              (l->max_busy_per_uid->count() > 0 &&
+                               *l->max_busy_per_uid < std::chrono::milliseconds(10)))) {
+    return Bad(r.Key("max_busy_per_uid"), "10ms..64s of daemon time a second (or 0: never)");
+  }
   const std::pair<const char*, const std::optional<std::chrono::milliseconds>*> timeouts[] = {
       {"hello_timeout", &l->hello_timeout},
       {"frame_timeout", &l->frame_timeout},

@@ -133,6 +133,7 @@ struct LimitsConfig {
   std::optional<uint64_t> max_fds, max_fds_per_uid, max_fds_per_frame;
   std::optional<uint64_t> max_request_bytes;
   std::optional<std::chrono::milliseconds> hello_timeout, idle_timeout, frame_timeout, send_timeout;
+  std::optional<std::chrono::milliseconds> max_busy_per_uid;  // per second; 0: off
 
   bool operator==(const LimitsConfig&) const = default;
 };

@@ -41,6 +41,8 @@ constexpr CounterMap kCounterMap[] = {
     {"unjournalled_adopted", kRecovered, "adopted"},
     {"fd_store_orphans", kRecovered, "orphan"},
     {"unjournalled_revokes", kRecovered, "revoked"},
+    {"dax_orphans", kRecovered, "dax_orphan"},
+    {"dax_orphans_destroyed", kRecovered, "dax_orphan_destroyed"},
     {"acl_refusals", kRefusals, "acl"},
     {"releases", "cxlpool_releases_total", "",
      "RELEASE requests handled: a holder let go of a lease (the lease ends with its last "
@@ -144,7 +146,9 @@ DaemonMetrics::DaemonMetrics() {
                 "Bytes of torn or unreadable journal tail dropped at start.");
   reg_.AddCounter(kRecovered,
                   "Leases the journal did not know, by outcome: accounted again (adopted: from a "
-                  "reclaim; orphan: from the fd store) or revoked (could not be accounted).");
+                  "reclaim; orphan: from the fd store) or revoked (could not be accounted); "
+                  "dax_orphan: a DAX sub-device no journalled lease names (held reserved), "
+                  "dax_orphan_destroyed: one of those destroyed once nothing held it.");
   reg_.AddCounter(kGrants, "Leases granted, by pool and source (warm stock or cold build).");
   reg_.AddHistogram(kLatency, "Time from an ALLOC request to its grant, by pool and source.",
                     MetricsRegistry::LatencyBuckets());

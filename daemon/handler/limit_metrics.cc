@@ -36,6 +36,7 @@ std::vector<std::pair<std::string, double>> LimitValues(const ServerLimits& l) {
       {"idle_timeout", SecondsOrUnlimited(l.idle_timeout)},
       {"frame_timeout", Seconds(l.frame_timeout)},
       {"send_timeout", SecondsOrUnlimited(l.send_timeout)},
+      {"max_busy_per_uid", SecondsOrUnlimited(l.max_busy_per_uid)},
   };
 }
 

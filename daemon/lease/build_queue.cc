@@ -12,7 +12,7 @@ void BuildQueue::set_max_running(size_t n) {
 }
 
 void BuildQueue::Submit(uid_t uid, std::function<void()> start) {
-  if (running_ < max_running_ && waiting_count_ == 0) {
+  if (running_ < max_running_ && waiting_count_ == 0 && (!may_start_ || may_start_(uid))) {
     ++running_;
     ++running_by_uid_[uid];
     start();
@@ -34,14 +34,20 @@ void BuildQueue::Done(uid_t uid) {
 }
 
 void BuildQueue::StartWaiting() {
+  held_ = false;
   while (running_ < max_running_ && !turns_.empty()) {
     auto running_of = [this](uid_t u) {
       auto r = running_by_uid_.find(u);
       return r == running_by_uid_.end() ? size_t{0} : r->second;
     };
-    auto next = turns_.begin();
+    auto next = turns_.end();
     for (auto t = turns_.begin(); t != turns_.end(); ++t) {
-      if (running_of(*t) < running_of(*next)) next = t;
+      if (may_start_ && !may_start_(*t)) continue;
+      if (next == turns_.end() || running_of(*t) < running_of(*next)) next = t;
+    }
+    if (next == turns_.end()) {
+      held_ = true;  // every waiting uid is over its share now
+      return;
     }
     uid_t uid = *next;
     turns_.erase(next);

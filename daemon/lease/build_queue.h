@@ -8,7 +8,9 @@
 // wait, each uid in its own FIFO. A free worker goes to the waiting uid with
 // the fewest builds running (the longest waiting among equals), so a
 // newcomer waits for one build to finish, however many the others asked
-// for.
+// for. A uid its `may_start` predicate refuses (one over its share of daemon
+// time: server/busy_budget.h) starts none; its builds wait (held()) until
+// Retry or the next Submit/Done finds it allowed again.
 //
 // Thread safety: single-owner (the lease manager's loop thread).
 #pragma once
@@ -38,6 +40,14 @@ class BuildQueue {
   // One build `uid` started by Submit finished: start the next ones.
   void Done(uid_t uid);
 
+  // Which uids may start a build now (default: all).
+  void set_may_start(std::function<bool(uid_t)> may_start) { may_start_ = std::move(may_start); }
+  // Starts what may start now (after a refused uid's budget refilled).
+  void Retry() { StartWaiting(); }
+  // True when the last attempt left a free worker idle because every uid
+  // waiting was refused by may_start: call Retry later.
+  bool held() const { return held_; }
+
   size_t running() const { return running_; }
   size_t waiting() const { return waiting_count_; }
 
@@ -50,6 +60,8 @@ class BuildQueue {
   std::map<uid_t, std::deque<std::function<void()>>> waiting_;
   std::map<uid_t, size_t> running_by_uid_;
   std::deque<uid_t> turns_;  // uids with builds waiting, longest waiting first
+  std::function<bool(uid_t)> may_start_;
+  bool held_ = false;
 };
 
 }  // namespace cxlpool

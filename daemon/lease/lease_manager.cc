@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
 #include <mutex>
 
 #include "cxlpool/common/log.h"
@@ -179,7 +181,7 @@ void LeaseManager::Free(uint64_t id, const char* counter, std::function<void()> 
   Count(counter);
   extra_extents_ -=
       std::min<uint64_t>(extra_extents_, l.extents.empty() ? 0 : l.extents.size() - 1);
-  reclaims_.Submit(l.pool, l.size, std::move(l.extents), std::move(then));
+  reclaims_.Submit(l.pool, l.size, std::move(l.extents), std::move(then), l.owner.uid);
 }
 
 void LeaseManager::BackingReclaimed(Pool* pool, uint64_t size) {
@@ -455,6 +457,36 @@ void LeaseManager::StopReserves() {
   }
 }
 
+void LeaseManager::SetBusyHooks(BusyCharge charge, std::function<bool(uid_t)> throttled) {
+  busy_charge_ = charge;
+  reclaims_.set_charge(std::move(charge));
+  if (throttled) {
+    build_queue_.set_may_start(
+        [throttled = std::move(throttled)](uid_t uid) { return !throttled(uid); });
+  } else {
+    build_queue_.set_may_start(nullptr);
+  }
+}
+
+void LeaseManager::RetryHeldBuilds() {
+  // Builds held for a uid over its daemon-time share: ask again shortly (a
+  // refill of its budget has no event of its own).
+  if (!build_queue_.held() || busy_retry_armed_ || stopping_) return;
+  constexpr std::chrono::milliseconds kBusyRetry{2};
+  if (!busy_retry_timer_) busy_retry_timer_ = std::make_shared<boost::asio::steady_timer>(loop_);
+  auto* timer = static_cast<boost::asio::steady_timer*>(busy_retry_timer_.get());
+  busy_retry_armed_ = true;
+  timer->expires_after(kBusyRetry);
+  std::weak_ptr<bool> alive = alive_;
+  timer->async_wait([this, alive](const boost::system::error_code& ec) {
+    auto a = alive.lock();
+    if (!a || !*a || ec) return;
+    busy_retry_armed_ = false;
+    build_queue_.Retry();
+    RetryHeldBuilds();
+  });
+}
+
 void LeaseManager::StartBuild(BuildJob job) {
   // Quota and capacity are held while it builds; so is a shared name.
   quotas_.Charge(job.owner, job.tier, job.size);
@@ -491,12 +523,18 @@ void LeaseManager::StartBuild(BuildJob job) {
   // On a worker when the owner's turn comes (BuildQueue); the completion
   // on the loop frees its turn.
   auto on_loop = std::make_shared<decltype(complete)>(std::move(complete));
-  auto finish = [this, alive, on_loop, uid](Result<Extents> built) {
-    if (auto a = alive.lock(); a && *a) build_queue_.Done(uid);
-    (*on_loop)(std::move(built));
+  auto finish = [this, alive, on_loop, uid](Result<Extents> built, std::chrono::nanoseconds took) {
+    const auto start = std::chrono::steady_clock::now();
+    auto a = alive.lock();
+    if (!a || !*a) return;  // manager gone; `built` reclaims itself
+    build_queue_.Done(uid);
+    RetryHeldBuilds();
+    (*on_loop)(std::move(built));  // the grant: journal, reply
+    if (busy_charge_) busy_charge_(uid, took + (std::chrono::steady_clock::now() - start));
   };
   build_queue_.Submit(uid, [this, pool, sz, hugetlb, settle, max_extent, finish]() {
     boost::asio::post(workers_, [this, pool, sz, hugetlb, settle, max_extent, finish]() mutable {
+      const auto start = std::chrono::steady_clock::now();
       // A long-term pin on a mixed node: only where its
       // kernel zones have room, then moved there.
       Status zone_room =
@@ -510,9 +548,12 @@ void LeaseManager::StartBuild(BuildJob job) {
             SettleInKernelZones(b.daemon_addr(), b.size_bytes(), b.page_size(), pool->numa_node());
         if (!st.ok()) *built = st;  // the extents reclaim themselves
       }
-      boost::asio::post(loop_, [finish, built]() mutable { finish(std::move(*built)); });
+      const std::chrono::nanoseconds took = std::chrono::steady_clock::now() - start;
+      boost::asio::post(loop_,
+                        [finish, built, took]() mutable { finish(std::move(*built), took); });
     });
   });
+  RetryHeldBuilds();
 }
 
 void LeaseManager::UndoBuildHold(const BuildJob& job) {

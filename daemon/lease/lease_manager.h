@@ -50,6 +50,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <unordered_map>
@@ -182,6 +183,12 @@ class LeaseManager {
   // the rest wait, the owners' uids taking turns (lease/build_queue.h).
   // Default: no limit, in the order asked.
   void SetBuildConcurrency(size_t n) { build_queue_.set_max_running(n); }
+  // Daemon time per uid (server/busy_budget.h): `charge` is told how long
+  // each build and reclaim of a uid's lease took on a worker (on the loop,
+  // once it is back); a uid `throttled` says yes to starts none of its cold
+  // builds until it says no (asked again every kBusyRetry). Default: none.
+  using BusyCharge = std::function<void(uid_t, std::chrono::nanoseconds)>;
+  void SetBusyHooks(BusyCharge charge, std::function<bool(uid_t)> throttled);
   // A memfd lease built on the request path is cut into extents of at most
   // `bytes` (a multiple of 2 MiB; the last extent holds the rest), each its
   // own memfd, mapped back to back by the client. Default 0: one extent.
@@ -437,6 +444,18 @@ class LeaseManager {
   void TakeOver(Lease& l, const CallerInfo& who, const std::string& name, bool confirmed);
   void MaybeEndGrace();
   void EndGrace(const char* why);
+  // Sub-devices of dynamic DAX regions that no journalled lease names
+  // (carved by the previous daemon for a lease the journal lost): destroyed
+  // when nothing holds them, else kept reserved (never granted again) and
+  // tried again at the end of the grace period. Returns how many it found.
+  size_t FindDaxOrphans(const std::set<std::string>& journalled);
+  void DestroyDaxOrphans(const char* when);
+  struct DaxOrphan {
+    DevdaxPool* pool;
+    std::string device;
+    uint64_t size;
+  };
+  std::vector<DaxOrphan> dax_orphans_;
 
   const Topology* topo_;
   std::vector<std::unique_ptr<Pool>> pools_;
@@ -451,6 +470,10 @@ class LeaseManager {
   // and mapping: CheckDaemonLimits).
   uint64_t extra_extents_ = 0;
   BuildQueue build_queue_;
+  BusyCharge busy_charge_;
+  std::shared_ptr<void> busy_retry_timer_;  // a steady_timer while builds are held
+  bool busy_retry_armed_ = false;
+  void RetryHeldBuilds();
   const FileSystem* settle_fs_ = nullptr;
   const Clock* clock_;
   bool stopping_ = false;

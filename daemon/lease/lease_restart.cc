@@ -112,6 +112,10 @@ DurableLease LeaseManager::ToDurable(const Lease& l) const {
   d.owner_start_time = l.owner.start_time;
   d.owner_comm = l.owner.comm;
   d.owner_cgroup = l.owner.cgroup;
+  d.long_term_pin = l.long_term_pin;
+  d.placed_numa_node = l.placed_node;
+  d.moved_reason = l.moved_reason;
+  d.pages_numa_node = l.pages_node;
   d.acl_uids = l.acl_uids;
   d.acl_gids = l.acl_gids;
   d.created_unix = l.created_unix;
@@ -308,6 +312,10 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
     fresh.name = d.name;
     fresh.acl_uids = d.acl_uids;
     fresh.acl_gids = d.acl_gids;
+    fresh.long_term_pin = d.long_term_pin;
+    fresh.placed_node = d.placed_numa_node;
+    fresh.moved_reason = d.moved_reason;
+    fresh.pages_node = d.pages_numa_node;
     fresh.owner.pid = d.owner_pid;
     fresh.owner.uid = d.owner_uid;
     fresh.owner.gid = d.owner_gid;
@@ -331,6 +339,7 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
     Count(adopted ? "restart_adopted" : "restart_awaiting");
     ++(adopted ? r.adopted : r.awaiting);
   }
+  const size_t dax_orphans = FindDaxOrphans(carved_seen);
   // The fd store kept leases the journal does not know: the journal lost
   // them. Their memory is live (the store holds it), so it is accounted
   // again now, in the pool its pages are on, with no owner until a holder
@@ -371,7 +380,7 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
   // Journal damage: leases may exist that nobody has told this daemon of.
   // Their holders reclaim them once they see the restart; until the grace
   // period is over nothing new is granted, so they always find room.
-  restart_.grace_full = health.may_have_lost_leases || r.orphans > 0;
+  restart_.grace_full = health.may_have_lost_leases || r.orphans > 0 || dax_orphans > 0;
   if (restart_.grace_full) {
     CXLPOOL_LOG(kError) << "restart: the lease journal was damaged"
                         << (health.description.empty() ? "" : " (" + health.description + ")")
@@ -412,6 +421,55 @@ Status LeaseManager::GraceRefusal() const {
                                         std::to_string(std::max<int64_t>(secs, 1)) + " s");
 }
 
+size_t LeaseManager::FindDaxOrphans(const std::set<std::string>& journalled) {
+  size_t found = 0;
+  for (Pool* p : pool_ptrs_) {
+    auto* dax = dynamic_cast<DevdaxPool*>(p);
+    if (dax == nullptr || !dax->dynamic_region()) continue;
+    for (const auto& [device, size] : dax->CarvedDevices()) {
+      if (journalled.count(device) != 0) continue;
+      // Counted back in and held, so that it is never granted twice; its
+      // bytes are free again only once it is destroyed.
+      dax->CountCarvedAtStart(size);
+      if (!dax->TryReserve(size)) continue;  // cannot happen: counted just now
+      dax->CommitReserve(size);
+      dax_orphans_.push_back(DaxOrphan{dax, device, size});
+      ++found;
+      restart_.health.damaged = true;
+      Count("dax_orphans");
+      CXLPOOL_LOG(kError) << "restart: DAX sub-device " << device << " (" << HumanBytes(size)
+                          << " of " << dax->name()
+                          << ") was carved by the previous daemon and no journalled lease names "
+                             "it: the journal lost its lease";
+    }
+  }
+  DestroyDaxOrphans("at start");
+  return found;
+}
+
+void LeaseManager::DestroyDaxOrphans(const char* when) {
+  std::vector<DaxOrphan> kept;
+  for (DaxOrphan& o : dax_orphans_) {
+    Status st = o.pool->DestroyDevice(o.device);
+    if (st.ok()) {
+      o.pool->BeginReclaim(o.size);
+      o.pool->ReleaseLeased(o.size);
+      Count("dax_orphans_destroyed");
+      CXLPOOL_LOG(kError) << "restart: DAX sub-device " << o.device << " (" << HumanBytes(o.size)
+                          << ") of a lease the journal lost was destroyed " << when
+                          << ": nothing held it";
+      continue;
+    }
+    CXLPOOL_LOG(kError) << "restart: DAX sub-device " << o.device << " (" << HumanBytes(o.size)
+                        << ") of a lease the journal lost could not be destroyed " << when << " ("
+                        << st.message() << "): a process still holds it; its " << HumanBytes(o.size)
+                        << " stay reserved in " << o.pool->name()
+                        << " (never granted) until a later start finds it free";
+    kept.push_back(std::move(o));
+  }
+  dax_orphans_ = std::move(kept);
+}
+
 void LeaseManager::MaybeEndGrace() {
   if (!restart_.grace || restart_.grace_full) return;
   for (const auto& [id, l] : table_.leases()) {
@@ -428,6 +486,7 @@ void LeaseManager::EndGrace(const char* why) {
       static_cast<boost::asio::steady_timer*>(restart_.grace_timer.get())->cancel();
   }
   restart_.grace_full = false;
+  DestroyDaxOrphans("at the end of the grace period");
   // Holders that never reclaimed: struck off if dead or provably without the
   // memfd; the rest are watched until they exit (their lease stays counted).
   SweepAwaiting(true);

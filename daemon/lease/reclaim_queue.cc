@@ -42,9 +42,9 @@ ReclaimQueue::~ReclaimQueue() {
 }
 
 void ReclaimQueue::Submit(Pool* pool, uint64_t size, std::vector<std::unique_ptr<Backing>> extents,
-                          std::function<void()> then) {
+                          std::function<void()> then, uid_t owner) {
   ++pending_;
-  deferred_.push_back(Item{pool, size, std::move(extents), std::move(then)});
+  deferred_.push_back(Item{pool, size, std::move(extents), std::move(then), owner});
   if (immediate_) {
     StartDeferred();
     return;
@@ -85,7 +85,9 @@ void ReclaimQueue::Start(Item item) {
     // truncating here costs less than a hand-off. Under load the workers
     // take it, so the loop keeps serving. The bookkeeping is still posted,
     // so every path sees the same order as from a worker.
+    const auto start = std::chrono::steady_clock::now();
     ReclaimAll(&item.extents);
+    if (charge_) charge_(item.owner, std::chrono::steady_clock::now() - start);
     boost::asio::post(
         loop_, [this, alive, pool = item.pool, size = item.size, then = std::move(item.then)] {
           auto a = alive.lock();
@@ -95,13 +97,16 @@ void ReclaimQueue::Start(Item item) {
     return;
   }
   boost::asio::post(workers_, [this, alive, channel = channel_, item = std::move(item)]() mutable {
+    const auto start = std::chrono::steady_clock::now();
     ReclaimAll(&item.extents);
+    const auto took = std::chrono::steady_clock::now() - start;
     std::lock_guard<std::mutex> lock(channel->mu);
     if (!channel->open) return;  // the queue is gone
     boost::asio::post(channel->loop, [this, alive, pool = item.pool, size = item.size,
-                                      then = std::move(item.then)] {
+                                      then = std::move(item.then), owner = item.owner, took] {
       auto a = alive.lock();
       if (!a || !*a) return;
+      if (charge_) charge_(owner, took);
       Finished(pool, size, then);
     });
   });

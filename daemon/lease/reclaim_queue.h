@@ -16,7 +16,10 @@
 // still reclaims when its backing is destroyed.
 #pragma once
 
+#include <sys/types.h>
+
 #include <boost/asio/any_io_executor.hpp>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -41,9 +44,14 @@ class ReclaimQueue {
 
   // `size` bytes of `pool` held by `extents` (every extent of one lease);
   // `then` runs on the loop once all of them are truncated (or never, when
-  // the queue is gone by then).
+  // the queue is gone by then). `owner` is charged the reclaim's duration
+  // (set_charge).
   void Submit(Pool* pool, uint64_t size, std::vector<std::unique_ptr<Backing>> extents,
-              std::function<void()> then = nullptr);
+              std::function<void()> then = nullptr, uid_t owner = static_cast<uid_t>(-1));
+  // Told, on the loop, how long each reclaim took and whose lease it was.
+  void set_charge(std::function<void(uid_t, std::chrono::nanoseconds)> charge) {
+    charge_ = std::move(charge);
+  }
   // Starts every submitted reclaim now, and each later one at once (daemon
   // exit: the loop may never turn again).
   void StartNow();
@@ -58,6 +66,7 @@ class ReclaimQueue {
     uint64_t size;
     std::vector<std::unique_ptr<Backing>> extents;
     std::function<void()> then;
+    uid_t owner = static_cast<uid_t>(-1);
   };
   struct Channel;
   void StartDeferred();
@@ -67,6 +76,7 @@ class ReclaimQueue {
   Executor loop_;
   Executor workers_;
   Done on_done_;
+  std::function<void(uid_t, std::chrono::nanoseconds)> charge_;
   uint64_t inline_max_ = 0;
   bool immediate_ = false;
   uint32_t pending_ = 0;

@@ -68,6 +68,11 @@ struct DurableLease {
   uint64_t owner_start_time = 0;
   std::string owner_comm;
   std::string owner_cgroup;
+  // Placement facts reported in LeaseInfo (lease_table.h).
+  bool long_term_pin = false;
+  std::optional<int> placed_numa_node;
+  std::string moved_reason;
+  std::optional<int> pages_numa_node;
   std::vector<uint32_t> acl_uids;
   std::vector<uint32_t> acl_gids;
   int64_t created_unix = 0;

@@ -122,6 +122,19 @@ Result<uint64_t> DaxControl::DeviceNumber(const std::string& device) {
   return ReadDaxDeviceNumber(*kRoot, device);
 }
 
+Result<uint64_t> DaxControl::DeviceSize(const std::string& device) {
+  static const std::unique_ptr<FileSystem> kRoot = MakeRootedFileSystem("/");
+  if (device.empty() || device.find('/') != std::string::npos || device == "." || device == "..") {
+    return Status(Code::kInvalidArgument, "'" + device + "' is not a DAX device name");
+  }
+  const std::string path = "/sys/bus/dax/devices/" + device + "/size";
+  auto text = kRoot->ReadTrimmed(path);
+  if (!text.ok()) return text.status();
+  auto v = ParseU64(*text);
+  if (!v) return Status(Code::kIo, path + ": '" + *text + "' is not a size");
+  return *v;
+}
+
 namespace {
 
 class LibDaxctlControl final : public DaxControl {

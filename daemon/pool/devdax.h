@@ -59,6 +59,9 @@ class DaxControl {
   // The device number of DAX device `device` now, from sysfs
   // (/sys/bus/dax/devices/<device>/dev, "MAJ:MIN"); NOT_FOUND when gone.
   virtual Result<uint64_t> DeviceNumber(const std::string& device);
+  // The size of DAX device `device` now, from sysfs
+  // (/sys/bus/dax/devices/<device>/size, bytes); NOT_FOUND when gone.
+  virtual Result<uint64_t> DeviceSize(const std::string& device);
 };
 
 // The real one, on libdaxctl. UNSUPPORTED when the library context fails.

@@ -385,6 +385,22 @@ bool DevdaxPool::DeviceExists(const std::string& device) const {
   return !device.empty() && control_->DeviceNumber(device).ok();
 }
 
+std::vector<std::pair<std::string, uint64_t>> DevdaxPool::CarvedDevices() const {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  if (!dynamic_) return out;
+  auto r = control_->Region(region_);
+  if (!r.ok()) return out;
+  for (const std::string& dev : r->devices) {
+    auto size = control_->DeviceSize(dev);
+    if (size.ok() && *size > 0) out.emplace_back(dev, *size);
+  }
+  return out;
+}
+
+Status DevdaxPool::DestroyDevice(const std::string& device) const {
+  return control_->DestroyDevice(region_, device);
+}
+
 void DevdaxPool::CountCarvedAtStart(uint64_t bytes) {
   if (dynamic_) SetCapacity(capacity() + bytes);
 }

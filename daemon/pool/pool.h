@@ -228,6 +228,12 @@ class DevdaxPool final : public Pool {
                                            UniqueFd fd) const;
   // Is `fd` the device `device` (journalled device number `rdev`)? See CheckDaxFd.
   Status CheckFd(int fd, const std::string& device, uint64_t rdev) const;
+  // A dynamic region's sub-devices now, with their sizes (the region's seed,
+  // of size 0, left out): what the journal names is checked against them.
+  std::vector<std::pair<std::string, uint64_t>> CarvedDevices() const;
+  // Destroys a sub-device no lease holds (one the journal lost). Fails
+  // while a process still has it open.
+  Status DestroyDevice(const std::string& device) const;
 
  private:
   DaxControl* control_;

@@ -41,6 +41,10 @@ journal::LeaseRecord ToRecord(const DurableLease& d) {
   r.set_owner_start_time(d.owner_start_time);
   r.set_owner_comm(d.owner_comm);
   r.set_owner_cgroup(d.owner_cgroup);
+  r.set_long_term_pin(d.long_term_pin);
+  if (d.placed_numa_node) r.set_placed_numa_node(*d.placed_numa_node);
+  r.set_moved_reason(d.moved_reason);
+  if (d.pages_numa_node) r.set_pages_numa_node(*d.pages_numa_node);
   r.set_label(d.label);
   r.set_name(d.name);
   for (uint32_t u : d.acl_uids) r.add_acl_uids(u);
@@ -92,6 +96,10 @@ DurableLease FromRecord(const journal::LeaseRecord& r) {
   d.owner_start_time = r.owner_start_time();
   d.owner_comm = r.owner_comm();
   d.owner_cgroup = r.owner_cgroup();
+  d.long_term_pin = r.long_term_pin();
+  if (r.has_placed_numa_node()) d.placed_numa_node = r.placed_numa_node();
+  d.moved_reason = r.moved_reason();
+  if (r.has_pages_numa_node()) d.pages_numa_node = r.pages_numa_node();
   d.label = r.label();
   d.name = r.name();
   d.acl_uids.assign(r.acl_uids().begin(), r.acl_uids().end());

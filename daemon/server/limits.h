@@ -67,6 +67,12 @@ struct ServerLimits {
   std::chrono::milliseconds frame_timeout{5000};
   std::chrono::milliseconds send_timeout{30000};
 
+  // CPU. Daemon time (loop and workers) a uid's requests may take per
+  // second while a uid with less than half its recent busy time is active
+  // (server/busy_budget.h): beyond it that uid's sockets are not read and
+  // its builds wait, until its bucket refills (0: never throttled).
+  std::chrono::milliseconds max_busy_per_uid{250};
+
   // Defaults for a daemon whose RLIMIT_NOFILE is `nofile`: connections (2
   // fds each: socket and pidfd) take at most 1/8 of the fd table and fds in
   // transit 1/8, leaving 3/4 for leases. max_connections =

@@ -37,6 +37,9 @@ using boost::system::error_code;
 namespace {
 
 constexpr int kMaxAcceptsPerWakeup = 64;
+// Frames one connection may have handled per wakeup before the other ready
+// connections get a turn (it is read again on the loop's next pass).
+constexpr int kFramesPerTurn = 8;
 
 std::string FirstLine(std::string s) {
   size_t nl = s.find('\n');
@@ -68,6 +71,28 @@ struct Queued {
 
 std::string Ms(std::chrono::milliseconds d) { return std::to_string(d.count()) + " ms"; }
 
+// Charges the time from its construction to its end to `uid` (nothing when
+// `budget` is nullptr).
+class BusyCharge {
+ public:
+  BusyCharge(BusyBudget* budget, uid_t uid)
+      : budget_(budget),
+        uid_(uid),
+        start_(budget ? SteadyClock::now() : SteadyClock::time_point()) {}
+  ~BusyCharge() {
+    if (budget_ == nullptr) return;
+    const auto end = SteadyClock::now();
+    budget_->Charge(uid_, end - start_, end);
+  }
+  BusyCharge(const BusyCharge&) = delete;
+  BusyCharge& operator=(const BusyCharge&) = delete;
+
+ private:
+  BusyBudget* budget_;
+  uid_t uid_;
+  SteadyClock::time_point start_;
+};
+
 }  // namespace
 
 struct Connection {
@@ -94,6 +119,7 @@ struct Connection {
   SteadyClock::time_point last_input;     // last frame received
   SteadyClock::time_point last_progress;  // last queued byte the client took
   bool reading = false;                   // an async_wait(wait_read) is outstanding
+  bool parked = false;                    // not read: its uid is over limits.max_busy_per_uid
   bool writing = false;                   // an async_wait(wait_write) is outstanding
   bool closed = false;
   bool closing = false;  // close once the queue is flushed
@@ -117,8 +143,11 @@ class Server::Impl : public std::enable_shared_from_this<Server::Impl> {
         options_(std::move(options)),
         handler_(handler),
         acceptor_(io),
-        backoff_timer_(io) {
+        backoff_timer_(io),
+        throttle_timer_(io) {
     const ServerLimits& l = options_.limits;
+    own_busy_ = BusyBudget(l.max_busy_per_uid);
+    busy_ = options_.busy != nullptr ? options_.busy : &own_busy_;
     conn_share_ = FairShare(l.max_connections, l.max_connections_per_uid, l.reserved_connections);
     request_share_ = FairShare(l.max_requests, l.max_requests_per_uid, l.max_requests / 16);
     queue_share_ =
@@ -151,6 +180,14 @@ class Server::Impl : public std::enable_shared_from_this<Server::Impl> {
   const FileSystem* fs_ = nullptr;
   stream_protocol::acceptor acceptor_;
   asio::steady_timer backoff_timer_;
+  // Daemon time per uid (server/busy_budget.h) and the connections not read
+  // because their uid is over it, with the timer that reads them again.
+  BusyBudget own_busy_;
+  BusyBudget* busy_ = nullptr;
+  std::vector<std::shared_ptr<Connection>> parked_;
+  asio::steady_timer throttle_timer_;
+  bool throttle_timer_armed_ = false;
+  SteadyClock::time_point throttle_timer_at_;
   std::string created_path_;
   ino_t created_ino_ = 0;
   dev_t created_dev_ = 0;
@@ -174,6 +211,10 @@ class Server::Impl : public std::enable_shared_from_this<Server::Impl> {
   void StartAccept();
   void AcceptReady();
   void StartRead(const std::shared_ptr<Connection>& c);
+  // Stops reading `c` until its uid's busy budget refills.
+  void Park(const std::shared_ptr<Connection>& c, SteadyClock::time_point now);
+  void ArmThrottleTimer(SteadyClock::time_point at);
+  void OnThrottleTimer();
   void DoRead(const std::shared_ptr<Connection>& c);
   void HandleFrame(const std::shared_ptr<Connection>& c, wire::Frame frame);
   void ArmFrameTimer(const std::shared_ptr<Connection>& c, std::chrono::milliseconds after);
@@ -287,6 +328,8 @@ void Server::Impl::Stop() {
   stopped_ = true;
   error_code ec;
   backoff_timer_.cancel();
+  throttle_timer_.cancel();
+  parked_.clear();
   acceptor_.close(ec);
   if (!created_path_.empty()) {
     // Remove the socket file only if it is still the one we created.
@@ -575,7 +618,7 @@ void Server::Impl::CancelFrameTimer(Connection* c) {
 // requests in flight, and once it is closing. Flush and CompleteRequest
 // start it again.
 void Server::Impl::StartRead(const std::shared_ptr<Connection>& c) {
-  if (c->closed || c->closing || c->reading || !c->queue.empty() ||
+  if (c->closed || c->closing || c->reading || c->parked || !c->queue.empty() ||
       c->inflight >= limits().max_requests_per_connection) {
     return;
   }
@@ -592,6 +635,53 @@ void Server::Impl::StartRead(const std::shared_ptr<Connection>& c) {
                          self->DoRead(c);
                          self->ScheduleDisconnectFlush();
                        });
+}
+
+void Server::Impl::Park(const std::shared_ptr<Connection>& c, SteadyClock::time_point now) {
+  c->parked = true;
+  parked_.push_back(c);
+  Hit("max_busy_per_uid");
+  LogLimit("max_busy_per_uid", "uid " + std::to_string(c->uid()) + " took more daemon time than " +
+                                   Ms(limits().max_busy_per_uid) +
+                                   " a second next to a lighter tenant: " + Describe(*c) +
+                                   " is not read until its budget refills");
+  ArmThrottleTimer(busy_->RefilledAt(c->uid(), now));
+}
+
+void Server::Impl::ArmThrottleTimer(SteadyClock::time_point at) {
+  // At least 1 ms apart: a refill of a few microseconds is not worth a wakeup.
+  at = std::max(at, SteadyClock::now() + std::chrono::milliseconds(1));
+  if (throttle_timer_armed_ && throttle_timer_at_ <= at) return;
+  throttle_timer_armed_ = true;
+  throttle_timer_at_ = at;
+  throttle_timer_.expires_at(at);
+  throttle_timer_.async_wait([weak = weak_from_this()](const error_code& ec) {
+    auto self = weak.lock();
+    if (!self || ec == asio::error::operation_aborted) return;
+    self->throttle_timer_armed_ = false;
+    self->OnThrottleTimer();
+    self->ScheduleDisconnectFlush();
+  });
+}
+
+void Server::Impl::OnThrottleTimer() {
+  if (stopped_) return;
+  const auto now = SteadyClock::now();
+  std::vector<std::shared_ptr<Connection>> parked;
+  parked.swap(parked_);
+  std::optional<SteadyClock::time_point> next;
+  for (auto& c : parked) {
+    if (c->closed) continue;
+    if (busy_->Throttled(c->uid(), now)) {
+      parked_.push_back(c);
+      auto at = busy_->RefilledAt(c->uid(), now);
+      if (!next || at < *next) next = at;
+      continue;
+    }
+    c->parked = false;
+    StartRead(c);
+  }
+  if (next) ArmThrottleTimer(*next);
 }
 
 void Server::Impl::SetFdAllowance(Connection* c) {
@@ -649,8 +739,21 @@ void Server::Impl::RefuseFds(const std::shared_ptr<Connection>& c) {
 }
 
 void Server::Impl::DoRead(const std::shared_ptr<Connection>& c) {
+  int frames = 0;
   while (!c->closed && !c->closing && c->queue.empty() &&
          c->inflight < limits().max_requests_per_connection) {
+    if (!c->reader.mid_frame()) {
+      if (frames == kFramesPerTurn) {
+        // Its turn is over: read it again after the other ready connections.
+        StartRead(c);
+        return;
+      }
+      const auto now = SteadyClock::now();
+      if (busy_->Throttled(c->uid(), now)) {
+        Park(c, now);
+        return;
+      }
+    }
     SetFdAllowance(c.get());
     Result<wire::FrameReader::Progress> p = c->reader.Read(c->fd(), 0);
     SyncReaderFds(c.get());
@@ -692,6 +795,7 @@ void Server::Impl::DoRead(const std::shared_ptr<Connection>& c) {
         return;
       case wire::FrameReader::Progress::kFrame:
         CancelFrameTimer(c.get());
+        ++frames;
         HandleFrame(c, c->reader.TakeFrame());
         SyncReaderFds(c.get());  // the request's fds are closed by now
         // Answered at once: CompleteRequest re-armed the wait for input, and
@@ -760,6 +864,7 @@ void Server::Impl::HandleFrame(const std::shared_ptr<Connection>& c, wire::Frame
   }
   if (type == proto::MSG_HELLO_REQUEST) c->hello_pending = true;
   request_share_.Add(c->uid(), 1);
+  busy_->SetInFlight(c->uid(), request_share_.used(c->uid()), SteadyClock::now());
   ++c->inflight;
   Request req;
   req.type = static_cast<proto::MsgType>(type);
@@ -767,9 +872,13 @@ void Server::Impl::HandleFrame(const std::shared_ptr<Connection>& c, wire::Frame
   req.payload = std::move(frame.payload);
   req.fds = std::move(frame.fds);
   ReplyFn reply = MakeReplyFn(c->id, c->uid(), rid, type);
+  const uid_t uid = c->uid();
+  const auto start = SteadyClock::now();
   ++callback_depth_;
   handler_->OnRequest(c->id, std::move(req), std::move(reply));
   --callback_depth_;
+  const auto end = SteadyClock::now();
+  busy_->Charge(uid, end - start, end);
 }
 
 // ---- replies -----------------------------------------------------------------
@@ -855,8 +964,12 @@ ReplyFn Server::Impl::MakeReplyFn(ConnectionId id, uid_t uid, uint64_t request_i
 
 void Server::Impl::CompleteRequest(ConnectionId id, uid_t uid, uint64_t request_id,
                                    uint16_t request_type, Reply reply) {
+  // Sending the reply is the uid's daemon time too (unless this runs inside
+  // OnRequest, which is charged as a whole).
+  BusyCharge charge(callback_depth_ == 0 ? busy_ : nullptr, uid);
   // The request counted against its uid until now, connection or not.
   request_share_.Sub(uid, 1);
+  busy_->SetInFlight(uid, request_share_.used(uid), SteadyClock::now());
   std::shared_ptr<Connection> c = Get(id);
   if (!c || c->closed) return;  // the client is gone; nothing to answer
   if (c->inflight > 0) --c->inflight;

@@ -19,6 +19,10 @@
 //     from until they drain; beyond a limit the largest queue is dropped;
 //   * fds: an fd over a limit is closed as it arrives, and the connection is
 //     refused its frame and closed;
+//   * daemon time: a uid over limits.max_busy_per_uid next to a lighter
+//     active uid is not read from until its budget refills (backpressure,
+//     no error; server/busy_budget.h), and one connection is served at
+//     most kFramesPerTurn frames before the others get a turn;
 //   * time: hello, idle (after HELLO, holding nothing: see
 //     RequestHandler::HoldsResources), frame and send timeouts.
 // A connection closed for a limit gets an ERROR_REPLY naming it first (a
@@ -56,6 +60,7 @@
 #include "cxlpool/common/status.h"
 #include "cxlpool/common/unique_fd.h"
 #include "cxlpool/proto/frame.h"
+#include "server/busy_budget.h"
 #include "server/handler.h"
 #include "server/limits.h"
 
@@ -78,6 +83,12 @@ struct ServerOptions {
 
   // What clients may make the server hold (server/limits.h).
   ServerLimits limits;
+
+  // Where the daemon time each uid takes is charged (the server charges its
+  // loop time; the lease manager its workers'). Borrowed; must outlive the
+  // server. nullptr: the server keeps its own, from
+  // limits.max_busy_per_uid.
+  BusyBudget* busy = nullptr;
 
   // After accept fails for lack of fds (EMFILE/ENFILE), wait this long
   // before accepting again (never spin).

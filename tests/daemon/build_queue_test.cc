@@ -73,5 +73,31 @@ TEST(BuildQueueTest, RaisingTheLimitStartsWaitingBuilds) {
   EXPECT_EQ(q.running(), 0u);
 }
 
+TEST(BuildQueueTest, AUidRefusedByMayStartWaitsAndOthersGoFirst) {
+  // uid 1 is over its share of daemon time: its builds wait (the worker
+  // stays idle rather than run them) while uid 2's start; Retry starts
+  // them once it is allowed again.
+  BuildQueue q(2);
+  bool allow1 = false;
+  q.set_may_start([&](uid_t uid) { return uid != 1 || allow1; });
+  std::string order;
+  q.Submit(1, [&] { order += 'a'; });
+  q.Submit(1, [&] { order += 'a'; });
+  EXPECT_EQ(order, "");
+  EXPECT_TRUE(q.held());
+  q.Submit(2, [&] { order += 'b'; });
+  EXPECT_EQ(order, "b");
+  EXPECT_TRUE(q.held());
+  q.Retry();
+  EXPECT_EQ(order, "b");
+  allow1 = true;
+  q.Retry();
+  EXPECT_EQ(order, "ba");  // two workers: b and one a
+  EXPECT_FALSE(q.held());
+  q.Done(2);
+  EXPECT_EQ(order, "baa");
+  EXPECT_EQ(q.waiting(), 0u);
+}
+
 }  // namespace
 }  // namespace cxlpool

@@ -263,6 +263,7 @@ TEST(ConfigTest, Limits) {
   EXPECT_EQ(dflt->limits.max_requests_per_uid, 256u);
   EXPECT_EQ(dflt->limits.max_queued_bytes, 64ull << 20);
   EXPECT_EQ(dflt->limits.idle_timeout, std::chrono::minutes(10));
+  EXPECT_EQ(dflt->limits.max_busy_per_uid, std::chrono::milliseconds(250));
   auto cfg = ParseConfig(R"(
 [limits]
 max_connections = 100
@@ -273,6 +274,7 @@ max_fds_per_frame = 0
 idle_timeout = "0"
 send_timeout = 5
 frame_timeout = "250ms"
+max_busy_per_uid = "0"
 )");
   ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
   EXPECT_EQ(cfg->limits.max_connections, 100u);
@@ -283,6 +285,7 @@ frame_timeout = "250ms"
   EXPECT_EQ(cfg->limits.idle_timeout, std::chrono::milliseconds(0));
   EXPECT_EQ(cfg->limits.send_timeout, std::chrono::seconds(5));
   EXPECT_EQ(cfg->limits.frame_timeout, std::chrono::milliseconds(250));
+  EXPECT_EQ(cfg->limits.max_busy_per_uid, std::chrono::milliseconds(0));
   ExpectError("[limits]\nmax_connections = 0\n", "limits.max_connections");
   ExpectError("[limits]\nmax_connections = -1\n", "limits.max_connections");
   ExpectError("[limits]\nmax_connections = \"many\"\n", "limits.max_connections");
@@ -297,6 +300,8 @@ frame_timeout = "250ms"
   ExpectError("[limits]\nidle_timeout = \"-1s\"\n", "limits.idle_timeout");
   ExpectError("[limits]\nidle_timeout = -1\n", "limits.idle_timeout");
   ExpectError("[limits]\nsend_timeout = \"25h\"\n", "limits.send_timeout");
+  ExpectError("[limits]\nmax_busy_per_uid = \"5ms\"\n", "limits.max_busy_per_uid");
+  ExpectError("[limits]\nmax_busy_per_uid = \"65s\"\n", "limits.max_busy_per_uid");
   ExpectError("[limits]\nmax_connection = 5\n", "limits.max_connection: unknown key");
   ExpectError("limits = 5\n", "limits");
 }

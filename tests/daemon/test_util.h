@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -141,6 +142,7 @@ class FakeDaxControl final : public DaxControl {
     auto& r = regions.at(name);
     auto it = std::find(r.state.devices.begin(), r.state.devices.end(), dev);
     if (it == r.state.devices.end()) return Status(Code::kNotFound, dev);
+    if (busy.count(dev) != 0) return Status(Code::kUnavailable, dev + ": device busy");
     r.state.devices.erase(it);
     r.state.available_bytes += sizes[dev];
     rdev.erase(dev);
@@ -175,11 +177,16 @@ class FakeDaxControl final : public DaxControl {
     if (it == rdev.end()) return Status(Code::kNotFound, "DAX device " + dev + " does not exist");
     return it->second;
   }
+  Result<uint64_t> DeviceSize(const std::string& dev) override {
+    if (!rdev.count(dev)) return Status(Code::kNotFound, "DAX device " + dev + " does not exist");
+    return sizes.at(dev);
+  }
 
   std::map<std::string, RegionData> regions;
   std::map<std::string, uint64_t> sizes;  // device -> size
   std::map<std::string, uint64_t> rdev;   // device -> number, while it exists
   std::vector<std::string> destroyed;
+  std::set<std::string> busy;  // held open by a process: DestroyDevice fails
   bool fail_create = false;
 
  private:

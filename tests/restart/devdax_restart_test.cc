@@ -356,6 +356,47 @@ TEST_F(DevdaxRestartTest, AStoredDevdaxLeaseWhoseHoldersDiedDestroysItsSubDevice
   EXPECT_EQ(b.Pool("dax_region0").leased_bytes, 0u);
 }
 
+TEST_F(DevdaxRestartTest, ASubDeviceTheJournalLostIsDestroyedWhenFreeNeverSilentlyLost) {
+  // Two sub-devices carved for leases; the journal then loses both records
+  // (only the second lease's holder is still alive and maps it).
+  Daemon& a = StartFirst();
+  auto gone = a.AllocDynamic(1, 4 * kMiB);
+  auto held = a.AllocDynamic(1, 6 * kMiB);
+  ASSERT_TRUE(gone.ok() && held.ok());
+  auto c_held = Keep(*held);
+  const std::string held_dev = a.store.leases.at(held->lease.id).dax_device;
+  CrashFirst();
+  dax_.busy.insert(held_dev);  // its holder has it open
+
+  Daemon& b = StartNext(/*owner_alive=*/true);
+  b.mgr->Recover({}, {}, std::chrono::milliseconds(50));
+  EXPECT_TRUE(b.mgr->in_grace()) << "the journal lost leases: the grace period runs its length";
+  // The free one is destroyed; the held one is counted back and reserved:
+  // never granted to anyone else while its holder maps it.
+  EXPECT_EQ(dax_.destroyed, (std::vector<std::string>{"dax0.1"}));
+  EXPECT_EQ(b.Pool("dax_region0").capacity_bytes, 64 * kMiB);
+  EXPECT_EQ(b.Pool("dax_region0").leased_bytes, 6 * kMiB);
+  auto counters = b.mgr->Counters();
+  EXPECT_EQ(counters["dax_orphans"], 2u);
+  EXPECT_EQ(counters["dax_orphans_destroyed"], 1u);
+  EXPECT_EQ(b.mgr->Gauges()["journal_damaged"], 1u);
+  b.ConnectPid(2, 601);
+  EXPECT_EQ(b.Pool("dax_region0").capacity_bytes - b.Pool("dax_region0").free_bytes, 6 * kMiB)
+      << "the held sub-device's bytes are not free";
+  EXPECT_TRUE(PatternIntact(*c_held));
+
+  // Its holder lets go; the end of the grace period destroys it.
+  c_held.reset();
+  dax_.busy.clear();
+  b.io.restart();
+  b.io.run_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(b.mgr->in_grace());
+  EXPECT_EQ(dax_.destroyed, (std::vector<std::string>{"dax0.1", held_dev}));
+  EXPECT_EQ(b.Pool("dax_region0").leased_bytes, 0u);
+  EXPECT_EQ(b.mgr->Counters()["dax_orphans_destroyed"], 2u);
+  EXPECT_TRUE(b.AllocDynamic(2, 64 * kMiB).ok()) << "the whole region is free again";
+}
+
 TEST_F(DevdaxRestartTest, AnAwaitedHolderThatExitsAfterTheGraceFreesTheSubDevice) {
   Daemon& a = StartFirst();
   auto dyn = a.AllocDynamic(1, 4 * kMiB);

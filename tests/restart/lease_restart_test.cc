@@ -224,6 +224,66 @@ TEST(LeaseRestartTest, StoredFdIsAdoptedWithoutReclaimAndNoGrace) {
   EXPECT_EQ(h.Pool("node0").leased_bytes, 0u);
 }
 
+TEST(LeaseRestartTest, AReadoptedSharedLeaseKeepsItsAclAndItsPlacementFacts) {
+  // A grant journals the long-term pin.
+  {
+    RestartHarness g;
+    g.ConnectPid(1, 500);
+    AllocParams p;
+    p.size_bytes = 1 << 20;
+    p.numa_node = 0;
+    p.long_term_pin = true;
+    auto granted = g.Alloc(1, p);
+    ASSERT_TRUE(granted.ok()) << granted.status().ToString();
+    EXPECT_TRUE(g.store.leases[granted->lease.id].long_term_pin);
+  }
+  // A shared lease of uid 1000 that uid 2000 may attach, pinned, once found
+  // on another node than it was placed on: the journal's record of it.
+  RestartHarness h;
+  h.probe.start[600] = 77;
+  TestMemfd m = MakeMemfd(5, 1 << 20, 600);
+  m.rec.name = "weights";
+  m.rec.acl_uids = {2000};
+  m.rec.long_term_pin = true;
+  m.rec.placed_numa_node = 1;
+  m.rec.moved_reason = "pages found on node 0, not node 1";
+  m.rec.pages_numa_node = 0;
+  std::map<uint64_t, std::vector<UniqueFd>> stored;
+  stored[5].push_back(Dup(m.fd));
+  auto r =
+      h.mgr->Recover({FromRecord(ToRecord(m.rec))}, std::move(stored), std::chrono::seconds(60));
+  ASSERT_EQ(r.adopted, 1u);
+  h.ConnectPid(1, 600);  // the owner is back
+  std::vector<LeaseManager::ReclaimItem> items(1);
+  items[0] = {5, 1 << 20, Fds(Dup(m.fd))};
+  ASSERT_EQ(h.mgr->Reclaim(1, std::move(items)).accepted.size(), 1u);
+  EXPECT_FALSE(h.mgr->in_grace());
+
+  // Outside the ACL: as if there were no such name. Inside: attached.
+  h.ConnectPid(2, 700, 3000);
+  auto denied = h.mgr->Attach(2, "weights", 1000);
+  ASSERT_FALSE(denied.ok());
+  EXPECT_EQ(denied.status().code(), Code::kNotFound);
+  h.ConnectPid(3, 701, 2000);
+  auto allowed = h.mgr->Attach(3, "weights", 1000);
+  ASSERT_TRUE(allowed.ok()) << allowed.status().ToString();
+  EXPECT_EQ(allowed->lease.id, 5u);
+
+  auto s = h.mgr->Stat(1, 5);
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(s->long_term_pin);
+  EXPECT_EQ(s->placed_numa_node, std::optional<int>(1));
+  EXPECT_EQ(s->moved_reason, "pages found on node 0, not node 1");
+  EXPECT_EQ(s->numa_node, 0);  // where its pages are
+  // And the next record of it (the new holder) keeps them all.
+  const DurableLease& again = h.store.leases[5];
+  EXPECT_EQ(again.acl_uids, std::vector<uint32_t>{2000});
+  EXPECT_TRUE(again.long_term_pin);
+  EXPECT_EQ(again.placed_numa_node, std::optional<int>(1));
+  EXPECT_EQ(again.moved_reason, m.rec.moved_reason);
+  EXPECT_EQ(again.pages_numa_node, std::optional<int>(0));
+}
+
 TEST(LeaseRestartTest, AStoredLeaseWhoseHoldersAllDiedIsTruncated) {
   RestartHarness h;
   TestMemfd m = MakeMemfd(5, 1 << 20, 600);  // pid 600 unknown: dead
@@ -757,6 +817,13 @@ TEST(RecoveryHelpersTest, RecordRoundTripKeepsHolders) {
   EXPECT_EQ(back.name, "kv");
   EXPECT_EQ(back.acl_uids, m.rec.acl_uids);
   EXPECT_EQ(back.holders, m.rec.holders);
+  // A record of an older daemon has none of the placement facts.
+  EXPECT_FALSE(back.long_term_pin);
+  EXPECT_FALSE(back.placed_numa_node.has_value());
+  EXPECT_FALSE(back.pages_numa_node.has_value());
+  EXPECT_EQ(back.moved_reason, "");
+  m.rec.placed_numa_node = 0;  // node 0 is a value, not "unset"
+  EXPECT_EQ(FromRecord(ToRecord(m.rec)).placed_numa_node, std::optional<int>(0));
 }
 
 TEST(RecoveryHelpersTest, LeaseFdsAreSortedFromTheRest) {

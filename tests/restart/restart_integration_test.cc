@@ -240,6 +240,49 @@ TEST_F(RestartTest, ALeaseWhoseOwnerDiedWhileTheDaemonWasDownIsDropped) {
   EXPECT_EQ(a->Inconsistencies(), "");
 }
 
+// A shared lease keeps its ACL across a SIGKILL of the daemon: after the
+// restart (and its owner's reclaim) a uid outside the ACL still gets
+// NOT_FOUND for the name, one inside attaches the same lease.
+TEST_F(RestartTest, ASharedLeaseKeepsItsAclAcrossARestart) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root: the owner and the attachers are other uids";
+  constexpr uid_t kOwnerUid = 4201, kOutside = 4202, kInside = 4203;
+  const std::string sock = daemon_.socket();
+  RawHolder st{sock, {}, {}};
+  Helper owner([&](char cmd) -> uint64_t {
+    if (cmd == 'u') return testsupport::BecomeUid(kOwnerUid) ? 1 : 0;
+    if (cmd == 'r') return st.Reclaim();
+    if (cmd != 'p' || !st.Connect()) return 0;
+    UniqueFd fd;
+    auto l = st.c->Alloc(kMiB, &fd, "acl-weights", {kInside});
+    return st.Keep(std::move(l), std::move(fd), 7, true);
+  });
+  ASSERT_EQ(owner.Ask('u'), std::optional<uint64_t>(1));
+  auto id = owner.Ask('p');
+  ASSERT_TRUE(id && *id);
+  // 0: NOT_FOUND, 1: attached lease *id, 2: anything else.
+  auto attach_as = [&](uid_t uid) {
+    return testsupport::RunInChild(
+        [&] {
+          auto c = RawClient::Connect(sock, "restart-attacher");
+          if (!c.ok()) return 2;
+          UniqueFd fd;
+          auto l = c->Attach("acl-weights", &fd, kOwnerUid);
+          if (!l.ok()) return l.status().code() == Code::kNotFound ? 0 : 2;
+          return l->id() == *id ? 1 : 2;
+        },
+        uid);
+  };
+  ASSERT_EQ(attach_as(kOutside), 0);
+  ASSERT_EQ(attach_as(kInside), 1);
+
+  daemon_.Kill();
+  ASSERT_TRUE(daemon_.Restart().ok());
+  EXPECT_EQ(owner.Ask('r'), std::optional<uint64_t>(1000));  // accepted, none rejected
+  EXPECT_TRUE(PollUntil([&] { return !InGrace(sock); }, 10000));
+  EXPECT_EQ(attach_as(kOutside), 0) << "a uid outside the ACL attached after the restart";
+  EXPECT_EQ(attach_as(kInside), 1) << "a uid in the ACL could not attach after the restart";
+}
+
 TEST_F(RestartTest, AnIdleLibraryClientIsReclaimedByItsWatcher) {
   const std::string sock = daemon_.socket();
   std::optional<cxlpool::Client> client;
