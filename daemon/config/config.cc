@@ -445,6 +445,19 @@ Status ReadWarmStock(TableReader& r, std::vector<WarmClass>* out) {
   return Status::Ok();
 }
 
+// A reserve watermark: bytes or percent of the pool's capacity; 0 (or "0"):
+// no reserve.
+Status ReadReserveMark(TableReader& r, std::string_view key, CapacitySpec* out) {
+  const toml::node* n = r.Get(key);
+  if (n == nullptr) return Status::Ok();
+  if ((n->is_integer() && *n->value<int64_t>() == 0) ||
+      (n->is_string() && Trim(*n->value<std::string>()) == "0")) {
+    *out = CapacitySpec{false, 0, 0};
+    return Status::Ok();
+  }
+  return r.ReadCapacity(key, out);
+}
+
 Status ReadPoolKeys(TableReader& r, PoolConfig* p, bool allow_enabled) {
   if (allow_enabled) {
     p->enabled_explicitly = r.Get("enabled") != nullptr;
@@ -465,6 +478,13 @@ Status ReadPoolKeys(TableReader& r, PoolConfig* p, bool allow_enabled) {
   CXLPOOL_RETURN_IF_ERROR(r.ReadBool("pin", &p->pin));
   CXLPOOL_RETURN_IF_ERROR(r.ReadBool("thp", &p->thp));
   CXLPOOL_RETURN_IF_ERROR(r.ReadBool("hugetlb", &p->hugetlb));
+  CXLPOOL_RETURN_IF_ERROR(ReadReserveMark(r, "reserve_low", &p->reserve_low));
+  CXLPOOL_RETURN_IF_ERROR(ReadReserveMark(r, "reserve_high", &p->reserve_high));
+  if (p->reserve_low.is_percent == p->reserve_high.is_percent &&
+      (p->reserve_low.is_percent ? p->reserve_low.percent > p->reserve_high.percent
+                                 : p->reserve_low.bytes > p->reserve_high.bytes)) {
+    return Bad(r.Key("reserve_low"), "must not exceed reserve_high");
+  }
   return ReadWarmStock(r, &p->warm_stock);
 }
 

@@ -62,6 +62,11 @@ struct PoolConfig {
   bool thp = true;
   bool hugetlb = false;
   std::vector<WarmClass> warm_stock;
+  // The warm reserve of extents (pool/extent_reserve.h): refilled in the
+  // background when ready + building falls to `reserve_low`, up to
+  // `reserve_high`; bytes or percent of the pool's capacity. Default 0: none.
+  CapacitySpec reserve_low{false, 0, 0};
+  CapacitySpec reserve_high{false, 0, 0};
 };
 
 // A devdax pool on a DAX region ("dax_region0") or a static device ("dax0.0").

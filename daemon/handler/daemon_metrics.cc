@@ -124,6 +124,11 @@ DaemonMetrics::DaemonMetrics() {
   reg_.AddGauge("cxlpool_pool_warm_bytes", "Warm stock bytes per pool (ready and being built).");
   reg_.AddGauge("cxlpool_pool_free_bytes", "Bytes neither leased nor in warm stock per pool.");
   reg_.AddGauge("cxlpool_pool_leases", "Live leases per pool.");
+  reg_.AddGauge("cxlpool_reserve_bytes",
+                "Warm reserve bytes per pool, by state (ready, building, retiring); all used.");
+  reg_.AddGauge("cxlpool_reserve_watermark_bytes",
+                "Warm reserve watermarks per pool (mark: low, where refills start; high, "
+                "where they stop).");
   reg_.AddGauge("cxlpool_pool_reclaiming_bytes",
                 "Bytes of released leases still being reclaimed per pool (not free yet).");
   reg_.AddGauge("cxlpool_leases", "Live leases.");
@@ -228,6 +233,21 @@ std::string DaemonMetrics::Render(const LeaseManager& leases, const ProcessFacts
     reg_.Set("cxlpool_pool_reclaiming_bytes", l, static_cast<double>(p.reclaiming_bytes));
   }
   for (const char* g : kPoolGauges) reg_.EndGaugeRefresh(g);
+  static constexpr const char* kReserveGauges[] = {"cxlpool_reserve_bytes",
+                                                   "cxlpool_reserve_watermark_bytes"};
+  for (const char* g : kReserveGauges) reg_.BeginGaugeRefresh(g);
+  for (const auto& p : leases.Pools()) {
+    if (p.backing != "memfd") continue;
+    auto set = [&](const char* g, const char* key, const char* value, uint64_t v) {
+      reg_.Set(g, Labels{{"pool", p.name}, {key, value}}, static_cast<double>(v));
+    };
+    set("cxlpool_reserve_bytes", "state", "ready", p.reserve_ready_bytes);
+    set("cxlpool_reserve_bytes", "state", "building", p.reserve_building_bytes);
+    set("cxlpool_reserve_bytes", "state", "retiring", p.reserve_retiring_bytes);
+    set("cxlpool_reserve_watermark_bytes", "mark", "low", p.reserve_low_bytes);
+    set("cxlpool_reserve_watermark_bytes", "mark", "high", p.reserve_high_bytes);
+  }
+  for (const char* g : kReserveGauges) reg_.EndGaugeRefresh(g);
   auto gauges = leases.Gauges();
   auto gauge = [&](const char* key) {
     auto it = gauges.find(key);

@@ -56,6 +56,14 @@ void ToProto(const PoolSnapshot& s, proto::PoolInfo* out) {
   if (s.movable_bytes) out->set_movable_bytes(*s.movable_bytes);
   out->set_long_term_pins(s.long_term_pins);
   out->set_long_term_pin_policy(s.long_term_pin_policy);
+  if (s.backing == "memfd") {
+    proto::PoolReserve* r = out->mutable_reserve();
+    r->set_ready_bytes(s.reserve_ready_bytes);
+    r->set_building_bytes(s.reserve_building_bytes);
+    r->set_retiring_bytes(s.reserve_retiring_bytes);
+    r->set_low_bytes(s.reserve_low_bytes);
+    r->set_high_bytes(s.reserve_high_bytes);
+  }
 }
 
 void ToProto(const QuotaUsage& q, proto::Quota* out) {

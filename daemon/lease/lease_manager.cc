@@ -187,6 +187,10 @@ void LeaseManager::Free(uint64_t id, const char* counter, std::function<void()> 
 void LeaseManager::BackingReclaimed(Pool* pool, uint64_t size) {
   pool->ReleaseLeased(size);
   Count("reclaims_done");
+  RetryWaiting();
+}
+
+void LeaseManager::RetryWaiting() {
   // Waiting allocations first (in arrival order), so new warm stock cannot
   // take the room they waited for; one that still only fits after the
   // remaining reclaims waits again.
@@ -269,7 +273,10 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
     // node's kernel zones (warm stock sits in ZONE_MOVABLE).
     const FileSystem* settle = cand.settle ? settle_fs_ : nullptr;
     if (settle == nullptr && GrantFromWarm(conn, p, pool, *size, reason, done)) return;
+    std::shared_ptr<ExtentReserve::Taken> taken =
+        settle == nullptr ? TakeFromReserve(pool, p, *size) : nullptr;
     if (!pool->TryReserve(*size)) {
+      ReturnToReserve(pool, std::move(taken));
       if (pool->FitsAfterReclaims(*size)) {
         // Room is coming back from released leases: wait for it here rather
         // than refuse, or fall back to a pool the caller did not prefer.
@@ -280,8 +287,11 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
       why.Add(PoolRoom(pool), "capacity");
       continue;
     }
-    return StartBuild(BuildJob{conn, std::move(p), std::move(done), pool, *size, std::move(reason),
-                               pool->quota_tier(), tenant, settle});
+    BuildJob job{conn,   std::move(p),      std::move(done),    pool,
+                 *size,  std::move(reason), pool->quota_tier(), tenant,
+                 settle, std::move(taken)};
+    if (job.taken && job.taken->plan.build_bytes == 0) return GrantFromReserve(std::move(job));
+    return StartBuild(std::move(job));
   }
   Refuse(done, Status(why.code, "cannot place " + HumanBytes(p.size_bytes) + ": " + why.text),
          why.first_reason);
@@ -366,6 +376,87 @@ bool LeaseManager::GrantFromWarm(ConnId conn, const AllocParams& p, Pool* pool, 
   return true;
 }
 
+std::shared_ptr<ExtentReserve::Taken> LeaseManager::TakeFromReserve(Pool* pool,
+                                                                    const AllocParams& p,
+                                                                    uint64_t size) {
+  ExtentReserve* r = pool->reserve();
+  if (r == nullptr || r->ready_bytes() == 0 || stopping_) return nullptr;
+  if (p.hugetlb && !pool->stock_is_hugetlb()) return nullptr;  // the reserve is not hugetlb
+  // A dry run first: nothing is taken (or shrunk) that the request cannot use.
+  std::vector<uint32_t> ready = r->ready_counts();
+  auto plan = PlanCut(p.size_bytes, r->page_size(), r->settings().ladder, ready, r->settings().cut);
+  if (!plan.ok() || plan->lease_bytes != size || plan->reserve_pieces() == 0) return nullptr;
+  if (p.one_extent && plan->pieces.size() > 1) return nullptr;
+  auto t = r->Take(p.size_bytes);
+  if (!t.ok()) {
+    CXLPOOL_LOG(kWarning) << pool->name() << ": taking reserve extents: " << t.status().ToString();
+    pool->RetireReserveNow();  // the extent that failed to shrink
+    return nullptr;
+  }
+  return std::make_shared<ExtentReserve::Taken>(std::move(*t));
+}
+
+void LeaseManager::ReturnToReserve(Pool* pool, std::shared_ptr<ExtentReserve::Taken> taken) {
+  if (taken == nullptr || pool->reserve() == nullptr) return;
+  pool->reserve()->Return(std::move(taken->extents));
+  // A shrunk tail cannot go back: retired here (at most one small extent),
+  // not through a refill that could take room an allocation waits for.
+  pool->RetireReserveNow();
+}
+
+LeaseManager::Extents LeaseManager::Assemble(ExtentReserve::Taken* taken, Extents built) {
+  Extents out;
+  size_t next = 0;
+  for (const CutPiece& piece : taken->plan.pieces) {
+    if (piece.source == CutPiece::Source::kReserve) {
+      CXLPOOL_CHECK(next < taken->extents.size());
+      out.push_back(LeaseBacking(std::move(taken->extents[next++])));
+    } else {
+      for (auto& b : built) out.push_back(std::move(b));
+      built.clear();
+    }
+  }
+  taken->extents.clear();
+  return out;
+}
+
+void LeaseManager::GrantFromReserve(BuildJob job) {
+  quotas_.Charge(job.owner, job.tier, job.size);
+  job.pool->CommitReserve(job.size);
+  Count("reserve_hits");
+  uint64_t id = Insert(job.conn, job.params, job.pool, job.size, Assemble(job.taken.get(), {}),
+                       true, std::move(job.reason));
+  if (!PersistGrant(id, job.done)) return;
+  const Lease& l = table_.leases().at(id);
+  job.done(Granted{Snapshot(l), l.GrantedExtents()});
+  // Only now (the reply is on the socket): refills must not compete with it.
+  Refill(job.pool);
+}
+
+ReserveRefiller* LeaseManager::RefillerOf(Pool* pool) {
+  if (pool->reserve() == nullptr) return nullptr;
+  auto it = refillers_.find(pool);
+  if (it != refillers_.end()) return it->second.get();
+  ReserveRefiller::Options o;
+  o.loop = loop_;
+  o.stock = stock_ ? *stock_ : workers_;
+  o.retire = workers_;
+  o.room = [pool] { return pool->free_bytes(); };
+  o.on_freed = [this] {
+    if (!stopping_) RetryWaiting();
+  };
+  auto rf = std::make_unique<ReserveRefiller>(pool->reserve(), std::move(o));
+  ReserveRefiller* raw = rf.get();
+  refillers_.emplace(pool, std::move(rf));
+  return raw;
+}
+
+void LeaseManager::StopReserves() {
+  for (Pool* p : pool_ptrs_) {
+    if (ReserveRefiller* rf = RefillerOf(p)) rf->Stop();
+  }
+}
+
 void LeaseManager::SetBusyHooks(BusyCharge charge, std::function<bool(uid_t)> throttled) {
   busy_charge_ = charge;
   reclaims_.set_charge(std::move(charge));
@@ -405,9 +496,11 @@ void LeaseManager::StartBuild(BuildJob job) {
   const uid_t uid = job.owner.uid;
   const uint32_t owner_builds = ++pending_builds_by_uid_[uid];
   Pool* pool = job.pool;
-  const uint64_t sz = job.size;
   const bool hugetlb = job.params.hugetlb;
   const FileSystem* settle = job.settle;
+  // With reserve extents taken, only the rest is built now.
+  const uint64_t sz = job.taken ? job.taken->plan.build_bytes : job.size;
+  if (job.taken) Count("reserve_partial_hits");
   const uint64_t max_extent = job.params.one_extent ? 0 : max_extent_;
   std::weak_ptr<bool> alive = alive_;
   // Runs on the loop once the backing is built.
@@ -464,6 +557,7 @@ void LeaseManager::StartBuild(BuildJob job) {
 }
 
 void LeaseManager::UndoBuildHold(const BuildJob& job) {
+  ReturnToReserve(job.pool, job.taken);
   job.pool->CancelReserve(job.size);
   // The charge was made against the caller at request time.
   quotas_.Uncharge(job.owner, job.tier, job.size);
@@ -505,11 +599,13 @@ void LeaseManager::FinishBuild(BuildJob job, Result<Extents> built) {
     return;
   }
   job.pool->CommitReserve(job.size);
-  uint64_t id = Insert(job.conn, job.params, job.pool, job.size, std::move(*built), false,
+  Extents extents = job.taken ? Assemble(job.taken.get(), std::move(*built)) : std::move(*built);
+  uint64_t id = Insert(job.conn, job.params, job.pool, job.size, std::move(extents), false,
                        std::move(job.reason));
   if (!PersistGrant(id, job.done)) return;
   const Lease& l = table_.leases().at(id);
   job.done(Granted{Snapshot(l), l.GrantedExtents()});
+  if (job.taken) Refill(job.pool);  // the reserve gave some of it
 }
 
 namespace {
@@ -643,8 +739,17 @@ Status LeaseManager::CheckDaemonLimits() const {
   // warm stock and libraries' own. Maps: the same leases, plus the
   // process's ordinary mappings.
   constexpr uint64_t kFdReserve = 128, kMapReserve = 1024;
-  const uint64_t per_lease =
-      table_.leases().size() + extra_extents_ + pending_builds_ + reclaims_.pending();
+  uint64_t reserve_extents = 0;  // ready, building and retiring reserve extents
+  for (const Pool* p : pool_ptrs_) {
+    if (const ExtentReserve* r = p->reserve()) {
+      for (uint32_t n : r->ready_counts()) reserve_extents += n;
+    }
+  }
+  for (const auto& [pool, rf] : refillers_) {
+    reserve_extents += rf->pending_builds() + rf->pending_retires();
+  }
+  const uint64_t per_lease = table_.leases().size() + extra_extents_ + pending_builds_ +
+                             reclaims_.pending() + reserve_extents;
   if (per_lease + conns_.size() + kFdReserve >= limits_.max_fds) {
     return Status(Code::kResourceExhausted,
                   "daemon fd limit: " + std::to_string(table_.leases().size()) +
@@ -818,6 +923,13 @@ std::vector<PoolSnapshot> LeaseManager::Pools() const {
     s.dynamic_region = p->dynamic_region();
     s.lease_count = p->lease_count();
     s.reclaiming_bytes = p->reclaiming_bytes();
+    if (const ExtentReserve* r = p->reserve()) {
+      s.reserve_ready_bytes = r->ready_bytes();
+      s.reserve_building_bytes = r->building_bytes();
+      s.reserve_retiring_bytes = r->retiring_bytes();
+      s.reserve_low_bytes = r->settings().low_bytes;
+      s.reserve_high_bytes = r->settings().high_bytes;
+    }
     s.long_term_pin_policy = LongTermPinPolicyName(p->long_term_pin_policy());
     if (const NumaNode* n = topo_->FindNode(p->numa_node());
         n != nullptr && std::string(p->backing()) == "memfd") {
@@ -835,12 +947,20 @@ std::map<std::string, uint64_t> LeaseManager::Gauges() const {
   std::map<std::string, uint64_t> g;
   g["live_leases"] = table_.leases().size();
   g["connections"] = conns_.size();
-  g["pending_builds"] = pending_builds_;
-  g["pending_reclaims"] = reclaims_.pending();
+  // Reserve refills and retirements count as builds and reclaims in flight.
+  uint64_t reserve_builds = 0, reserve_retires = 0;
+  for (const auto& [pool, rf] : refillers_) {
+    reserve_builds += rf->pending_builds();
+    reserve_retires += rf->pending_retires();
+  }
+  g["pending_builds"] = pending_builds_ + reserve_builds;
+  g["pending_reclaims"] = reclaims_.pending() + reserve_retires;
   g["waiting_allocs"] = waiting_.size();
   g["shared_leases"] = table_.names();
-  uint64_t leased = 0, warm = 0, cap = 0, reclaiming = 0;
+  uint64_t leased = 0, warm = 0, cap = 0, reclaiming = 0, ready = 0, reserve = 0;
   for (const Pool* p : pool_ptrs_) {
+    if (const ExtentReserve* r = p->reserve()) ready += r->ready_bytes();
+    reserve += p->reserve_bytes();
     leased += p->leased_bytes() + p->reserved_bytes();
     warm += p->warm_bytes();
     cap += p->capacity();
@@ -849,6 +969,8 @@ std::map<std::string, uint64_t> LeaseManager::Gauges() const {
   g["leased_bytes"] = leased;
   g["reclaiming_bytes"] = reclaiming;
   g["warm_bytes"] = warm;
+  g["reserve_bytes"] = reserve;  // ready + building + retiring
+  g["reserve_ready_bytes"] = ready;
   g["capacity_bytes"] = cap;
   // What the last start found wrong with the journal (docs/daemon.md).
   g["journal_damaged"] = restart_.health.damaged ? 1 : 0;
@@ -888,6 +1010,7 @@ void LeaseManager::Refill(Pool* pool) {
       });
     });
   }
+  if (ReserveRefiller* rf = RefillerOf(pool)) rf->Kick();
 }
 
 void LeaseManager::Shutdown() {
@@ -902,6 +1025,7 @@ void LeaseManager::Shutdown() {
   for (const auto& [id, l] : table_.leases()) ids.push_back(id);
   for (uint64_t id : ids) Free(id, "shutdown_frees");
   for (Pool* p : pool_ptrs_) p->DropAllWarm();
+  StopReserves();
 }
 
 }  // namespace cxlpool

@@ -339,6 +339,9 @@ class LeaseManager {
     std::string tier;
     Tenant owner;
     const FileSystem* settle = nullptr;
+    // Extents taken from the pool's reserve for this lease (null: none);
+    // only the plan's kBuild piece is built.
+    std::shared_ptr<ExtentReserve::Taken> taken;
   };
   void Refuse(const AllocDone& done, Status st, const char* reason = nullptr);
   Status CheckRequest(const CallerInfo& caller, const AllocParams& p) const;
@@ -349,6 +352,22 @@ class LeaseManager {
   // True when `pool` had warm stock of `size` and `done` was called.
   bool GrantFromWarm(ConnId conn, const AllocParams& p, Pool* pool, uint64_t size,
                      const std::string& reason, const AllocDone& done);
+  // The pool's reserve extents for a lease of `size`, when the reserve
+  // covers some of it and the request may take them (null otherwise).
+  std::shared_ptr<ExtentReserve::Taken> TakeFromReserve(Pool* pool, const AllocParams& p,
+                                                        uint64_t size);
+  // Extents of a grant that did not happen go back (never exposed).
+  void ReturnToReserve(Pool* pool, std::shared_ptr<ExtentReserve::Taken> taken);
+  // Grants a lease wholly made of reserve extents (room already reserved).
+  void GrantFromReserve(BuildJob job);
+  // The lease's extents in plan order: the taken ones and the `built` piece.
+  static Extents Assemble(ExtentReserve::Taken* taken, Extents built);
+  // The refiller of `pool`'s reserve (made on first use), or null.
+  ReserveRefiller* RefillerOf(Pool* pool);
+  // Waiting allocations run again (room came back).
+  void RetryWaiting();
+  // No more reserve refills; ready stock is retired (shutdown, hand-over).
+  void StopReserves();
   // Charges and reserves for `job`, then builds on a worker (or the loop).
   void StartBuild(BuildJob job);
   // On the loop: grants the built lease, places it elsewhere (a failed
@@ -487,6 +506,8 @@ class LeaseManager {
 
   // Restart support (lease_restart.cc).
   RestartState restart_;
+  // One per pool with a reserve (destroyed before the pools).
+  std::map<Pool*, std::unique_ptr<ReserveRefiller>> refillers_;
 };
 
 }  // namespace cxlpool

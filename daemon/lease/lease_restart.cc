@@ -952,6 +952,7 @@ void LeaseManager::HandOver() {
   extra_extents_ = 0;
   for (auto& [conn, c] : conns_) c.held.clear();
   for (Pool* p : pool_ptrs_) p->DropAllWarm();
+  StopReserves();
   restart_.watches.clear();
   if (restart_.grace_timer)
     static_cast<boost::asio::steady_timer*>(restart_.grace_timer.get())->cancel();

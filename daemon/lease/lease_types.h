@@ -129,6 +129,17 @@ struct PoolSnapshot {
   bool dynamic_region = false;
   uint32_t lease_count = 0;
   uint64_t reclaiming_bytes = 0;  // ended leases still being reclaimed (not free yet)
+  // The warm reserve of extents (memfd pools; pool/extent_reserve.h): ready
+  // to grant, being built, being retired (all of it used, not free), and
+  // its watermarks.
+  uint64_t reserve_ready_bytes = 0;
+  uint64_t reserve_building_bytes = 0;
+  uint64_t reserve_retiring_bytes = 0;
+  uint64_t reserve_low_bytes = 0;
+  uint64_t reserve_high_bytes = 0;
+  uint64_t reserve_bytes() const {
+    return reserve_ready_bytes + reserve_building_bytes + reserve_retiring_bytes;
+  }
   // The node's zones (memfd pools, when the topology knows them) and what a
   // long-term pin does there ("yes", "partly", "no"; "" unknown).
   std::optional<uint64_t> kernel_zone_bytes;

@@ -65,4 +65,30 @@ void Extent::Retire() {
   size_ = 0;
 }
 
+namespace {
+class ExtentBacking final : public Backing {
+ public:
+  explicit ExtentBacking(std::unique_ptr<Extent> e) : e_(std::move(e)) { e_->MarkExposed(); }
+  int fd() const override { return e_->fd(); }
+  uint64_t size_bytes() const override { return e_->size_bytes(); }
+  uint64_t page_size() const override { return e_->page_size(); }
+  const std::string& kind() const override { return e_->kind(); }
+  void* daemon_addr() const override { return e_->daemon_addr(); }
+  bool Identity(uint64_t* inode, uint64_t* dev) const override {
+    if (e_->inode() == 0) return false;
+    *inode = e_->inode();
+    *dev = e_->device();
+    return true;
+  }
+  void Reclaim() override { e_->Retire(); }
+
+ private:
+  std::unique_ptr<Extent> e_;
+};
+}  // namespace
+
+std::unique_ptr<Backing> LeaseBacking(std::unique_ptr<Extent> extent) {
+  return std::make_unique<ExtentBacking>(std::move(extent));
+}
+
 }  // namespace cxlpool

@@ -90,4 +90,9 @@ class Extent {
   bool exposed_ = false;
 };
 
+// A lease's view of an extent taken from the reserve: marks it exposed (its
+// fd is about to leave the daemon) and serves it as a Backing; Reclaim
+// retires it (never back to the reserve).
+std::unique_ptr<Backing> LeaseBacking(std::unique_ptr<Extent> extent);
+
 }  // namespace cxlpool

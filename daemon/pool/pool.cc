@@ -30,6 +30,11 @@ Pool::Pool(std::string name, int numa_node, std::string kind, std::optional<int>
 
 Pool::~Pool() = default;
 
+uint64_t Pool::reserve_bytes() const {
+  const ExtentReserve* r = reserve();
+  return r == nullptr ? 0 : r->used_bytes();
+}
+
 bool Pool::TryReserve(uint64_t bytes) {
   if (bytes > capacity_) return false;
   if (used_bytes() + bytes > capacity_ && !MakeRoom(bytes)) return false;
@@ -73,10 +78,15 @@ void Pool::ReleaseLeased(uint64_t bytes) {
 }
 
 bool Pool::FitsAfterReclaims(uint64_t bytes) const {
-  if (reclaiming_ == 0 || bytes > capacity_) return false;
+  // Reserve extents being retired come back too; ready ones MakeRoom
+  // retires; those being built stay.
+  const ExtentReserve* r = reserve();
+  const uint64_t retiring = r == nullptr ? 0 : r->retiring_bytes();
+  if ((reclaiming_ == 0 && retiring == 0) || bytes > capacity_) return false;
   uint64_t ready = 0;  // stock MakeRoom may drop; stock being built stays
   for (const auto& [size, slot] : slots_) ready += size * slot.ready.size();
-  return leased_ + reserved_ + (warm_ - ready) + bytes <= capacity_;
+  const uint64_t reserve_kept = r == nullptr ? 0 : r->building_bytes();
+  return leased_ + reserved_ + (warm_ - ready) + reserve_kept + bytes <= capacity_;
 }
 
 void Pool::SetWarmClasses(std::vector<WarmClass> classes) {
@@ -106,6 +116,7 @@ bool Pool::SetCapacity(uint64_t capacity) {
     capacity_ = old;
     return false;
   }
+  CapacityChanged();
   return true;
 }
 
@@ -171,6 +182,12 @@ void Pool::WarmBuildFailed(uint64_t size) {
 
 bool Pool::MakeRoom(uint64_t bytes) {
   if (bytes > capacity_) return false;
+  if (ExtentReserve* r = reserve(); r != nullptr && used_bytes() + bytes > capacity_) {
+    // Ready reserve extents never left the daemon: retired here, on the
+    // loop, as dropped warm stock is (their pages go back at once).
+    r->Evict(used_bytes() + bytes - capacity_);
+    RetireReserveNow();
+  }
   for (auto it = slots_.rbegin(); it != slots_.rend() && used_bytes() + bytes > capacity_; ++it) {
     auto& ready = it->second.ready;
     while (!ready.empty() && used_bytes() + bytes > capacity_) {
@@ -180,6 +197,16 @@ bool Pool::MakeRoom(uint64_t bytes) {
     }
   }
   return used_bytes() + bytes <= capacity_;
+}
+
+void Pool::RetireReserveNow() {
+  ExtentReserve* r = reserve();
+  if (r == nullptr) return;
+  for (auto& e : r->TakeRetiring()) {
+    const uint64_t n = e->size_bytes();
+    e->Retire();
+    r->Retired(n);
+  }
 }
 
 void Pool::DropAllWarm() {
@@ -203,6 +230,35 @@ MemfdPool::MemfdPool(const NumaNode& node, uint64_t capacity, const PoolConfig& 
       cfg_(cfg),
       opts_(opts) {
   SetWarmClasses(cfg.warm_stock);
+  MemfdSpec base;
+  base.numa_node = opts_.bind ? numa_node() : -1;
+  base.pin = cfg_.pin;
+  base.prefault = opts_.prefault;
+  base.thp =
+      cfg_.thp && (opts_.shmem_thp == ShmemThp::kAdvise || opts_.shmem_thp == ShmemThp::kAlways);
+  base.hugetlb = cfg_.hugetlb;
+  base.name = "cxlpool:" + name();
+  auto settings = ResolveReserve(cfg_.reserve_low, cfg_.reserve_high, capacity);
+  if (!settings.ok()) {
+    // The config reader refuses low > high; a capacity clamp cannot cause it.
+    CXLPOOL_LOG(kWarning) << name() << ": " << settings.status().message() << "; no reserve";
+    settings = ReserveSettings{};
+  }
+  reserve_ = std::make_unique<ExtentReserve>(name(), std::move(*settings), base);
+}
+
+void MemfdPool::CapacityChanged() {
+  auto s = ResolveReserve(cfg_.reserve_low, cfg_.reserve_high, capacity());
+  if (s.ok()) reserve_->Reconfigure(std::move(*s));
+}
+
+Status MemfdPool::SetReserveWatermarks(const CapacitySpec& low, const CapacitySpec& high) {
+  auto s = ResolveReserve(low, high, capacity());
+  if (!s.ok()) return s.status();
+  cfg_.reserve_low = low;
+  cfg_.reserve_high = high;
+  reserve_->Reconfigure(std::move(*s));
+  return Status::Ok();
 }
 
 Result<uint64_t> MemfdPool::RoundSize(uint64_t requested, bool hugetlb) const {

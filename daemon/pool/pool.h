@@ -5,9 +5,11 @@
 // prefaulted memfds in a few size classes.
 //
 // Accounting: used = reserved (builds in flight for leases) + leased + warm
-// (ready stock plus stock being built) + reclaiming (ended leases whose
-// memory a worker is still truncating and unmapping). Admission never lets
-// used exceed capacity.
+// (ready stock plus stock being built) + the extent reserve's bytes (ready,
+// building, retiring: pool/extent_reserve.h; memfd pools only) +
+// reclaiming (ended leases whose memory a worker is still truncating and
+// unmapping). Admission never lets used exceed capacity; it retires ready
+// reserve extents (and drops ready warm stock) to make room for a lease.
 //
 // Thread safety: accounting and warm-stock methods belong to the event-loop
 // thread. RoundSize/Build and the getters of fixed facts are const and safe
@@ -27,6 +29,7 @@
 #include "cxlpool/topology/topology.h"
 #include "pool/backing.h"
 #include "pool/devdax.h"
+#include "pool/extent_reserve.h"
 
 namespace cxlpool {
 
@@ -69,7 +72,11 @@ class Pool {
   uint64_t warm_bytes() const { return warm_; }
   uint64_t reserved_bytes() const { return reserved_; }
   uint64_t reclaiming_bytes() const { return reclaiming_; }
-  uint64_t used_bytes() const { return leased_ + warm_ + reserved_ + reclaiming_; }
+  // The extent reserve's own bytes (ready + building + retiring); 0 without one.
+  uint64_t reserve_bytes() const;
+  uint64_t used_bytes() const {
+    return leased_ + warm_ + reserved_ + reclaiming_ + reserve_bytes();
+  }
   // 0 when a moved-in lease (MoveLeaseIn) took the pool past its capacity.
   uint64_t free_bytes() const { return used_bytes() >= capacity_ ? 0 : capacity_ - used_bytes(); }
   uint32_t lease_count() const { return lease_count_; }
@@ -113,11 +120,23 @@ class Pool {
   void WarmBuildFailed(uint64_t size);             // ... or failed
   // Frees ready stock (largest first) until `bytes` fit; true if they do.
   bool MakeRoom(uint64_t bytes);
+  // Retires, here on the loop, the reserve extents queued for retirement
+  // (never exposed ones: stock, or a grant's extents that did not go out).
+  void RetireReserveNow();
   void DropAllWarm();
   uint32_t warm_ready(uint64_t size) const;
 
   // For warm stock builds: the pool's own default (no hugetlb request).
   virtual bool stock_is_hugetlb() const { return false; }
+
+  // ---- the extent reserve (event-loop thread) ----
+  // The pool's warm reserve of extents, or null (devdax pools).
+  virtual ExtentReserve* reserve() { return nullptr; }
+  virtual const ExtentReserve* reserve() const { return nullptr; }
+
+ protected:
+  // After a capacity change (percent watermarks follow it).
+  virtual void CapacityChanged() {}
 
  private:
   struct WarmSlot {
@@ -159,6 +178,11 @@ class MemfdPool final : public Pool {
   Result<uint64_t> RoundSize(uint64_t requested, bool hugetlb) const override;
   Result<std::unique_ptr<Backing>> Build(uint64_t size, bool hugetlb, BuildFor why) const override;
   bool stock_is_hugetlb() const override { return cfg_.hugetlb; }
+  ExtentReserve* reserve() override { return reserve_.get(); }
+  const ExtentReserve* reserve() const override { return reserve_.get(); }
+  // New watermarks (config reload); INVALID_ARGUMENT (nothing changed) when
+  // low > high. Ready stock above the new high watermark is retired.
+  Status SetReserveWatermarks(const CapacitySpec& low, const CapacitySpec& high);
   LongTermPinPolicy long_term_pin_policy() const override { return cfg_.long_term_pins; }
   const PoolConfig& config() const { return cfg_; }
   // Its memory is bound to its node (false for a foreign topology).
@@ -167,8 +191,10 @@ class MemfdPool final : public Pool {
  private:
   // Free 2 MiB pages on the node right now (from sysfs), or 0.
   uint64_t FreeHugepages() const;
+  void CapacityChanged() override;
   PoolConfig cfg_;
   Options opts_;
+  std::unique_ptr<ExtentReserve> reserve_;
 };
 
 // A devdax pool: a dynamic region carved per lease, or a static device

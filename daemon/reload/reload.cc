@@ -91,6 +91,19 @@ ReloadReport ApplyConfig(const DaemonConfig& next, const Topology& topo, LeaseMa
         }
       }
     }
+    if (auto* mp = dynamic_cast<MemfdPool*>(pool);
+        mp != nullptr && (now.reserve_low.ToString() != mp->config().reserve_low.ToString() ||
+                          now.reserve_high.ToString() != mp->config().reserve_high.ToString())) {
+      Status st = mp->SetReserveWatermarks(now.reserve_low, now.reserve_high);
+      if (st.ok()) {
+        r.applied.push_back(pool->name() + " reserve " +
+                            HumanBytes(mp->reserve()->settings().low_bytes) + " low, " +
+                            HumanBytes(mp->reserve()->settings().high_bytes) + " high");
+        refill = true;
+      } else {
+        r.kept.push_back(pool->name() + " reserve refused: " + st.message());
+      }
+    }
     if (!SameWarm(now.warm_stock, pool->warm_classes())) {
       pool->SetWarmClasses(now.warm_stock);
       r.applied.push_back(pool->name() + " warm stock");

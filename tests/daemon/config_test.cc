@@ -15,8 +15,10 @@ TEST(ConfigTest, EmbeddedDefaultParsesAndMatchesShippedFile) {
   EXPECT_TRUE(cfg->pool_defaults.capacity.is_percent);
   EXPECT_DOUBLE_EQ(cfg->pool_defaults.capacity.percent, 90.0);
   EXPECT_TRUE(cfg->pool_defaults.pin);
-  ASSERT_EQ(cfg->pool_defaults.warm_stock.size(), 2u);
-  EXPECT_EQ(cfg->pool_defaults.warm_stock[0].size_bytes, 2u << 20);
+  EXPECT_TRUE(cfg->pool_defaults.warm_stock.empty());
+  EXPECT_FALSE(cfg->pool_defaults.reserve_low.is_percent);
+  EXPECT_EQ(cfg->pool_defaults.reserve_low.bytes, 256ull << 20);
+  EXPECT_EQ(cfg->pool_defaults.reserve_high.bytes, 512ull << 20);
   EXPECT_EQ(cfg->socket_mode, 0660u);
   EXPECT_EQ(cfg->workers, 2u);
   EXPECT_EQ(cfg->stock_workers, 1u);
@@ -135,6 +137,28 @@ TEST(ConfigTest, MaxExtentIsBytesInWholeHugePages) {
   auto cut = ParseConfig("[daemon]\nmax_extent = \"64M\"\n", "<t>");
   ASSERT_TRUE(cut.ok()) << cut.status().ToString();
   EXPECT_EQ(cut->max_extent_bytes, 64ull << 20);
+}
+
+TEST(ConfigTest, ReserveWatermarksAreBytesOrPercentAndZeroIsNone) {
+  auto none = ParseConfig("", "<empty>");
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->pool_defaults.reserve_high.Resolve(1ull << 30), 0u);
+  auto cfg = ParseConfig(R"(
+[pools]
+reserve_low = "1%"
+reserve_high = "2%"
+[pools.node.1]
+reserve_low = 0
+reserve_high = "64M"
+)");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  EXPECT_TRUE(cfg->ForNode(0).reserve_low.is_percent);
+  EXPECT_EQ(cfg->ForNode(0).reserve_high.Resolve(1000), 20u);
+  EXPECT_EQ(cfg->ForNode(1).reserve_low.Resolve(1ull << 30), 0u);
+  EXPECT_EQ(cfg->ForNode(1).reserve_high.Resolve(1ull << 30), 64ull << 20);
+  ExpectError("[pools]\nreserve_low = \"1G\"\nreserve_high = \"512M\"\n",
+              "pools.reserve_low: must not exceed reserve_high");
+  ExpectError("[pools]\nreserve_high = \"lots\"\n", "pools.reserve_high");
 }
 
 TEST(ConfigTest, BadKeysAndValuesNameTheKey) {

@@ -192,5 +192,28 @@ TEST_F(DaemonMetricsTest, PromtoolAcceptsTheDaemonsText) {
   EXPECT_EQ(WEXITSTATUS(rc), 0);
 }
 
+TEST(DaemonMetricsReserveTest, ReserveBytesByStateAndWatermarks) {
+  DaemonConfig c = TestConfig();
+  c.pool_defaults.reserve_low = CapacitySpec{false, 0, 2 * kMiB};
+  c.pool_defaults.reserve_high = CapacitySpec{false, 0, 4 * kMiB};
+  Harness h(TwoSocketCxl(), c);
+  StepClock clock;
+  FakeFileSystem proc;
+  HandlerOptions o;
+  o.instance_id = "test";
+  o.topology_is_local = false;
+  o.clock = &clock;
+  DaemonHandler handler(h.mgr.get(), &proc, o);
+  h.mgr->StartWarmStock();
+  h.Drain();
+  std::string text = handler.MetricsText();
+  auto has = [&](const std::string& line) { return text.find(line + "\n") != std::string::npos; };
+  EXPECT_TRUE(has(R"(cxlpool_reserve_bytes{pool="node0",state="ready"} 4194304)")) << text;
+  EXPECT_TRUE(has(R"(cxlpool_reserve_bytes{pool="node0",state="building"} 0)"));
+  EXPECT_TRUE(has(R"(cxlpool_reserve_bytes{pool="node0",state="retiring"} 0)"));
+  EXPECT_TRUE(has(R"(cxlpool_reserve_watermark_bytes{mark="low",pool="node0"} 2097152)"));
+  EXPECT_TRUE(has(R"(cxlpool_reserve_watermark_bytes{mark="high",pool="node0"} 4194304)"));
+}
+
 }  // namespace
 }  // namespace cxlpool

@@ -5,7 +5,9 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <boost/asio/thread_pool.hpp>
+#include <cstring>
 
 #include "cxlpool/common/page_census.h"
 #include "test_util.h"
@@ -38,9 +40,12 @@ Result<std::vector<ConnId>> RevokeNow(Harness& h, ConnId conn, uint64_t id) {
 // Used bytes never exceed any pool's capacity, reclaiming included.
 void ExpectNoOvercommit(Harness& h) {
   for (const auto& p : h.mgr->Pools()) {
-    EXPECT_EQ(p.capacity_bytes, p.leased_bytes + p.warm_bytes + p.reclaiming_bytes + p.free_bytes)
+    EXPECT_EQ(p.capacity_bytes,
+              p.leased_bytes + p.warm_bytes + p.reserve_bytes() + p.reclaiming_bytes + p.free_bytes)
         << p.name;
-    EXPECT_LE(p.leased_bytes + p.warm_bytes + p.reclaiming_bytes, p.capacity_bytes) << p.name;
+    EXPECT_LE(p.leased_bytes + p.warm_bytes + p.reserve_bytes() + p.reclaiming_bytes,
+              p.capacity_bytes)
+        << p.name;
   }
 }
 
@@ -374,6 +379,133 @@ TEST(LeaseManagerTest, WarmStockServesExactSizesAndCountsAgainstCapacity) {
   EXPECT_EQ(pool.leased_bytes, 0u);
   EXPECT_EQ(pool.warm_bytes, 8 * kMiB);
   EXPECT_GE(h.mgr->Counters()["warm_hits"], 1u);
+}
+
+DaemonConfig ReserveConfig(uint64_t low, uint64_t high) {
+  DaemonConfig c = TestConfig();
+  c.pool_defaults.reserve_low = CapacitySpec{false, 0, low};
+  c.pool_defaults.reserve_high = CapacitySpec{false, 0, high};
+  return c;
+}
+
+// Every byte of `fd`'s `size` bytes, mapped: true when all are `value`.
+bool AllBytesAre(int fd, uint64_t size, unsigned char value) {
+  void* m = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  if (m == MAP_FAILED) return false;
+  const auto* b = static_cast<const unsigned char*>(m);
+  bool all = std::all_of(b, b + size, [value](unsigned char c) { return c == value; });
+  munmap(m, size);
+  return all;
+}
+
+TEST(LeaseManagerReserveTest, AnySizeIsServedFromTheReserveWithoutABuild) {
+  Harness h(TwoSocketCxl(64 * kMiB), ReserveConfig(8 * kMiB, 16 * kMiB));
+  h.Connect(1);
+  h.mgr->StartWarmStock();
+  h.Drain();
+  auto pool = h.Pool("node0");
+  EXPECT_EQ(pool.reserve_ready_bytes, 16 * kMiB);
+  EXPECT_EQ(pool.reserve_low_bytes, 8 * kMiB);
+  EXPECT_EQ(pool.reserve_high_bytes, 16 * kMiB);
+  EXPECT_EQ(pool.free_bytes, 48 * kMiB) << "the reserve is used memory";
+  // 5 MiB + 8 KiB: two 2 MiB extents and a tail of one shrunk to 1 MiB + 8 KiB,
+  // answered on the request path (no build).
+  const uint64_t size = 5 * kMiB + 8192;
+  auto out = h.AllocOnRequestPath(1, size, 0);
+  ASSERT_TRUE(out.has_value()) << "a reserve grant answers on the request path";
+  ASSERT_TRUE(out->ok()) << out->status().ToString();
+  const Granted& g = **out;
+  EXPECT_EQ(g.lease.size_bytes, size);
+  ASSERT_EQ(g.extents.size(), 3u);
+  EXPECT_EQ(FdSize(g.extents[0].fd), static_cast<off_t>(2 * kMiB));
+  EXPECT_EQ(FdSize(g.extents[1].fd), static_cast<off_t>(2 * kMiB));
+  EXPECT_EQ(FdSize(g.extents[2].fd), static_cast<off_t>(kMiB + 8192));
+  EXPECT_EQ(h.mgr->pending_builds(), 0u);
+  EXPECT_EQ(h.mgr->Counters()["reserve_hits"], 1u);
+  pool = h.Pool("node0");
+  EXPECT_EQ(pool.leased_bytes, size);
+  ExpectNoOvercommit(h);
+  // Below the low watermark now (16 - 6 = 10 > 8: not yet); a second grant
+  // takes it below, and the refill brings it back to the high one.
+  auto more = h.Alloc(1, 6 * kMiB, 0);
+  ASSERT_TRUE(more.ok()) << more.status().ToString();
+  h.Drain();
+  EXPECT_EQ(h.Pool("node0").reserve_ready_bytes, 16 * kMiB);
+  ExpectNoOvercommit(h);
+  // Beyond what the reserve has: the reserve's extents plus one built piece.
+  auto big = h.Alloc(1, 20 * kMiB, 0);
+  ASSERT_TRUE(big.ok()) << big.status().ToString();
+  EXPECT_GT(big->extents.size(), 1u);
+  uint64_t sum = 0;
+  for (const auto& e : big->extents) sum += static_cast<uint64_t>(FdSize(e.fd));
+  EXPECT_EQ(sum, 20 * kMiB);
+  EXPECT_EQ(h.mgr->Counters()["reserve_partial_hits"], 1u);
+  // A small lease below the shrink threshold stays one exact-size memfd.
+  auto small = h.Alloc(1, 100 * 1024, 0);
+  ASSERT_TRUE(small.ok());
+  ASSERT_EQ(small->extents.size(), 1u);
+  EXPECT_EQ(FdSize(small->fd()), static_cast<off_t>(100 * 1024)) << "built at its exact size";
+  h.mgr->Disconnect(1);
+  h.Drain();
+  pool = h.Pool("node0");
+  EXPECT_EQ(pool.leased_bytes, 0u);
+  EXPECT_EQ(pool.reserve_retiring_bytes, 0u);
+  EXPECT_EQ(pool.reserve_ready_bytes, 16 * kMiB);
+  ExpectNoOvercommit(h);
+}
+
+TEST(LeaseManagerReserveTest, NoByteOfOneTenantReachesTheNext) {
+  Harness h(TwoSocketCxl(32 * kMiB), ReserveConfig(16 * kMiB, 16 * kMiB));
+  h.Connect(1, 1000);
+  h.Connect(2, 2000);
+  h.mgr->StartWarmStock();
+  h.Drain();
+  ASSERT_EQ(h.Pool("node0").reserve_ready_bytes, 16 * kMiB);
+  auto a = h.Alloc(1, 16 * kMiB, 0);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  std::vector<ino_t> first;
+  for (const auto& e : a->extents) {
+    const uint64_t n = static_cast<uint64_t>(FdSize(e.fd));
+    void* m = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, e.fd, 0);
+    ASSERT_NE(m, MAP_FAILED);
+    memset(m, 0xA5, n);
+    munmap(m, n);
+    struct stat st;
+    ASSERT_EQ(fstat(e.fd, &st), 0);
+    first.push_back(st.st_ino);
+  }
+  ASSERT_TRUE(h.mgr->Release(1, a->lease.id).ok());
+  h.Drain();  // retired, refilled with fresh memfds
+  ASSERT_EQ(h.Pool("node0").reserve_ready_bytes, 16 * kMiB);
+  auto b = h.Alloc(2, 16 * kMiB, 0);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  for (const auto& e : b->extents) {
+    struct stat st;
+    ASSERT_EQ(fstat(e.fd, &st), 0);
+    EXPECT_EQ(std::count(first.begin(), first.end(), st.st_ino), 0)
+        << "an exposed extent was handed out again";
+    EXPECT_TRUE(AllBytesAre(e.fd, static_cast<uint64_t>(FdSize(e.fd)), 0));
+  }
+}
+
+TEST(LeaseManagerReserveTest, AdmissionRetiresReadyReserveToMakeRoom) {
+  Harness h(TwoSocketCxl(16 * kMiB), ReserveConfig(8 * kMiB, 8 * kMiB));
+  h.Connect(1);
+  h.mgr->StartWarmStock();
+  h.Drain();
+  ASSERT_EQ(h.Pool("node0").reserve_ready_bytes, 8 * kMiB);
+  // One built lease that needs all 16 MiB with one_extent: the reserve makes room.
+  AllocParams p{.size_bytes = 16 * kMiB, .numa_node = 0, .strict = true};
+  p.one_extent = true;
+  auto g = h.Alloc(1, std::move(p));
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(g->extents.size(), 1u);
+  EXPECT_EQ(h.Pool("node0").reserve_bytes(), 0u);
+  ExpectNoOvercommit(h);
+  ASSERT_TRUE(h.mgr->Release(1, g->lease.id).ok());
+  h.Drain();
+  EXPECT_EQ(h.Pool("node0").reserve_ready_bytes, 8 * kMiB) << "refilled once the room is back";
+  ExpectNoOvercommit(h);
 }
 
 TEST(LeaseManagerTest, WarmClassLargerThanThePoolIsSkippedOthersAreBuilt) {

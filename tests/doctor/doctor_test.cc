@@ -45,7 +45,7 @@ struct Fixture {
 TEST(DoctorTest, HealthyNodeIsAllOk) {
   Fixture f;
   auto out = RunDoctor(f.fs, f.topo, f.in);
-  EXPECT_EQ(out.size(), 10u);
+  EXPECT_EQ(out.size(), 11u);
   for (const auto& x : out) EXPECT_EQ(x.severity, Severity::kOk) << x.check << ": " << x.summary;
   EXPECT_EQ(WorstSeverity(out), Severity::kOk);
 }
@@ -113,6 +113,27 @@ TEST(DoctorTest, DamagedJournalIsAnError) {
   EXPECT_NE(j.remedy.find("leases.journal.damaged"), std::string::npos);
   f.in.daemon_journal_damaged.reset();  // an older daemon
   EXPECT_EQ(Get(RunDoctor(f.fs, f.topo, f.in), "journal").severity, Severity::kInfo);
+}
+
+TEST(DoctorTest, ReserveTooBigOrStarvedIsAWarning) {
+  Fixture f;
+  EXPECT_EQ(Get(RunDoctor(f.fs, f.topo, f.in), "reserve").severity, Severity::kOk);  // no daemon
+  const uint64_t g = 1ull << 30;
+  f.in.reserves = std::vector<DoctorInputs::Reserve>{{"node0", 64 * g, g / 2, 0, g / 4, g / 2}};
+  Finding ok = Get(RunDoctor(f.fs, f.topo, f.in), "reserve");
+  EXPECT_EQ(ok.severity, Severity::kOk) << ok.summary;
+  (*f.in.reserves)[0].high_bytes = 20 * g;  // a third of the pool
+  Finding big = Get(RunDoctor(f.fs, f.topo, f.in), "reserve");
+  EXPECT_EQ(big.severity, Severity::kWarning);
+  EXPECT_NE(big.summary.find("node0"), std::string::npos) << big.summary;
+  EXPECT_NE(big.remedy.find("reserve_high"), std::string::npos);
+  (*f.in.reserves)[0].high_bytes = g / 2;
+  (*f.in.reserves)[0].ready_bytes = 0;  // below low, nothing building
+  Finding starved = Get(RunDoctor(f.fs, f.topo, f.in), "reserve");
+  EXPECT_EQ(starved.severity, Severity::kWarning);
+  EXPECT_NE(starved.summary.find("not refilling"), std::string::npos) << starved.summary;
+  (*f.in.reserves)[0].building_bytes = g / 2;  // refilling: fine
+  EXPECT_EQ(Get(RunDoctor(f.fs, f.topo, f.in), "reserve").severity, Severity::kOk);
 }
 
 TEST(DoctorTest, SocketPermissions) {

@@ -47,11 +47,9 @@ uint64_t Total(const std::vector<uint64_t>& v) {
   return t;
 }
 
-// The daemon's warm reserve, in the one place that knows the config keys:
-// today's daemon keeps warm stock per size class.
-std::string ReserveToml() {
-  return "warm_stock = [{ size = \"2M\", count = 4 }, { size = \"32M\", count = 1 }]\n";
-}
+// The daemon's warm reserve (40 MiB of extents), in the one place that knows
+// the config keys.
+std::string ReserveToml() { return "reserve_low = \"40M\"\nreserve_high = \"40M\"\n"; }
 
 std::string Config(uint64_t capacity) {
   std::ostringstream c;

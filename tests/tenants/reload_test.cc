@@ -98,6 +98,41 @@ TEST_F(ReloadTest, GoodConfigAppliesWithoutDroppingLeases) {
   EXPECT_EQ(h_.Alloc(2, p).status().code(), Code::kResourceExhausted);
 }
 
+TEST_F(ReloadTest, ReserveWatermarksApplyAtOnce) {
+  auto r = Reload(R"(
+[pools]
+capacity = "100%"
+pin = false
+thp = false
+reserve_low = "4M"
+reserve_high = "8M"
+[pools.node.1]
+reserve_high = "25%"
+)");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  std::string applied;
+  for (const auto& a : r->applied) applied += a + "\n";
+  EXPECT_NE(applied.find("node0 reserve 4.0 MiB low, 8.0 MiB high"), std::string::npos) << applied;
+  h_.Drain();  // refills
+  EXPECT_EQ(h_.Pool("node0").reserve_ready_bytes, 8 * kMiB);
+  EXPECT_EQ(h_.Pool("node1").reserve_high_bytes, 16 * kMiB) << "25% of 64 MiB";
+  EXPECT_EQ(h_.Pool("node1").reserve_ready_bytes, 16 * kMiB);
+  // Lower: ready stock above the new high watermark is retired.
+  r = Reload(R"(
+[pools]
+capacity = "100%"
+pin = false
+thp = false
+reserve_low = "2M"
+reserve_high = "2M"
+)");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  h_.Drain();
+  EXPECT_EQ(h_.Pool("node0").reserve_ready_bytes, 2 * kMiB);
+  EXPECT_EQ(h_.Pool("node1").reserve_ready_bytes, 2 * kMiB);
+  EXPECT_EQ(h_.Pool("node0").reserve_retiring_bytes, 0u);
+}
+
 TEST_F(ReloadTest, CapacityBelowLeasedIsKeptAndRestartKeysReported) {
   ASSERT_TRUE(h_.Alloc(1, 6 * kMiB, 1).ok());
   auto r = Reload(R"(

@@ -248,33 +248,17 @@ std::string MakeTempDir(const char* prefix) {
 }
 
 // The daemon's warm reserve of `bytes`, as [pools] keys: the one place that
-// knows how the daemon is told. Today's daemon keeps warm stock per size
-// class (`warm_stock`), so a reserve is one class per granule of the extent
-// ladder (2 MiB, 32 MiB, then 1 GiB ones for the rest), each only as large
-// as the bytes allow; it serves requests of exactly those sizes. A daemon
-// with a reserve in bytes takes `reserve_low` / `reserve_high` instead.
-std::vector<std::pair<uint64_t, int>> ReserveClasses(uint64_t bytes) {
-  std::vector<std::pair<uint64_t, int>> out;
-  uint64_t left = bytes;
-  for (uint64_t g : {2 * kMiB, 32 * kMiB}) {
-    if (left < g) break;
-    out.push_back({g, 1});
-    left -= g;
-  }
-  if (left >= kGiB) out.push_back({kGiB, static_cast<int>(left / kGiB)});
-  return out;
-}
-
+// knows how the daemon is told. Refilled after every grant (low = high), so
+// each sample finds it full once the daemon is idle; warm-stock classes, if
+// any, beside it.
 std::string ReserveToml(const DaemonConfig& c) {
-  std::vector<std::pair<uint64_t, int>> stock = c.warm_stock;
-  for (const auto& cls : ReserveClasses(c.reserve_bytes)) stock.push_back(cls);
   std::ostringstream t;
   t << "warm_stock = [";
-  for (size_t i = 0; i < stock.size(); ++i) {
-    t << (i ? ", " : "") << "{ size = \"" << stock[i].first / kKiB
-      << "K\", count = " << stock[i].second << " }";
+  for (size_t i = 0; i < c.warm_stock.size(); ++i) {
+    t << (i ? ", " : "") << "{ size = \"" << c.warm_stock[i].first / kKiB
+      << "K\", count = " << c.warm_stock[i].second << " }";
   }
-  t << "]\n";
+  t << "]\nreserve_low = " << c.reserve_bytes << "\nreserve_high = " << c.reserve_bytes << "\n";
   return t.str();
 }
 

@@ -129,7 +129,11 @@ void RunMix(const Options& o, const MixSpec& spec, Report* r) {
     c[0] = 1;
     c[size - 1] = 1;
     auto after = ctl->GetStats();
-    if (after.ok() && CounterOf(*after, "warm_hits") > CounterOf(*before, "warm_hits")) ++warm;
+    // A grant wholly from warm stock or from the warm reserve.
+    auto hits = [](const proto::StatsReply& x) {
+      return CounterOf(x, "warm_hits") + CounterOf(x, "reserve_hits");
+    };
+    if (after.ok() && hits(*after) > hits(*before)) ++warm;
     if (thp && size >= 2 * kMiB) {
       ++huge_sized;
       auto m = SmapsField(lease->data(), lease->size(), "ShmemPmdMapped");
@@ -335,7 +339,9 @@ void RunP1u(const Options& o, Report* r) {
   }
   if (Status s = ctl->WaitIdle(); s.ok()) {
     auto st = ctl->GetStats();
-    if (st.ok()) warm = static_cast<int>(CounterOf(*st, "warm_hits"));
+    if (st.ok()) {
+      warm = static_cast<int>(CounterOf(*st, "warm_hits") + CounterOf(*st, "reserve_hits"));
+    }
   }
   cxlpool_disconnect(c);
   if (!error.empty()) return r->Skip("P1u", "cxlpool_alloc 2 MiB", error);

@@ -35,7 +35,8 @@ void RunP1(const Options& o, Report* r) {
           ? std::vector<SizePlan>{{2 * kMiB, 200, 100}, {8 * kMiB, 50, 20}, {32 * kMiB, 20, 10}}
           : std::vector<SizePlan>{{2 * kMiB, 2000, 1000}, {64 * kMiB, 200, 100}, {kGiB, 20, 10}};
   DaemonConfig cfg;
-  for (const SizePlan& p : plan) cfg.warm_stock.push_back({p.size, 1});
+  // A warm reserve of one lease of each size, refilled after every grant.
+  for (const SizePlan& p : plan) cfg.reserve_bytes += p.size;
   DaemonProc daemon;
   auto sock = PhaseSocket(o, cfg, &daemon);
   if (!sock.ok()) return r->Skip("P1", "grant latency", sock.status().ToString());

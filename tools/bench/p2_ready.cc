@@ -26,7 +26,7 @@ void RunVariant(const Options& o, Pages b, uint64_t size, int samples, Report* r
   std::string metric = "ready " + HumanSize(size) + " " + PagesName(b);
   std::string thp_mode = ReadFirstLine("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
   if (b == Pages::kHugetlb) {
-    uint64_t need = size / (2 * kMiB) * 2;  // the lease and its warm refill
+    uint64_t need = size / (2 * kMiB) * 2;  // the lease and the reserve's refill
     uint64_t have = FreeHugepages(o.node);
     if (have < need) {
       return r->Skip("P2", metric,
@@ -42,7 +42,9 @@ void RunVariant(const Options& o, Pages b, uint64_t size, int samples, Report* r
   DaemonConfig cfg;
   cfg.thp = b == Pages::kThp;
   cfg.hugetlb = b == Pages::kHugetlb;
-  cfg.warm_stock = {{size, 1}};
+  // A warm reserve of the lease's size, refilled after every grant: the
+  // lease is cut from it whole.
+  cfg.reserve_bytes = (size + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB);
   DaemonProc daemon;
   auto sock = PhaseSocket(o, cfg, &daemon);
   if (!sock.ok()) return r->Skip("P2", metric, sock.status().ToString());
@@ -71,7 +73,10 @@ void RunVariant(const Options& o, Pages b, uint64_t size, int samples, Report* r
     if (!lease.ok()) return r->Skip("P2", metric, "allocate: " + lease.status().ToString());
     auto after = ctl->GetStats();
     if (!after.ok()) return r->Skip("P2", metric, after.status().ToString());
-    if (CounterOf(*after, "warm_hits") > CounterOf(*before, "warm_hits")) ++warm;
+    if (CounterOf(*after, "warm_hits") > CounterOf(*before, "warm_hits") ||
+        CounterOf(*after, "reserve_hits") > CounterOf(*before, "reserve_hits")) {
+      ++warm;
+    }
     backing = lease->info().backing;
     if (b == Pages::kThp) {
       auto pmd = SmapsField(lease->data(), lease->size(), "ShmemPmdMapped");
@@ -97,7 +102,7 @@ void RunVariant(const Options& o, Pages b, uint64_t size, int samples, Report* r
     x.goal = 0.02;
   }
   x.note = "median of " + std::to_string(samples) + "; " + std::to_string(warm) + "/" +
-           std::to_string(samples) + " from warm stock; backing " + backing;
+           std::to_string(samples) + " from the warm reserve; backing " + backing;
   if (b == Pages::kThp) {
     if (pmd_min == 0 || backing != "memfd-thp") {
       x.note += "; THP FELL BACK to 4 KiB pages (ShmemPmdMapped " + std::to_string(pmd_min / kKiB) +

@@ -62,7 +62,13 @@ int RunDoctor(const DoctorOptions& o) {
     proto::PoolsReply pools;
     if (conn->Call(proto::PoolsRequest(), &pools).ok()) {
       in.pooled_nodes.emplace();
+      in.reserves.emplace();
       for (const auto& p : pools.pools()) {
+        if (p.has_reserve()) {
+          const proto::PoolReserve& r = p.reserve();
+          in.reserves->push_back({p.name(), p.capacity_bytes(), r.ready_bytes(), r.building_bytes(),
+                                  r.low_bytes(), r.high_bytes()});
+        }
         if (p.backing() != "devdax") in.pool_capacity_bytes += p.capacity_bytes();
         if (p.backing() != "devdax") in.pooled_nodes->push_back(p.numa_node());
       }

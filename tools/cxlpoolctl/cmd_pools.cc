@@ -35,7 +35,26 @@ nlohmann::ordered_json PoolJson(const proto::PoolInfo& p) {
   j["long_term_pins"] = p.long_term_pins().empty() ? nlohmann::ordered_json(nullptr)
                                                    : nlohmann::ordered_json(p.long_term_pins());
   j["long_term_pin_policy"] = p.long_term_pin_policy();
+  if (p.has_reserve()) {
+    const proto::PoolReserve& r = p.reserve();
+    j["reserve"] = {{"ready_bytes", r.ready_bytes()},
+                    {"building_bytes", r.building_bytes()},
+                    {"retiring_bytes", r.retiring_bytes()},
+                    {"low_bytes", r.low_bytes()},
+                    {"high_bytes", r.high_bytes()}};
+  } else {
+    j["reserve"] = nullptr;
+  }
   return j;
+}
+
+// "ready/high" of the warm reserve ("+building" while it refills), or "-".
+std::string ReserveCell(const proto::PoolInfo& p) {
+  if (!p.has_reserve()) return "-";
+  const proto::PoolReserve& r = p.reserve();
+  std::string s = HumanBytes(r.ready_bytes()) + "/" + HumanBytes(r.high_bytes());
+  if (r.building_bytes() > 0) s += " +" + HumanBytes(r.building_bytes());
+  return s;
 }
 
 // "yes", "partly", "no" or "?", and the node's override when it has one.
@@ -62,15 +81,15 @@ int RunPools(const ConnOptions& o) {
     std::cout << JsonText(out) << "\n";
     return kExitOk;
   }
-  Table t({"POOL", "NODE", "KIND", "TIER", "CAPACITY", "LEASED", "WARM", "FREE", "PAGE", "BACKING",
-           "LEASES", "MOVABLE", "LT-PINS"});
+  Table t({"POOL", "NODE", "KIND", "TIER", "CAPACITY", "LEASED", "WARM", "RESERVE", "FREE", "PAGE",
+           "BACKING", "LEASES", "MOVABLE", "LT-PINS"});
   for (const auto& p : rep.pools()) {
     std::string backing = p.backing();
     if (p.backing() == "devdax") backing += p.dynamic_region() ? " (dynamic)" : " (static, whole)";
     t.Add({p.name(), p.numa_node() >= 0 ? std::to_string(p.numa_node()) : "-", p.kind(),
            p.has_memory_tier() ? std::to_string(p.memory_tier()) : "-",
            HumanBytes(p.capacity_bytes()), HumanBytes(p.leased_bytes()), HumanBytes(p.warm_bytes()),
-           HumanBytes(p.free_bytes()), HumanBytes(p.page_size()), backing,
+           ReserveCell(p), HumanBytes(p.free_bytes()), HumanBytes(p.page_size()), backing,
            std::to_string(p.lease_count()),
            p.has_movable_bytes() ? HumanBytes(p.movable_bytes()) : "-", PinsCell(p)});
   }
@@ -78,13 +97,15 @@ int RunPools(const ConnOptions& o) {
   std::cout << "LT-PINS: does a long-term pin (CUDA registration, RDMA) keep pages on the node: "
                "yes; partly (only in its kernel zones); no (ZONE_MOVABLE only: such leases go "
                "elsewhere)\n";
+  std::cout << "RESERVE: warm reserve extents ready / high watermark (+ being built); used "
+               "memory, not free\n";
   return kExitOk;
 }
 
 }  // namespace
 
 Command MakePoolsCommand() {
-  return {"pools", "Show the daemon's pools: capacity, leased, warm stock, free",
+  return {"pools", "Show the daemon's pools: capacity, leased, warm stock, reserve, free",
           [](CLI::App* app) -> std::function<int()> {
             auto o = std::make_shared<ConnOptions>();
             AddConnOptions(app, o.get());

@@ -298,6 +298,51 @@ Finding CheckNvidiaDriver(const FileSystem& fs) {
   return f;
 }
 
+std::string Join(const std::vector<std::string>& parts, const char* sep) {
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : sep) + p;
+  return out;
+}
+
+// The warm reserve is pinned memory no lease outside it can use: warn when
+// it is a large share of a pool, and when one sits below its low watermark
+// with nothing being built (its builds fail, or the pool has no room).
+Finding CheckReserve(const DoctorInputs& in) {
+  Finding f{"reserve", Severity::kOk, "", ""};
+  if (!in.reserves) {
+    f.summary = "daemon not reachable: warm reserve not checked";
+    return f;
+  }
+  std::vector<std::string> big, starved, fine;
+  for (const auto& r : *in.reserves) {
+    if (r.capacity_bytes > 0 && r.high_bytes > r.capacity_bytes / 4) {
+      big.push_back(r.pool + " (high " + HumanBytes(r.high_bytes) + " of " +
+                    HumanBytes(r.capacity_bytes) + ")");
+    } else if (r.low_bytes > 0 && r.ready_bytes < r.low_bytes && r.building_bytes == 0) {
+      starved.push_back(r.pool + " (" + HumanBytes(r.ready_bytes) + " ready, low " +
+                        HumanBytes(r.low_bytes) + ")");
+    } else {
+      fine.push_back(r.pool + " " + HumanBytes(r.ready_bytes) + "/" + HumanBytes(r.high_bytes));
+    }
+  }
+  if (!big.empty()) {
+    f.severity = Severity::kWarning;
+    f.summary = "warm reserve above a quarter of the pool: " + Join(big, ", ") +
+                "; that memory is pinned and no lease beyond the reserve can use it";
+    f.remedy = "lower reserve_high (and reserve_low) in [pools] or [pools.node.N] of cxlpoold.toml";
+  } else if (!starved.empty()) {
+    f.severity = Severity::kWarning;
+    f.summary = "warm reserve below its low watermark and not refilling: " + Join(starved, ", ") +
+                "; grants build on the request path";
+    f.remedy =
+        "check the daemon log for failed reserve builds, and `cxlpoolctl pools` for room in "
+        "the pool (a full pool cannot refill)";
+  } else {
+    f.summary = fine.empty() ? "no memfd pools" : "warm reserve: " + Join(fine, ", ");
+  }
+  return f;
+}
+
 }  // namespace
 
 const char* SeverityName(Severity s) {
@@ -324,7 +369,8 @@ std::vector<Finding> RunDoctor(const FileSystem& fs, const Topology& topo, const
           CheckDumpable(in),
           CheckJournal(in),
           CheckSocket(in),
-          CheckNvidiaDriver(fs)};
+          CheckNvidiaDriver(fs),
+          CheckReserve(in)};
 }
 
 Severity WorstSeverity(const std::vector<Finding>& findings) {

@@ -57,6 +57,16 @@ struct DoctorInputs {
   std::optional<bool> daemon_journal_damaged;
   uint64_t daemon_journal_skipped_bytes = 0;
   uint64_t daemon_journal_dropped_tail_bytes = 0;
+  // Each memfd pool's warm reserve (when the daemon answered POOLS).
+  struct Reserve {
+    std::string pool;
+    uint64_t capacity_bytes = 0;
+    uint64_t ready_bytes = 0;
+    uint64_t building_bytes = 0;
+    uint64_t low_bytes = 0;
+    uint64_t high_bytes = 0;
+  };
+  std::optional<std::vector<Reserve>> reserves;
 };
 
 // Runs every check. `topo` supplies node kinds and zones (DiscoverTopology:
