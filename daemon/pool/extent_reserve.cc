@@ -193,9 +193,11 @@ std::vector<uint64_t> ExtentReserve::PlanRefill(uint64_t room) {
   if (stopped_) return out;
   uint64_t have = ready_bytes_ + building_bytes_;
   if (!refilling_ && have <= settings_.low_bytes) refilling_ = true;
-  // Small extents: topped up whenever one is missing.
+  // Small extents: a class down to half its target is topped up (each
+  // refill wakes a stock thread and then the loop: batched by two).
   for (size_t i = 0; i < small_.size(); ++i) {
     Level& l = small_[i];
+    if (2 * (l.ready.size() + l.building) > small_targets_[i]) continue;
     while (l.ready.size() + l.building < small_targets_[i] && l.failures < kMaxBuildFailures &&
            l.granule <= room && have + l.granule <= settings_.high_bytes) {
       ++l.building;

@@ -25,8 +25,8 @@
 //   * Small extents: a few prebuilt extents of each small class below the
 //     smallest granule (extent_cut.h, SmallClasses: 4 KiB .. 1 MiB), so a
 //     lease (or tail) under 2 MiB is one of them shrunk to its exact size,
-//     with no build on the request path. They are topped up whenever one is
-//     taken (no watermark hysteresis: they are cheap) and take the place of
+//     with no build on the request path. A class down to half its target
+//     is topped up, whatever the watermarks (they are cheap); they take the place of
 //     some of the smallest granule's extents (at most a quarter of them:
 //     none in a reserve below 64 MiB on the default ladder); their bytes
 //     count as ready like any other.

@@ -559,18 +559,29 @@ TEST_F(ExtentReserveTest, SmallLeaseIsAShrunkPrebuiltExtentWithNoBuild) {
   EXPECT_EQ(::ftruncate(e.fd(), 128 * kKiB), -1) << "cannot grow back to what was cut off";
   ExpectClientView(e.fd(), e.size_bytes(), 0);
   EXPECT_EQ(r.ready_bytes(), ready - 128 * kKiB);
-  // Far above the low watermark (0), yet the missing one is rebuilt.
+  // Far above the low watermark (0), the class is topped up once it is down
+  // to half its target (3 left: not yet; 2 left: two builds).
+  EXPECT_TRUE(r.PlanRefill(UINT64_MAX).empty());
+  auto t2 = r.Take(100 * kKiB);
+  ASSERT_TRUE(t2.ok());
   auto plan = r.PlanRefill(UINT64_MAX);
-  EXPECT_EQ(plan, (std::vector<uint64_t>{128 * kKiB}));
-  for (uint64_t g : plan) r.BuildFailed(g);
+  EXPECT_EQ(plan, (std::vector<uint64_t>{128 * kKiB, 128 * kKiB}));
+  for (uint64_t g : plan) {
+    auto built = Extent::Create(r.BuildSpec(g, true));
+    ASSERT_TRUE(built.ok());
+    r.Built(std::move(*built));
+  }
+  r.Return(std::move(t2->extents));  // shrunk, never exposed: still retired
+  EXPECT_EQ(r.small_ready_counts()[5], 4u);
+  EXPECT_EQ(r.retiring_bytes(), 100 * kKiB);
   // An exposed small extent is retired, never restocked.
   e.MarkExposed();
   r.Return(std::move(t->extents));
-  EXPECT_EQ(r.retiring_bytes(), 26 * 4096u);
-  EXPECT_EQ(r.small_ready_counts()[5], 3u);
+  EXPECT_EQ(r.retiring_bytes(), 100 * kKiB + 26 * 4096u);
+  EXPECT_EQ(r.small_ready_counts()[5], 4u);
   // Eviction takes them last: every ladder extent (12 x 2 MiB, 32 MiB) first.
   EXPECT_EQ(r.Evict(ready - 8 * kMiB), 56 * kMiB);
-  EXPECT_EQ(r.small_ready_counts()[5], 3u);
+  EXPECT_EQ(r.small_ready_counts()[5], 4u);
   r.DropAll();
   EXPECT_EQ(r.ready_bytes(), 0u);
 }

@@ -476,7 +476,13 @@ TEST(LeaseManagerReserveTest, SmallLeaseIsAPrebuiltSmallExtentShrunkOnTheRequest
   EXPECT_EQ(h.mgr->Counters()["reserve_hits"], 1u);
   EXPECT_EQ(h.mgr->Counters()["warm_misses"], 0u) << "nothing built for it";
   EXPECT_EQ(h.Pool("node0").reserve_ready_bytes, ready - 128 * kMiB / 1024);
-  // The small stock is topped up at once (far above the low watermark).
+  // Far above the low watermark, the class is topped up once it is down to
+  // half its target (4): a second lease of its size.
+  h.Drain();
+  EXPECT_EQ(h.Pool("node0").reserve_ready_bytes, ready - 128 * kMiB / 1024);
+  auto second = h.Alloc(1, 120 * 1024, 0);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(h.mgr->Counters()["reserve_hits"], 2u);
   h.Drain();
   EXPECT_EQ(h.Pool("node0").reserve_ready_bytes, ready);
   h.mgr->Disconnect(1);
