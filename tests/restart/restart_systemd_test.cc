@@ -126,8 +126,13 @@ struct ReapAtExit {
   ~ReapAtExit() { KillAndReap(pid); }
 };
 
+bool WaitHello(const std::string& sock) {
+  return PollUntil([&] { return RawClient::Connect(sock, "probe", 2000).ok(); }, 10000, 5);
+}
+
 // A cxlpoold to start the way systemd would: its config in a temp dir, a
-// socket there, a state directory, and a fake notification socket.
+// socket there, a state directory, and a fake notification socket. Killed
+// and reaped when it goes, also on a failed ASSERT.
 struct SystemdDaemon {
   explicit SystemdDaemon(const char* config) : notify(dir.path + "/notify") {
     conf = dir.path + "/cxlpoold.toml";
@@ -138,7 +143,17 @@ struct SystemdDaemon {
     args = {"--foreground",      "--socket",       sock, "--config", conf, "--state-dir",
             dir.path + "/state", "--grace-period", "60s"};
   }
+  ~SystemdDaemon() { KillAndReap(pid); }
   bool ok() const { return !dir.path.empty() && written && notify.ok(); }
+  // (Re)starts it with the fd store entries `pass` handed over, and waits
+  // until it answers HELLO.
+  bool Start(const std::vector<std::pair<std::string, int>>& pass = {}) {
+    KillAndReap(pid);
+    pid = SpawnLikeSystemd(args, notify.path(), pass);
+    return pid > 0 && WaitHello(sock);
+  }
+  void Kill() { KillAndReap(pid); }
+  pid_t pid = -1;
   TempDir dir{"restart"};
   FakeNotify notify;
   std::string conf;
@@ -147,19 +162,13 @@ struct SystemdDaemon {
   bool written = false;
 };
 
-bool WaitHello(const std::string& sock) {
-  return PollUntil([&] { return RawClient::Connect(sock, "probe", 2000).ok(); }, 10000, 5);
-}
-
 TEST(RestartSystemdTest, FdStoreGivesLeasesBackWithoutAnyClientReclaim) {
   testsupport::SkipWithoutDaemon();
   SystemdDaemon s(kRestartConfig);
   ASSERT_TRUE(s.ok());
+  ASSERT_TRUE(s.Start());
   const std::string& sock = s.sock;
   FakeNotify& notify = s.notify;
-  pid_t d = SpawnLikeSystemd(s.args, notify.path(), {});
-  ReapAtExit reap_d{d};
-  ASSERT_TRUE(WaitHello(sock));
 
   // A holder that never reclaims (raw protocol, no library).
   std::optional<RawClient> c;
@@ -192,9 +201,7 @@ TEST(RestartSystemdTest, FdStoreGivesLeasesBackWithoutAnyClientReclaim) {
       << "cxlpoold did not push " << name << " to the fd store";
   EXPECT_GE(notify.ready, 1);
 
-  KillAndReap(d);
-  d = SpawnLikeSystemd(s.args, notify.path(), {{name, notify.store[name].get()}});
-  ASSERT_TRUE(WaitHello(sock));
+  ASSERT_TRUE(s.Start({{name, notify.store[name].get()}}));
   {
     auto admin = RawClient::Connect(sock, "fdstore-check");
     ASSERT_TRUE(admin.ok());
@@ -225,7 +232,7 @@ TEST(RestartSystemdTest, FdStoreGivesLeasesBackWithoutAnyClientReclaim) {
       },
       10000, 5))
       << last;
-  KillAndReap(d);
+  s.Kill();
 }
 
 // A lease of three extents (daemon.max_extent = 2M): one store entry per
@@ -235,11 +242,9 @@ TEST(RestartSystemdTest, FdStoreKeepsEveryExtentOfALease) {
   testsupport::SkipWithoutDaemon();
   SystemdDaemon s(kExtentConfig);
   ASSERT_TRUE(s.ok());
+  ASSERT_TRUE(s.Start());
   const std::string& sock = s.sock;
   FakeNotify& notify = s.notify;
-  pid_t d = SpawnLikeSystemd(s.args, notify.path(), {});
-  ReapAtExit reap_d{d};
-  ASSERT_TRUE(WaitHello(sock));
   std::optional<RawClient> c;
   std::vector<UniqueFd> fds;
   Helper holder([&](char cmd) -> uint64_t {
@@ -271,13 +276,10 @@ TEST(RestartSystemdTest, FdStoreKeepsEveryExtentOfALease) {
       },
       10000, 2))
       << "cxlpoold did not push every extent to the fd store";
-  KillAndReap(d);
   // Handed back out of order: the names say which extent each fd is.
-  d = SpawnLikeSystemd(s.args, notify.path(),
-                       {{names[2], notify.store[names[2]].get()},
-                        {names[0], notify.store[names[0]].get()},
-                        {names[1], notify.store[names[1]].get()}});
-  ASSERT_TRUE(WaitHello(sock));
+  ASSERT_TRUE(s.Start({{names[2], notify.store[names[2]].get()},
+                       {names[0], notify.store[names[0]].get()},
+                       {names[1], notify.store[names[1]].get()}}));
   {
     auto admin = RawClient::Connect(sock, "fdstore-check");
     ASSERT_TRUE(admin.ok());
@@ -306,7 +308,7 @@ TEST(RestartSystemdTest, FdStoreKeepsEveryExtentOfALease) {
       },
       10000, 5))
       << last;
-  KillAndReap(d);
+  s.Kill();
 }
 
 TEST(RestartSystemdTest, SocketActivationServesTheFirstClient) {
