@@ -62,6 +62,47 @@ uint64_t Inode(int fd) {
   return ::fstat(fd, &st) == 0 ? st.st_ino : 0;
 }
 
+// `n` memfds of `size` bytes each: the fds, their numbers and inodes.
+struct Memfds {
+  Memfds(size_t n, uint64_t size) {
+    for (size_t i = 0; i < n; ++i) {
+      fds.push_back(Memfd(size));
+      raw.push_back(fds.back().get());
+      inodes.push_back(Inode(raw.back()));
+    }
+  }
+  std::vector<UniqueFd> fds;
+  std::vector<int> raw;
+  std::vector<uint64_t> inodes;
+};
+
+// Sends every planned frame over `sock` as request `rid`, each with its
+// share of `raw`, on a thread of its own.
+std::thread SendPlanned(int sock, uint64_t rid, const std::vector<PlannedFrame>& frames,
+                        const std::vector<int>& raw) {
+  return std::thread([sock, rid, &frames, &raw] {
+    for (const PlannedFrame& f : frames) {
+      std::span<const int> part(raw.data() + f.first_fd, f.fd_count);
+      ASSERT_TRUE(SendFrame(sock, f.type, rid, f.payload, part, 5000).ok());
+    }
+  });
+}
+
+// An EXTENT_FDS frame (or one of `type`) with `fds` fresh memfds.
+Frame ExtentFdsFrame(uint64_t lease, uint32_t first, uint32_t count, size_t fds, uint64_t rid,
+                     proto::MsgType type = proto::MSG_EXTENT_FDS) {
+  proto::ExtentFds m;
+  m.set_lease_id(lease);
+  m.set_first_extent(first);
+  m.set_count(count);
+  Frame f;
+  f.header.type = type;
+  f.header.request_id = rid;
+  f.payload = *Encode(m);
+  for (size_t i = 0; i < fds; ++i) f.fds.push_back(Memfd(4096));
+  return f;
+}
+
 TEST(PlaceExtents, AddsUpOrSaysWhy) {
   auto p = PlaceExtents(Lease(1, {32 * kMiB, 2 * kMiB, 2 * kMiB, 8192}));
   ASSERT_TRUE(p.ok()) << p.status().ToString();
@@ -160,14 +201,7 @@ TEST(ReclaimRequest, SplitsOneLeaseOverFramesAndComesBackWhole) {
   const size_t n = 150;
   proto::ReclaimRequest req;
   *req.add_leases() = Lease(11, std::vector<uint64_t>(n, 8192));
-  std::vector<UniqueFd> fds;
-  std::vector<int> raw;
-  std::vector<uint64_t> inodes;
-  for (size_t i = 0; i < n; ++i) {
-    fds.push_back(Memfd(8192));
-    raw.push_back(fds.back().get());
-    inodes.push_back(Inode(raw.back()));
-  }
+  Memfds m(n, 8192);
   auto frames = PlanReclaimRequest(req, n, 64);
   ASSERT_TRUE(frames.ok()) << frames.status().ToString();
   ASSERT_EQ(frames->size(), 3u);  // 64 + 64 + 22
@@ -177,12 +211,7 @@ TEST(ReclaimRequest, SplitsOneLeaseOverFramesAndComesBackWhole) {
   EXPECT_EQ((*frames)[2].first_fd, 128u);
   EXPECT_EQ((*frames)[2].fd_count, 22u);
   const int before = OpenFds();
-  std::thread sender([&] {
-    for (const PlannedFrame& f : *frames) {
-      std::span<const int> part(raw.data() + f.first_fd, f.fd_count);
-      ASSERT_TRUE(SendFrame(a.get(), f.type, 3, f.payload, part, 5000).ok());
-    }
-  });
+  std::thread sender = SendPlanned(a.get(), 3, *frames, m.raw);
   RecvLimits limits;
   limits.max_fds = 64;
   auto first = RecvFrame(b.get(), limits, 5000);
@@ -201,7 +230,7 @@ TEST(ReclaimRequest, SplitsOneLeaseOverFramesAndComesBackWhole) {
   EXPECT_EQ(whole.type(), proto::MSG_RECLAIM_REQUEST);
   EXPECT_EQ(whole.request_id(), 3u);
   ASSERT_EQ(whole.fds.size(), n);
-  for (size_t i = 0; i < n; ++i) EXPECT_EQ(Inode(whole.fds[i].get()), inodes[i]) << i;
+  for (size_t i = 0; i < n; ++i) EXPECT_EQ(Inode(whole.fds[i].get()), m.inodes[i]) << i;
   proto::ReclaimRequest back;
   ASSERT_TRUE(Decode(whole.payload, &back).ok());
   EXPECT_EQ(back.leases(0).extents_size(), static_cast<int>(n));
@@ -239,16 +268,7 @@ TEST(ReclaimRequest, FramesThatDoNotAddUpArePROTOCOLAndCloseEveryFd) {
     return f;
   };
   auto more = [](uint64_t lease, uint32_t first, uint32_t count, size_t fds) {
-    proto::ExtentFds m;
-    m.set_lease_id(lease);
-    m.set_first_extent(first);
-    m.set_count(count);
-    Frame f;
-    f.header.type = proto::MSG_EXTENT_FDS;
-    f.header.request_id = 9;
-    f.payload = *Encode(m);
-    for (size_t i = 0; i < fds; ++i) f.fds.push_back(Memfd(4096));
-    return f;
+    return ExtentFdsFrame(lease, first, count, fds, 9);
   };
   const int before = OpenFds();
   auto start_fails = [&](Frame f, const std::string& needle) {
@@ -296,24 +316,13 @@ TEST(LeaseReplyAssembler, PutsFdsBackInOrderOverASocket) {
   const size_t n = 300;
   std::vector<uint64_t> sizes(n, 8192);
   proto::LeaseInfo l = Lease(7, sizes);
-  std::vector<UniqueFd> fds;
-  std::vector<int> raw;
-  std::vector<uint64_t> inodes;
-  for (size_t i = 0; i < n; ++i) {
-    fds.push_back(Memfd(8192));
-    raw.push_back(fds.back().get());
-    inodes.push_back(Inode(raw.back()));
-  }
+  Memfds m(n, 8192);
+  const std::vector<uint64_t>& inodes = m.inodes;
   auto frames = PlanLeaseReply(proto::MSG_ALLOC_REPLY, l, n, 128);
   ASSERT_TRUE(frames.ok());
   ASSERT_EQ(frames->size(), 3u);
   const int before = OpenFds();
-  std::thread sender([&] {
-    for (const PlannedFrame& f : *frames) {
-      std::span<const int> part(raw.data() + f.first_fd, f.fd_count);
-      ASSERT_TRUE(SendFrame(a.get(), f.type, 9, f.payload, part, 5000).ok());
-    }
-  });
+  std::thread sender = SendPlanned(a.get(), 9, *frames, m.raw);
   RecvLimits limits;
   limits.max_fds = kHardMaxFdsPerFrame;
   auto first = RecvFrame(b.get(), limits, 5000);
@@ -356,16 +365,7 @@ class AssemblerErrors : public ::testing::Test {
   }
   static Frame More(uint64_t lease, uint32_t first, uint32_t count, size_t fds, uint64_t rid = 5,
                     proto::MsgType type = proto::MSG_EXTENT_FDS) {
-    proto::ExtentFds m;
-    m.set_lease_id(lease);
-    m.set_first_extent(first);
-    m.set_count(count);
-    Frame f;
-    f.header.type = type;
-    f.header.request_id = rid;
-    f.payload = *Encode(m);
-    for (size_t i = 0; i < fds; ++i) f.fds.push_back(Memfd(4096));
-    return f;
+    return ExtentFdsFrame(lease, first, count, fds, rid, type);
   }
   // Every fd made for the frames is closed once the assembler fails and is gone.
   void ExpectStartFails(const std::function<Frame()>& make, const std::string& needle) {

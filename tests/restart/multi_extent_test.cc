@@ -41,6 +41,15 @@ using testsupport::RawClient;
 
 constexpr uint64_t kLeaseBytes = 7 * kMiB + 5000;  // 2M + 2M + 2M + (1M + 8K)
 
+// Lease `id` as the daemon on `socket` lists it; NOT_FOUND when it does not.
+Result<proto::LeaseInfo> Listed(const std::string& socket, uint64_t id) {
+  auto a = Snapshot(socket);
+  if (!a.ok()) return a.status();
+  auto it = a->leases.find(id);
+  if (it == a->leases.end()) return Status(Code::kNotFound, "lease not listed");
+  return it->second;
+}
+
 // A connection that says it takes one fd per frame, so every extent after
 // the first comes on its own MSG_EXTENT_FDS frame.
 struct OneFdPerFrame {
@@ -141,12 +150,9 @@ TEST_F(MultiExtentTest, OneRangeAcrossExtentsSurvivesASigkill) {
   });
   auto id = w.Ask('a');
   ASSERT_TRUE(id && *id);
-  {
-    auto a = Snapshot(sock);
-    ASSERT_TRUE(a.ok());
-    ASSERT_TRUE(a->leases.count(*id));
-    EXPECT_EQ(a->leases[*id].size_bytes(), 7 * kMiB + 8192);
-  }
+  auto listed = Listed(sock, *id);
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_EQ(listed->size_bytes(), 7 * kMiB + 8192);
   EXPECT_EQ(w.Ask('v'), 1u);
   daemon_.Kill();
   ASSERT_TRUE(daemon_.Restart().ok());
@@ -344,12 +350,9 @@ TEST_F(ManyExtentsTest, ALeaseOfMoreExtentsThanOneFrameCarriesSurvivesASigkill) 
   });
   auto id = w.Ask('a');
   ASSERT_TRUE(id && *id);
-  {
-    auto a = Snapshot(sock);
-    ASSERT_TRUE(a.ok());
-    ASSERT_TRUE(a->leases.count(*id));
-    ASSERT_EQ(a->leases[*id].extents_size(), kManyExtents);
-  }
+  auto listed = Listed(sock, *id);
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->extents_size(), kManyExtents);
   daemon_.Kill();
   ASSERT_TRUE(daemon_.Restart().ok());
   // The watcher hands all 131 extents back on a RECLAIM and two EXTENT_FDS
@@ -357,12 +360,10 @@ TEST_F(ManyExtentsTest, ALeaseOfMoreExtentsThanOneFrameCarriesSurvivesASigkill) 
   std::string last;
   bool back = HeldAgainByOne(sock, *id, w.pid(), &last);
   ASSERT_TRUE(back) << last;
-  {
-    auto a = Snapshot(sock);
-    ASSERT_TRUE(a.ok());
-    EXPECT_EQ(a->leases[*id].extents_size(), kManyExtents);
-    EXPECT_EQ(a->leases[*id].size_bytes(), 130 * 2 * kMiB + 8192);
-  }
+  listed = Listed(sock, *id);
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_EQ(listed->extents_size(), kManyExtents);
+  EXPECT_EQ(listed->size_bytes(), 130 * 2 * kMiB + 8192);
   EXPECT_EQ(w.Ask('v'), 1u);  // same mapping, same data, not revoked
   EXPECT_EQ(w.Ask('x'), 1u);
   ExpectBaseline();

@@ -153,6 +153,33 @@ struct SystemdDaemon {
     return pid > 0 && WaitHello(sock);
   }
   void Kill() { KillAndReap(pid); }
+  // The daemon's accounting, once it is out of its grace period (all its
+  // memory back). UNAVAILABLE while in it.
+  Result<testsupport::Accounting> ReadOutOfGrace() const {
+    auto admin = RawClient::Connect(sock, "fdstore-check");
+    if (!admin.ok()) return admin.status();
+    if (admin->hello().in_grace_period()) {
+      return Status(Code::kUnavailable, "still in its grace period");
+    }
+    return testsupport::ReadAccounting(*admin);
+  }
+  // Waits until the daemon holds no lease and none of `names` is left in
+  // its fd store; `*last` says what was seen last.
+  bool WaitAllGone(const std::vector<std::string>& names, std::string* last) {
+    return PollUntil(
+        [&] {
+          auto admin = RawClient::Connect(sock, "fdstore-check");
+          if (!admin.ok()) return false;
+          auto a = testsupport::ReadAccounting(*admin);
+          if (!a.ok()) return false;
+          notify.Drain();
+          size_t stored = 0;
+          for (const auto& n : names) stored += notify.store.count(n);
+          *last = std::to_string(a->leases.size()) + " leases, store has " + std::to_string(stored);
+          return a->leases.empty() && a->Gauge("leased_bytes") == 0 && stored == 0;
+        },
+        10000, 5);
+  }
   pid_t pid = -1;
   TempDir dir{"restart"};
   FakeNotify notify;
@@ -203,11 +230,8 @@ TEST(RestartSystemdTest, FdStoreGivesLeasesBackWithoutAnyClientReclaim) {
 
   ASSERT_TRUE(s.Start({{name, notify.store[name].get()}}));
   {
-    auto admin = RawClient::Connect(sock, "fdstore-check");
-    ASSERT_TRUE(admin.ok());
-    EXPECT_FALSE(admin->hello().in_grace_period());  // the memory is already back
-    auto a = testsupport::ReadAccounting(*admin);
-    ASSERT_TRUE(a.ok());
+    auto a = s.ReadOutOfGrace();  // the memory is already back
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
     ASSERT_TRUE(a->leases.count(*id));
     EXPECT_EQ(a->leases.at(*id).owner_pid(), static_cast<uint32_t>(holder.pid()));
     EXPECT_EQ(a->Counter("restart_adopted"), 1u);
@@ -219,19 +243,7 @@ TEST(RestartSystemdTest, FdStoreGivesLeasesBackWithoutAnyClientReclaim) {
   // and frees the lease, removing it from the fd store too.
   holder.Kill();
   std::string last;
-  EXPECT_TRUE(PollUntil(
-      [&] {
-        auto admin = RawClient::Connect(sock, "fdstore-check");
-        if (!admin.ok()) return false;
-        auto a = testsupport::ReadAccounting(*admin);
-        if (!a.ok()) return false;
-        notify.Drain();
-        last = std::to_string(a->leases.size()) + " leases, store has " +
-               std::to_string(notify.store.count(name));
-        return a->leases.empty() && a->Gauge("leased_bytes") == 0 && notify.store.count(name) == 0;
-      },
-      10000, 5))
-      << last;
+  EXPECT_TRUE(s.WaitAllGone({name}, &last)) << last;
   s.Kill();
 }
 
@@ -281,11 +293,8 @@ TEST(RestartSystemdTest, FdStoreKeepsEveryExtentOfALease) {
                        {names[0], notify.store[names[0]].get()},
                        {names[1], notify.store[names[1]].get()}}));
   {
-    auto admin = RawClient::Connect(sock, "fdstore-check");
-    ASSERT_TRUE(admin.ok());
-    EXPECT_FALSE(admin->hello().in_grace_period());
-    auto a = testsupport::ReadAccounting(*admin);
-    ASSERT_TRUE(a.ok());
+    auto a = s.ReadOutOfGrace();
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
     ASSERT_TRUE(a->leases.count(*id));
     EXPECT_EQ(a->leases.at(*id).extents_size(), 3);
     EXPECT_EQ(a->Counter("restart_adopted"), 1u);
@@ -294,20 +303,7 @@ TEST(RestartSystemdTest, FdStoreKeepsEveryExtentOfALease) {
   }
   holder.Kill();
   std::string last;
-  EXPECT_TRUE(PollUntil(
-      [&] {
-        auto admin = RawClient::Connect(sock, "fdstore-check");
-        if (!admin.ok()) return false;
-        auto a = testsupport::ReadAccounting(*admin);
-        if (!a.ok()) return false;
-        notify.Drain();
-        size_t stored = 0;
-        for (const auto& n : names) stored += notify.store.count(n);
-        last = std::to_string(a->leases.size()) + " leases, store has " + std::to_string(stored);
-        return a->leases.empty() && a->Gauge("leased_bytes") == 0 && stored == 0;
-      },
-      10000, 5))
-      << last;
+  EXPECT_TRUE(s.WaitAllGone(names, &last)) << last;
   s.Kill();
 }
 
