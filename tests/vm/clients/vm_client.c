@@ -11,7 +11,10 @@
  *       --touch-mib limits the pattern to the first M MiB (CXL under TCG is
  *       slow). A devdax lease's pages are device memory, which move_pages
  *       cannot place; its node is the DAX device's target_node, which the
- *       guest script checks in sysfs.
+ *       guest script checks in sysfs. --expect-extents N: the lease's range
+ *       holds exactly N file mappings (/proc/self/maps: one memfd per
+ *       extent), and every page of each is on the node (move_pages per
+ *       extent), printed as "<tag> EXTENT i ...".
  *   cxlpool-vm-client refuse --size B --node N
  *       A strict lease that must be refused with ERESOURCE_EXHAUSTED.
  *   cxlpool-vm-client share-write NAME --size B [--node N]
@@ -35,7 +38,8 @@
  *       again (AFTER), then cxlpool_lease_verify() (VERIFY). --expect-node:
  *       every page on N before and after, nothing moved. --expect-moved-to:
  *       every page on N after the pin, and the library (and so the daemon)
- *       says so. --expect-refused: the strict request must be refused with
+ *       says so. --expect-extents N: as for place, before and after the
+ *       pin. --expect-refused: the strict request must be refused with
  *       EUNSUPPORTED naming ZONE_MOVABLE and a daxctl remedy. --hold: print
  *       "READY <id>" and keep the pin until a line on stdin, then release.
  *   cxlpool-vm-client leak --uid-a U --uid-b U [--node N]
@@ -78,6 +82,7 @@ typedef struct {
   int expect_moved_to;        /* pin: -1, or the node the pin must move the pages to */
   int expect_refused;         /* pin: the strict request must be refused */
   int hold;                   /* pin: wait for a line on stdin before releasing */
+  int expect_extents;         /* place, pin: the lease's file mappings; 0: not checked */
   int uid_a, uid_b;           /* leak: the two tenants */
 } Args;
 
@@ -86,7 +91,7 @@ static int Usage(void) {
           "usage: cxlpool-vm-client place|refuse|share-write|share-read|hold|pin|leak [NAME]\n"
           "       [--socket P]\n"
           "       [--size B] [--node N] [--tier LIST] [--strict] [--expect-node N]\n"
-          "       [--expect-backing B] [--expect-size B] [--touch-mib M]\n"
+          "       [--expect-backing B] [--expect-size B] [--touch-mib M] [--expect-extents N]\n"
           "       pin: [--no-pin-flag] [--expect-moved-to N] [--expect-refused] [--hold]\n"
           "       leak: --uid-a U --uid-b U\n");
   return 2;
@@ -147,6 +152,50 @@ static int PagesOn(void* p, uint64_t len, int node) {
   char tag[32];
   snprintf(tag, sizeof tag, "PAGES want=%d", node);
   return CountNodes(tag, p, len) == node;
+}
+
+/* The lease's extents as the kernel maps them: the file mappings (memfds) in
+ * [p, p+len) from /proc/self/maps, in address order. Each must lie inside
+ * the range, the range must be covered without a gap, there must be `want`
+ * of them, and every page of each on `node` (CountNodes per mapping). */
+static int ExtentsOn(const char* tag, void* p, uint64_t len, int node, int want) {
+  FILE* f = fopen("/proc/self/maps", "r");
+  if (f == NULL) {
+    fprintf(stderr, "/proc/self/maps: %s\n", strerror(errno));
+    return 0;
+  }
+  const uint64_t lo = (uint64_t)(uintptr_t)p, hi = lo + len;
+  uint64_t covered = lo;
+  int count = 0, ok = 1;
+  char line[512];
+  while (fgets(line, sizeof line, f) != NULL) {
+    unsigned long start = 0, end = 0, inode = 0;
+    if (sscanf(line, "%lx-%lx %*s %*s %*s %lu", &start, &end, &inode) != 3) continue;
+    if (end <= lo || start >= hi || inode == 0) continue;
+    if (start != covered) {
+      fprintf(stderr, "%s: extent %d starts at +%lu, expected +%" PRIu64 "\n", tag, count,
+              start - (unsigned long)lo, covered - lo);
+      ok = 0;
+    }
+    /* A mapping may run past the lease's size to its page-rounded end. */
+    uint64_t stop = end < hi ? end : hi;
+    char t[96];
+    snprintf(t, sizeof t, "%s EXTENT %d +%lu size=%" PRIu64, tag, count, start - (unsigned long)lo,
+             (uint64_t)(end - start));
+    if (CountNodes(t, (void*)(uintptr_t)start, stop - start) != node) ok = 0;
+    covered = end;
+    ++count;
+  }
+  fclose(f);
+  if (covered < hi) {
+    fprintf(stderr, "%s: the extents end at +%" PRIu64 " of %" PRIu64 "\n", tag, covered - lo, len);
+    ok = 0;
+  }
+  if (count != want) {
+    fprintf(stderr, "%s: %d extents mapped, expected %d\n", tag, count, want);
+    ok = 0;
+  }
+  return ok;
 }
 
 /* Prints the daemon's view of the lease; copies its backing into `backing`. */
@@ -211,6 +260,9 @@ static int Place(cxlpool_client* c, const Args* a) {
     printf("PAGES devdax: device memory, node from the DAX device's target_node\n");
   } else {
     ok = ok && PagesOn(p, n, node);
+    if (a->expect_extents > 0) {
+      ok = ExtentsOn("PLACE", p, cxlpool_lease_size(l), node, a->expect_extents) && ok;
+    }
   }
   if (a->expect_size != 0 && cxlpool_lease_size(l) != a->expect_size) {
     fprintf(stderr, "lease size %" PRIu64 ", expected %" PRIu64 "\n", cxlpool_lease_size(l),
@@ -305,12 +357,22 @@ static int Pin(cxlpool_client* c, const Args* a) {
   uint64_t n = cxlpool_lease_size(l);
   for (uint64_t i = 0; i < n; ++i) p[i] = Pattern(i, 0x71);
   int before = CountNodes("BEFORE", p, n);
+  int extents_ok = 1;
+  if (a->expect_extents > 0) {
+    extents_ok =
+        ExtentsOn("BEFORE", p, n, a->expect_node >= 0 ? a->expect_node : placed, a->expect_extents);
+  }
   int ring = VmLongTermPin(p, (size_t)n);
   if (ring < 0) {
     cxlpool_release(l);
     return 1;
   }
   int after = CountNodes("AFTER", p, n);
+  if (a->expect_extents > 0) {
+    int want = a->expect_moved_to >= 0 ? a->expect_moved_to
+                                       : (a->expect_node >= 0 ? a->expect_node : placed);
+    extents_ok = ExtentsOn("AFTER", p, n, want, a->expect_extents) && extents_ok;
+  }
   cxlpool_lease_placement pl;
   memset(&pl, 0, sizeof pl);
   pl.struct_size = sizeof pl;
@@ -327,7 +389,7 @@ static int Pin(cxlpool_client* c, const Args* a) {
          info.moved_reason ? info.moved_reason : "");
   uint64_t bad = 0;
   for (uint64_t i = 0; i < n; ++i) bad += p[i] != Pattern(i, 0x71);
-  int ok = rc == CXLPOOL_OK && bad == 0;
+  int ok = rc == CXLPOOL_OK && bad == 0 && extents_ok;
   if (bad != 0) fprintf(stderr, "%" PRIu64 " bytes read back wrong after the pin\n", bad);
   if (a->expect_node >= 0) {
     if (before != a->expect_node || after != a->expect_node || placed != a->expect_node ||
@@ -553,6 +615,8 @@ int main(int argc, char** argv) {
       a.expect_node = atoi(val);
     } else if (strcmp(opt, "--expect-moved-to") == 0) {
       a.expect_moved_to = atoi(val);
+    } else if (strcmp(opt, "--expect-extents") == 0) {
+      a.expect_extents = atoi(val);
     } else if (strcmp(opt, "--uid-a") == 0) {
       a.uid_a = atoi(val);
     } else if (strcmp(opt, "--uid-b") == 0) {
