@@ -34,7 +34,8 @@
  *       A lease asked for with CXLPOOL_ALLOC_LONG_TERM_PIN (unless
  *       --no-pin-flag), written, its pages counted per node (BEFORE), then
  *       pinned long-term with io_uring IORING_REGISTER_BUFFERS (raw
- *       syscalls, as cuMemHostRegister and RDMA pin: FOLL_LONGTERM), counted
+ *       syscalls, as cuMemHostRegister and RDMA pin: FOLL_LONGTERM; one
+ *       buffer per extent, as io_uring takes no buffer over two files), counted
  *       again (AFTER), then cxlpool_lease_verify() (VERIFY). --expect-node:
  *       every page on N before and after, nothing moved. --expect-moved-to:
  *       every page on N after the pin, and the library (and so the daemon)
@@ -154,40 +155,55 @@ static int PagesOn(void* p, uint64_t len, int node) {
   return CountNodes(tag, p, len) == node;
 }
 
-/* The lease's extents as the kernel maps them: the file mappings (memfds) in
- * [p, p+len) from /proc/self/maps, in address order. Each must lie inside
- * the range, the range must be covered without a gap, there must be `want`
- * of them, and every page of each on `node` (CountNodes per mapping). */
-static int ExtentsOn(const char* tag, void* p, uint64_t len, int node, int want) {
+/* The file mappings (memfds: a lease's extents) in [p, p+len), from
+ * /proc/self/maps in address order, clipped to the range; at most `max`.
+ * Returns how many, or -1 when /proc/self/maps cannot be read. */
+static int FileMappingsIn(void* p, uint64_t len, struct iovec* out, int max) {
   FILE* f = fopen("/proc/self/maps", "r");
-  if (f == NULL) {
-    fprintf(stderr, "/proc/self/maps: %s\n", strerror(errno));
-    return 0;
-  }
+  if (f == NULL) return -1;
   const uint64_t lo = (uint64_t)(uintptr_t)p, hi = lo + len;
-  uint64_t covered = lo;
-  int count = 0, ok = 1;
+  int count = 0;
   char line[512];
-  while (fgets(line, sizeof line, f) != NULL) {
+  while (count < max && fgets(line, sizeof line, f) != NULL) {
     unsigned long start = 0, end = 0, inode = 0;
     if (sscanf(line, "%lx-%lx %*s %*s %*s %lu", &start, &end, &inode) != 3) continue;
     if (end <= lo || start >= hi || inode == 0) continue;
-    if (start != covered) {
-      fprintf(stderr, "%s: extent %d starts at +%lu, expected +%" PRIu64 "\n", tag, count,
-              start - (unsigned long)lo, covered - lo);
-      ok = 0;
-    }
-    /* A mapping may run past the lease's size to its page-rounded end. */
-    uint64_t stop = end < hi ? end : hi;
-    char t[96];
-    snprintf(t, sizeof t, "%s EXTENT %d +%lu size=%" PRIu64, tag, count, start - (unsigned long)lo,
-             (uint64_t)(end - start));
-    if (CountNodes(t, (void*)(uintptr_t)start, stop - start) != node) ok = 0;
-    covered = end;
+    uint64_t a = start > lo ? start : lo, b = end < hi ? end : hi;
+    out[count].iov_base = (void*)(uintptr_t)a;
+    out[count].iov_len = (size_t)(b - a);
     ++count;
   }
   fclose(f);
-  if (covered < hi) {
+  return count;
+}
+
+/* The lease's extents as the kernel maps them (FileMappingsIn): back to
+ * back over the whole range, `want` of them, and every page of each on
+ * `node` (CountNodes per mapping). */
+static int ExtentsOn(const char* tag, void* p, uint64_t len, int node, int want) {
+  enum { kMaxExtents = 1024 };
+  static struct iovec m[kMaxExtents];
+  int count = FileMappingsIn(p, len, m, kMaxExtents);
+  if (count < 0) {
+    fprintf(stderr, "/proc/self/maps: %s\n", strerror(errno));
+    return 0;
+  }
+  const uint64_t lo = (uint64_t)(uintptr_t)p;
+  uint64_t covered = lo;
+  int ok = 1;
+  for (int i = 0; i < count; ++i) {
+    const uint64_t start = (uint64_t)(uintptr_t)m[i].iov_base;
+    if (start != covered) {
+      fprintf(stderr, "%s: extent %d starts at +%" PRIu64 ", expected +%" PRIu64 "\n", tag, i,
+              start - lo, covered - lo);
+      ok = 0;
+    }
+    char t[96];
+    snprintf(t, sizeof t, "%s EXTENT %d +%" PRIu64 " size=%zu", tag, i, start - lo, m[i].iov_len);
+    if (CountNodes(t, m[i].iov_base, m[i].iov_len) != node) ok = 0;
+    covered = start + m[i].iov_len;
+  }
+  if (covered != lo + len) {
     fprintf(stderr, "%s: the extents end at +%" PRIu64 " of %" PRIu64 "\n", tag, covered - lo, len);
     ok = 0;
   }
@@ -362,7 +378,12 @@ static int Pin(cxlpool_client* c, const Args* a) {
     extents_ok =
         ExtentsOn("BEFORE", p, n, a->expect_node >= 0 ? a->expect_node : placed, a->expect_extents);
   }
-  int ring = VmLongTermPin(p, (size_t)n);
+  /* One io_uring buffer per extent (per file mapping): a buffer over
+   * several files is EINVAL. */
+  enum { kMaxPinned = 1024 };
+  static struct iovec iov[kMaxPinned];
+  int nio = FileMappingsIn(p, n, iov, kMaxPinned);
+  int ring = nio > 0 ? VmLongTermPinIov(iov, (unsigned)nio) : VmLongTermPin(p, (size_t)n);
   if (ring < 0) {
     cxlpool_release(l);
     return 1;
