@@ -383,8 +383,7 @@ std::shared_ptr<ExtentReserve::Taken> LeaseManager::TakeFromReserve(Pool* pool,
   if (r == nullptr || r->ready_bytes() == 0 || stopping_) return nullptr;
   if (p.hugetlb && !pool->stock_is_hugetlb()) return nullptr;  // the reserve is not hugetlb
   // A dry run first: nothing is taken (or shrunk) that the request cannot use.
-  std::vector<uint32_t> ready = r->ready_counts();
-  auto plan = PlanCut(p.size_bytes, r->page_size(), r->settings().ladder, ready, r->settings().cut);
+  auto plan = r->Plan(p.size_bytes);
   if (!plan.ok() || plan->lease_bytes != size || plan->reserve_pieces() == 0) return nullptr;
   if (p.one_extent && plan->pieces.size() > 1) return nullptr;
   auto t = r->Take(p.size_bytes);
@@ -742,7 +741,7 @@ Status LeaseManager::CheckDaemonLimits() const {
   uint64_t reserve_extents = 0;  // ready, building and retiring reserve extents
   for (const Pool* p : pool_ptrs_) {
     if (const ExtentReserve* r = p->reserve()) {
-      for (uint32_t n : r->ready_counts()) reserve_extents += n;
+      reserve_extents += r->ready_extents();
     }
   }
   for (const auto& [pool, rf] : refillers_) {

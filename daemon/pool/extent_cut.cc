@@ -1,5 +1,7 @@
 #include "pool/extent_cut.h"
 
+#include <algorithm>
+
 #include "cxlpool/common/strings.h"
 
 namespace cxlpool {
@@ -50,8 +52,16 @@ size_t CutPlan::reserve_pieces() const {
   return n;
 }
 
+std::vector<uint64_t> SmallClasses(uint64_t page_size, const ExtentLadder& ladder) {
+  std::vector<uint64_t> out;
+  if (page_size < 4096 || !PowerOfTwo(page_size)) return out;
+  for (uint64_t c = page_size; c < ladder.smallest(); c *= 2) out.push_back(c);
+  return out;
+}
+
 Result<CutPlan> PlanCut(uint64_t requested, uint64_t page_size, const ExtentLadder& ladder,
-                        std::span<const uint32_t> ready, const CutPolicy& policy) {
+                        std::span<const uint32_t> ready, const CutPolicy& policy,
+                        std::span<const uint32_t> small_ready) {
   if (requested == 0) return Status(Code::kInvalidArgument, "size must be greater than 0");
   if (page_size < 4096 || !PowerOfTwo(page_size) || page_size > ladder.smallest()) {
     return Status(Code::kInvalidArgument,
@@ -61,6 +71,12 @@ Result<CutPlan> PlanCut(uint64_t requested, uint64_t page_size, const ExtentLadd
     return Status(Code::kInvalidArgument, "reserve counts for " + std::to_string(ready.size()) +
                                               " granules, the ladder has " +
                                               std::to_string(ladder.levels()));
+  }
+  const std::vector<uint64_t> small = SmallClasses(page_size, ladder);
+  if (small_ready.size() > small.size()) {
+    return Status(Code::kInvalidArgument,
+                  "reserve counts for " + std::to_string(small_ready.size()) +
+                      " small classes, the pool has " + std::to_string(small.size()));
   }
   if (requested > UINT64_MAX - page_size) {
     return Status(Code::kInvalidArgument, "size too large");
@@ -87,7 +103,23 @@ Result<CutPlan> PlanCut(uint64_t requested, uint64_t page_size, const ExtentLadd
     plan.pieces.push_back({CutPiece::Source::kBuild, 0, rem + tail});
     plan.build_bytes = rem + tail;
   } else if (tail > 0) {
-    if (tail >= policy.shrink_tail_min && left[0] > 0) {
+    // The small class that holds the tail, or the one above it: shrinking
+    // frees less than 3 x the tail, cheaper than building it (freeing a page
+    // costs about a quarter of building one; cxlpool-bench ladder).
+    size_t c = 0;
+    while (c < small.size() && small[c] < tail) ++c;
+    size_t pick = small.size();
+    for (size_t i = c; i < std::min(c + 2, small_ready.size()); ++i) {
+      if (small_ready[i] > 0) {
+        pick = i;
+        break;
+      }
+    }
+    if (pick < small.size()) {
+      plan.pieces.push_back({CutPiece::Source::kReserve, small[pick], tail});
+      plan.reserve_bytes += tail;
+      plan.dropped_bytes = small[pick] - tail;
+    } else if (tail >= policy.shrink_tail_min && left[0] > 0) {
       plan.pieces.push_back({CutPiece::Source::kReserve, smallest, tail});
       plan.reserve_bytes += tail;
       plan.dropped_bytes = smallest - tail;

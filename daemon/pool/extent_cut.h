@@ -7,10 +7,13 @@
 // then cut, largest granule first, into whole granules the reserve has
 // ready; what the reserve cannot cover becomes one extent built on the
 // request path (with the tail); a tail below the smallest granule is one
-// reserve extent of the smallest granule shrunk to the tail, or, under
-// CutPolicy::shrink_tail_min, an extent built at exact size (truncating
-// most of a prefaulted 2 MiB costs more than building a small one). So a
-// lease smaller than the smallest granule is always one exact-size memfd.
+// prebuilt small extent (SmallClasses: powers of two from the page size up
+// to half the smallest granule) of the tail's class or the one above it,
+// shrunk to the tail; else one reserve extent of the smallest granule shrunk
+// to the tail; or, under CutPolicy::shrink_tail_min, an extent built at exact
+// size (truncating most of a prefaulted 2 MiB costs more than building a
+// small one). So a lease smaller than the smallest granule is always one
+// exact-size memfd, and shrinking frees less than three times what it keeps.
 //
 // Every piece but the last is a multiple of the smallest granule, and the
 // pieces come largest first, so each starts at an offset aligned to 2 MiB
@@ -61,11 +64,18 @@ struct CutPolicy {
   uint32_t extra_pieces = 64;
 };
 
+// The sizes of the reserve's small extents for a pool of `page_size` pages:
+// page_size, 2 x page_size, ... below the smallest granule (4 KiB .. 1 MiB
+// on the default ladder); none for hugetlb pools (every lease is a multiple
+// of the smallest granule's page).
+std::vector<uint64_t> SmallClasses(uint64_t page_size, const ExtentLadder& ladder);
+
 struct CutPiece {
   enum class Source { kReserve, kBuild };
   Source source = Source::kBuild;
-  uint64_t granule = 0;  // kReserve: the granule taken (the piece may be shrunk)
-  uint64_t bytes = 0;    // the extent's size in the lease
+  // kReserve: the granule (or small class) taken; the piece may be shrunk.
+  uint64_t granule = 0;
+  uint64_t bytes = 0;  // the extent's size in the lease
 };
 
 struct CutPlan {
@@ -81,10 +91,13 @@ struct CutPlan {
 };
 
 // Cuts a lease of `requested` bytes for a pool of `page_size` pages, with
-// `ready[i]` extents of ladder granule i in the reserve. INVALID_ARGUMENT:
-// requested 0 or too large, page_size not a power of two of at least 4 KiB
-// or larger than the smallest granule, ready.size() != ladder levels.
+// `ready[i]` extents of ladder granule i in the reserve and `small_ready[i]`
+// of SmallClasses(page_size, ladder)[i] (empty: no small extents).
+// INVALID_ARGUMENT: requested 0 or too large, page_size not a power of two
+// of at least 4 KiB or larger than the smallest granule, ready.size() !=
+// ladder levels, small_ready longer than the small classes.
 Result<CutPlan> PlanCut(uint64_t requested, uint64_t page_size, const ExtentLadder& ladder,
-                        std::span<const uint32_t> ready, const CutPolicy& policy = {});
+                        std::span<const uint32_t> ready, const CutPolicy& policy = {},
+                        std::span<const uint32_t> small_ready = {});
 
 }  // namespace cxlpool

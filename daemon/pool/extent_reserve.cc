@@ -31,7 +31,39 @@ Result<ReserveSettings> ResolveReserve(const CapacitySpec& low, const CapacitySp
 ExtentReserve::ExtentReserve(std::string pool_name, ReserveSettings settings, MemfdSpec base)
     : name_(std::move(pool_name)), settings_(std::move(settings)), base_(std::move(base)) {
   for (uint64_t g : settings_.ladder.granules()) levels_.push_back(Level{g, {}, 0, 0});
+  MakeSmall({});
   ComputeTargets();
+}
+
+void ExtentReserve::MakeSmall(std::deque<Level> old) {
+  small_classes_ = SmallClasses(page_size(), settings_.ladder);
+  small_.clear();
+  for (uint64_t c : small_classes_) small_.push_back(Level{c, {}, 0, 0});
+  for (Level& l : old) {
+    Level* now = nullptr;
+    for (Level& n : small_) {
+      if (n.granule == l.granule) now = &n;
+    }
+    if (now != nullptr) {
+      now->ready = std::move(l.ready);
+      now->building = l.building;
+      continue;
+    }
+    for (auto& e : l.ready) {
+      ready_bytes_ -= e->size_bytes();
+      Retire(std::move(e));
+    }
+  }
+}
+
+ExtentReserve::Level* ExtentReserve::LevelOf(uint64_t bytes) {
+  for (Level& l : levels_) {
+    if (l.granule == bytes) return &l;
+  }
+  for (Level& l : small_) {
+    if (l.granule == bytes) return &l;
+  }
+  return nullptr;
 }
 
 ExtentReserve::~ExtentReserve() = default;  // extents left retire as they go
@@ -60,6 +92,15 @@ void ExtentReserve::ComputeTargets() {
     targets_[i] += static_cast<uint32_t>(more);
     left -= more * g[i];
   }
+  // Small extents take the place of some of the smallest granule's, at most
+  // a quarter of them (4 per class: 4 x 2 MiB on the default ladder, kept
+  // from a reserve of 64 MiB up).
+  uint64_t small_bytes = 0;
+  for (uint64_t c : small_classes_) small_bytes += c * settings_.small_per_class;
+  const uint64_t need = (small_bytes + g[0] - 1) / g[0];
+  const bool keep_small = small_bytes > 0 && 4 * need <= targets_[0];
+  small_targets_.assign(small_classes_.size(), keep_small ? settings_.small_per_class : 0);
+  if (keep_small) targets_[0] -= static_cast<uint32_t>(need);
 }
 
 uint32_t ExtentReserve::ready_count(size_t level) const {
@@ -72,6 +113,25 @@ std::vector<uint32_t> ExtentReserve::ready_counts() const {
   return out;
 }
 
+std::vector<uint32_t> ExtentReserve::small_ready_counts() const {
+  std::vector<uint32_t> out;
+  for (const Level& l : small_) out.push_back(static_cast<uint32_t>(l.ready.size()));
+  return out;
+}
+
+uint64_t ExtentReserve::ready_extents() const {
+  uint64_t n = 0;
+  for (const Level& l : levels_) n += l.ready.size();
+  for (const Level& l : small_) n += l.ready.size();
+  return n;
+}
+
+Result<CutPlan> ExtentReserve::Plan(uint64_t requested) const {
+  std::vector<uint32_t> ready = ready_counts();
+  std::vector<uint32_t> small = small_ready_counts();
+  return PlanCut(requested, page_size(), settings_.ladder, ready, settings_.cut, small);
+}
+
 MemfdSpec ExtentReserve::BuildSpec(uint64_t bytes, bool background) const {
   MemfdSpec s = base_;
   s.size_bytes = bytes;
@@ -80,13 +140,14 @@ MemfdSpec ExtentReserve::BuildSpec(uint64_t bytes, bool background) const {
 }
 
 Result<ExtentReserve::Taken> ExtentReserve::Take(uint64_t requested) {
-  std::vector<uint32_t> ready = ready_counts();
-  auto plan = PlanCut(requested, page_size(), settings_.ladder, ready, settings_.cut);
+  auto plan = Plan(requested);
   if (!plan.ok()) return plan.status();
   Taken t;
   for (const CutPiece& p : plan->pieces) {
     if (p.source != CutPiece::Source::kReserve) continue;
-    Level& l = levels_[*settings_.ladder.IndexOf(p.granule)];
+    Level* level = LevelOf(p.granule);
+    CXLPOOL_CHECK(level != nullptr);
+    Level& l = *level;
     CXLPOOL_CHECK(!l.ready.empty());
     std::unique_ptr<Extent> e = std::move(l.ready.front());
     l.ready.pop_front();
@@ -114,8 +175,8 @@ void ExtentReserve::Retire(std::unique_ptr<Extent> e) {
 void ExtentReserve::Return(std::vector<std::unique_ptr<Extent>> extents) {
   for (auto& e : extents) {
     if (e == nullptr) continue;
-    auto level = settings_.ladder.IndexOf(e->built_bytes());
-    const bool reusable = !e->exposed() && !e->retired() && !stopped_ && level &&
+    Level* level = LevelOf(e->built_bytes());
+    const bool reusable = !e->exposed() && !e->retired() && !stopped_ && level != nullptr &&
                           e->size_bytes() == e->built_bytes() &&
                           ready_bytes_ + building_bytes_ + e->size_bytes() <= settings_.high_bytes;
     if (!reusable) {
@@ -123,7 +184,7 @@ void ExtentReserve::Return(std::vector<std::unique_ptr<Extent>> extents) {
       continue;
     }
     ready_bytes_ += e->size_bytes();
-    levels_[*level].ready.push_front(std::move(e));
+    level->ready.push_front(std::move(e));
   }
 }
 
@@ -132,6 +193,20 @@ std::vector<uint64_t> ExtentReserve::PlanRefill(uint64_t room) {
   if (stopped_) return out;
   uint64_t have = ready_bytes_ + building_bytes_;
   if (!refilling_ && have <= settings_.low_bytes) refilling_ = true;
+  // Small extents: a class down to half its target is topped up (each
+  // refill wakes a stock thread and then the loop: batched by two).
+  for (size_t i = 0; i < small_.size(); ++i) {
+    Level& l = small_[i];
+    if (2 * (l.ready.size() + l.building) > small_targets_[i]) continue;
+    while (l.ready.size() + l.building < small_targets_[i] && l.failures < kMaxBuildFailures &&
+           l.granule <= room && have + l.granule <= settings_.high_bytes) {
+      ++l.building;
+      building_bytes_ += l.granule;
+      have += l.granule;
+      room -= l.granule;
+      out.push_back(l.granule);
+    }
+  }
   if (!refilling_) return out;
   for (;;) {
     // The granule furthest below its target, by share; smaller first on ties.
@@ -163,23 +238,18 @@ std::vector<uint64_t> ExtentReserve::PlanRefill(uint64_t room) {
 }
 
 void ExtentReserve::Built(std::unique_ptr<Extent> extent) {
-  auto level = settings_.ladder.IndexOf(extent->built_bytes());
   uint64_t bytes = extent->built_bytes();
   // A build of a granule the ladder no longer has (Reconfigure meanwhile)
   // is still counted under its size.
-  for (Level& l : levels_) {
-    if (l.granule == bytes && l.building > 0) {
-      --l.building;
-      break;
-    }
-  }
+  Level* level = LevelOf(bytes);
+  if (level != nullptr && level->building > 0) --level->building;
   CXLPOOL_CHECK(building_bytes_ >= bytes);
   building_bytes_ -= bytes;
-  if (stopped_ || !level || ready_bytes_ + bytes > settings_.high_bytes) {
+  if (stopped_ || level == nullptr || ready_bytes_ + bytes > settings_.high_bytes) {
     Retire(std::move(extent));
     return;
   }
-  Level& l = levels_[*level];
+  Level& l = *level;
   l.failures = 0;
   ready_bytes_ += bytes;
   l.ready.push_back(std::move(extent));
@@ -188,14 +258,12 @@ void ExtentReserve::Built(std::unique_ptr<Extent> extent) {
 void ExtentReserve::BuildFailed(uint64_t granule) {
   CXLPOOL_CHECK(building_bytes_ >= granule);
   building_bytes_ -= granule;
-  for (Level& l : levels_) {
-    if (l.granule != granule) continue;
-    if (l.building > 0) --l.building;
-    if (++l.failures == kMaxBuildFailures) {
+  if (Level* l = LevelOf(granule)) {
+    if (l->building > 0) --l->building;
+    if (++l->failures == kMaxBuildFailures) {
       CXLPOOL_LOG(kWarning) << name_ << ": reserve extents of " << HumanBytes(granule)
                             << " disabled after " << kMaxBuildFailures << " failed builds";
     }
-    break;
   }
 }
 
@@ -212,8 +280,12 @@ void ExtentReserve::Retired(uint64_t bytes) {
 
 uint64_t ExtentReserve::Evict(uint64_t bytes) {
   uint64_t queued = 0;
-  for (size_t i = levels_.size(); i-- > 0 && queued < bytes;) {
-    auto& ready = levels_[i].ready;
+  // Largest first: the ladder from its top, then the small classes.
+  std::vector<Level*> order;
+  for (size_t i = levels_.size(); i-- > 0;) order.push_back(&levels_[i]);
+  for (size_t i = small_.size(); i-- > 0;) order.push_back(&small_[i]);
+  for (size_t i = 0; i < order.size() && queued < bytes; ++i) {
+    auto& ready = order[i]->ready;
     while (!ready.empty() && queued < bytes) {
       std::unique_ptr<Extent> e = std::move(ready.back());
       ready.pop_back();
@@ -227,20 +299,24 @@ uint64_t ExtentReserve::Evict(uint64_t bytes) {
 
 void ExtentReserve::TrimAboveHigh() {
   while (ready_bytes_ + building_bytes_ > settings_.high_bytes && ready_bytes_ > 0) {
-    // The granule most above its target goes first.
-    size_t worst = levels_.size();
+    // The granule (or small class) most above its target goes first.
+    Level* worst = nullptr;
     double worst_excess = -1;
-    for (size_t i = 0; i < levels_.size(); ++i) {
-      if (levels_[i].ready.empty()) continue;
-      double excess = static_cast<double>(levels_[i].ready.size() + levels_[i].building) -
-                      static_cast<double>(targets_[i]);
-      if (excess > worst_excess) {
-        worst_excess = excess;
-        worst = i;
+    auto consider = [&](std::deque<Level>& set, const std::vector<uint32_t>& targets) {
+      for (size_t i = 0; i < set.size(); ++i) {
+        if (set[i].ready.empty()) continue;
+        double excess = static_cast<double>(set[i].ready.size() + set[i].building) -
+                        static_cast<double>(targets[i]);
+        if (excess > worst_excess) {
+          worst_excess = excess;
+          worst = &set[i];
+        }
       }
-    }
-    if (worst == levels_.size()) break;
-    auto& ready = levels_[worst].ready;
+    };
+    consider(levels_, targets_);
+    consider(small_, small_targets_);
+    if (worst == nullptr) break;
+    auto& ready = worst->ready;
     std::unique_ptr<Extent> e = std::move(ready.back());
     ready.pop_back();
     ready_bytes_ -= e->size_bytes();
@@ -267,6 +343,9 @@ void ExtentReserve::Reconfigure(ReserveSettings settings) {
       // in building_bytes_ until then.
     }
   }
+  std::deque<Level> old_small;
+  old_small.swap(small_);
+  MakeSmall(std::move(old_small));
   ComputeTargets();
   refilling_ = false;
   TrimAboveHigh();
@@ -275,12 +354,14 @@ void ExtentReserve::Reconfigure(ReserveSettings settings) {
 void ExtentReserve::DropAll() {
   stopped_ = true;
   refilling_ = false;
-  for (Level& l : levels_) {
-    for (auto& e : l.ready) {
-      ready_bytes_ -= e->size_bytes();
-      Retire(std::move(e));
+  for (std::deque<Level>* set : {&levels_, &small_}) {
+    for (Level& l : *set) {
+      for (auto& e : l.ready) {
+        ready_bytes_ -= e->size_bytes();
+        Retire(std::move(e));
+      }
+      l.ready.clear();
     }
-    l.ready.clear();
   }
 }
 

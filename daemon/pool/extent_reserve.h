@@ -22,6 +22,14 @@
 //     stock above the high watermark (after a Reconfigure) is retired.
 //     Three failed builds in a row disable a granule until a build of it
 //     succeeds or Reconfigure.
+//   * Small extents: a few prebuilt extents of each small class below the
+//     smallest granule (extent_cut.h, SmallClasses: 4 KiB .. 1 MiB), so a
+//     lease (or tail) under 2 MiB is one of them shrunk to its exact size,
+//     with no build on the request path. A class down to half its target
+//     is topped up, whatever the watermarks (they are cheap); they take the place of
+//     some of the smallest granule's extents (at most a quarter of them:
+//     none in a reserve below 64 MiB on the default ladder); their bytes
+//     count as ready like any other.
 //
 // ReserveRefiller (the work): builds run on the `stock` executor (the
 // daemon's low-priority stock threads: reniced and SCHED_IDLE, see
@@ -61,6 +69,8 @@ struct ReserveSettings {
   uint64_t low_bytes = 0;   // refill starts at or below this (ready + building)
   uint64_t high_bytes = 0;  // ... and runs up to this; stock above it is retired
   CutPolicy cut;
+  // Prebuilt small extents per small class (see above); 0: none.
+  uint32_t small_per_class = 4;
 };
 
 // Watermarks as bytes or a percentage of the pool's `capacity`, resolved
@@ -91,6 +101,13 @@ class ExtentReserve {
   std::vector<uint32_t> ready_counts() const;
   // How many extents of each granule the refill aims for.
   const std::vector<uint32_t>& targets() const { return targets_; }
+  // The small classes (extent_cut.h: SmallClasses), their ready extents and
+  // targets (all 0 where the reserve is too small to keep them).
+  const std::vector<uint64_t>& small_classes() const { return small_classes_; }
+  std::vector<uint32_t> small_ready_counts() const;
+  const std::vector<uint32_t>& small_targets() const { return small_targets_; }
+  // Ready extents of every size.
+  uint64_t ready_extents() const;
   bool refilling() const { return refilling_; }
 
   // ---- grants ----
@@ -100,6 +117,8 @@ class ExtentReserve {
     // piece's size (the tail piece shrunk).
     std::vector<std::unique_ptr<Extent>> extents;
   };
+  // How Take would cut `requested` now (nothing is taken); PlanCut's errors.
+  Result<CutPlan> Plan(uint64_t requested) const;
   // INVALID_ARGUMENT from PlanCut; IO if shrinking the tail piece failed
   // (that extent is retired; nothing else is taken).
   Result<Taken> Take(uint64_t requested);
@@ -138,12 +157,18 @@ class ExtentReserve {
   void ComputeTargets();
   void Retire(std::unique_ptr<Extent> e);
   void TrimAboveHigh();
+  // The ladder level or small class of extents of `bytes`; null if none.
+  Level* LevelOf(uint64_t bytes);
+  void MakeSmall(std::deque<Level> old);
 
   std::string name_;
   ReserveSettings settings_;
   MemfdSpec base_;
   std::deque<Level> levels_;  // a deque: Level is move-only
   std::vector<uint32_t> targets_;
+  std::vector<uint64_t> small_classes_;
+  std::deque<Level> small_;  // one per small class
+  std::vector<uint32_t> small_targets_;
   std::vector<std::unique_ptr<Extent>> to_retire_;
   uint64_t ready_bytes_ = 0;
   uint64_t building_bytes_ = 0;

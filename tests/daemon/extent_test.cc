@@ -265,6 +265,51 @@ TEST(ExtentCutTest, SmallLeasesAreOneExactSizeMemfd) {
   EXPECT_EQ(p->pieces[0].source, CutPiece::Source::kBuild);
 }
 
+TEST(ExtentCutTest, SmallLeasesComeFromPrebuiltSmallExtents) {
+  const ExtentLadder l = ExtentLadder::Default();
+  const std::vector<uint64_t> classes = SmallClasses(4096, l);
+  ASSERT_EQ(classes.size(), 9u);
+  EXPECT_EQ(classes.front(), 4 * kKiB);
+  EXPECT_EQ(classes.back(), kMiB);
+  EXPECT_TRUE(SmallClasses(2 * kMiB, l).empty());
+  const std::vector<uint32_t> full = {100, 100, 100};
+  const std::vector<uint32_t> small(9, 4);
+  for (uint64_t size : std::vector<uint64_t>{1, 4096, 5000, 100 * kKiB, 508 * kKiB - 1, kMiB}) {
+    auto p = PlanCut(size, 4096, l, full, {}, small);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ExpectWellFormed(*p, 4096);
+    ASSERT_EQ(p->pieces.size(), 1u) << size;
+    const CutPiece& c = p->pieces[0];
+    EXPECT_EQ(c.source, CutPiece::Source::kReserve) << size << ": nothing to build";
+    EXPECT_EQ(c.bytes, (size + 4095) / 4096 * 4096);
+    EXPECT_GE(c.granule, c.bytes);
+    EXPECT_LT(c.granule, 2 * c.bytes) << "the class that holds it";
+    EXPECT_EQ(p->build_bytes, 0u);
+    EXPECT_EQ(p->dropped_bytes, c.granule - c.bytes);
+  }
+  // Its class empty: the one above; both empty: built (or, from 512 KiB,
+  // a shrunk 2 MiB extent), as without small extents.
+  std::vector<uint32_t> holes(9, 4);
+  holes[5] = 0;  // 128 KiB
+  auto p = PlanCut(100 * kKiB, 4096, l, full, {}, holes);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->pieces[0].granule, 256 * kKiB);
+  holes[6] = 0;
+  p = PlanCut(100 * kKiB, 4096, l, full, {}, holes);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->pieces[0].source, CutPiece::Source::kBuild);
+  // The tail of a large lease too.
+  p = PlanCut(4 * kMiB + 20 * kKiB, 4096, l, full, {}, small);
+  ASSERT_TRUE(p.ok());
+  ExpectWellFormed(*p, 4096);
+  ASSERT_EQ(p->pieces.size(), 3u);
+  EXPECT_EQ(p->pieces[2].granule, 32 * kKiB);
+  EXPECT_EQ(p->pieces[2].bytes, 20 * kKiB);
+  EXPECT_EQ(p->build_bytes, 0u);
+  EXPECT_EQ(PlanCut(1, 4096, l, full, {}, std::vector<uint32_t>(10, 1)).status().code(),
+            Code::kInvalidArgument);
+}
+
 TEST(ExtentCutTest, LargeLeaseFromAFullReserve) {
   const ExtentLadder l = ExtentLadder::Default();
   const uint64_t size = 3 * kGiB + 40 * kMiB + 3 * kMiB + 100 * kKiB;
@@ -371,16 +416,34 @@ TEST(ExtentReserveTargetsTest, SpreadOverTheDefaultLadder) {
   ReserveSettings s;
   s.high_bytes = 4 * kGiB;
   ExtentReserve r("node0", s, Base());
-  EXPECT_EQ(r.targets(), (std::vector<uint32_t>{16, 31, 3}));
+  // Four 2 MiB extents' worth goes to four small extents of each class.
+  EXPECT_EQ(r.targets(), (std::vector<uint32_t>{12, 31, 3}));
+  EXPECT_EQ(r.small_classes().size(), 9u);  // 4 KiB .. 1 MiB
+  EXPECT_EQ(r.small_targets(), std::vector<uint32_t>(9, 4));
   s.high_bytes = 256 * kMiB;
   ExtentReserve r2("node0", s, Base());
-  EXPECT_EQ(r2.targets(), (std::vector<uint32_t>{16, 7, 0}));
+  EXPECT_EQ(r2.targets(), (std::vector<uint32_t>{12, 7, 0}));
   uint64_t total = 0;
   for (size_t i = 0; i < 3; ++i) total += r2.targets()[i] * s.ladder.granules()[i];
-  EXPECT_EQ(total, 256 * kMiB);
+  for (size_t i = 0; i < 9; ++i) total += r2.small_targets()[i] * r2.small_classes()[i];
+  EXPECT_LE(total, 256 * kMiB);
+  EXPECT_GT(total, 254 * kMiB);
   s.high_bytes = 0;
   ExtentReserve r3("node0", s, Base());
   EXPECT_EQ(r3.targets(), (std::vector<uint32_t>{0, 0, 0}));
+  EXPECT_EQ(r3.small_targets(), std::vector<uint32_t>(9, 0));
+  // Too small a reserve for them: the 2 MiB extents stay.
+  s.high_bytes = 12 * kMiB;
+  ExtentReserve r4("node0", s, Base());
+  EXPECT_EQ(r4.small_targets(), std::vector<uint32_t>(9, 0));
+  EXPECT_EQ(r4.targets(), (std::vector<uint32_t>{6, 0, 0}));
+  // hugetlb pools have none (every lease is whole 2 MiB pages).
+  MemfdSpec huge = Base();
+  huge.hugetlb = true;
+  s.high_bytes = 4 * kGiB;
+  ExtentReserve r5("node0", s, huge);
+  EXPECT_TRUE(r5.small_classes().empty());
+  EXPECT_EQ(r5.targets(), (std::vector<uint32_t>{16, 31, 3}));
 }
 
 TEST(ExtentReserveSettingsTest, WatermarksInBytesOrPercent) {
@@ -469,6 +532,58 @@ TEST_F(ExtentReserveTest, TailIsShrunkAndNeverReturnsToStock) {
   EXPECT_EQ(t->plan.dropped_bytes, kMiB);
   r.Return(std::move(t->extents));
   EXPECT_EQ(r.retiring_bytes(), kMiB) << "the shrunk one cannot grow back";
+}
+
+TEST_F(ExtentReserveTest, SmallLeaseIsAShrunkPrebuiltExtentWithNoBuild) {
+  ReserveSettings s;  // the default ladder
+  s.low_bytes = 0;
+  s.high_bytes = 64 * kMiB;
+  ExtentReserve r("node0", s, Base());
+  ASSERT_EQ(r.small_targets(), std::vector<uint32_t>(9, 4));
+  RefillInline(r);
+  ASSERT_EQ(r.small_ready_counts(), std::vector<uint32_t>(9, 4));
+  const uint64_t ready = r.ready_bytes();
+  // 100 KiB and a byte: 26 pages, from a prebuilt 128 KiB extent.
+  auto t = r.Take(100 * kKiB + 1);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_EQ(t->extents.size(), 1u);
+  EXPECT_EQ(t->plan.build_bytes, 0u) << "nothing built on the request path";
+  Extent& e = *t->extents[0];
+  EXPECT_EQ(e.built_bytes(), 128 * kKiB);
+  EXPECT_EQ(e.size_bytes(), 26 * 4096u);
+  struct stat st {};
+  ASSERT_EQ(::fstat(e.fd(), &st), 0);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), 26 * 4096u) << "exactly sized";
+  const int seals = ::fcntl(e.fd(), F_GET_SEALS);
+  EXPECT_EQ(seals & (F_SEAL_GROW | F_SEAL_SEAL), F_SEAL_GROW | F_SEAL_SEAL);
+  EXPECT_EQ(::ftruncate(e.fd(), 128 * kKiB), -1) << "cannot grow back to what was cut off";
+  ExpectClientView(e.fd(), e.size_bytes(), 0);
+  EXPECT_EQ(r.ready_bytes(), ready - 128 * kKiB);
+  // Far above the low watermark (0), the class is topped up once it is down
+  // to half its target (3 left: not yet; 2 left: two builds).
+  EXPECT_TRUE(r.PlanRefill(UINT64_MAX).empty());
+  auto t2 = r.Take(100 * kKiB);
+  ASSERT_TRUE(t2.ok());
+  auto plan = r.PlanRefill(UINT64_MAX);
+  EXPECT_EQ(plan, (std::vector<uint64_t>{128 * kKiB, 128 * kKiB}));
+  for (uint64_t g : plan) {
+    auto built = Extent::Create(r.BuildSpec(g, true));
+    ASSERT_TRUE(built.ok());
+    r.Built(std::move(*built));
+  }
+  r.Return(std::move(t2->extents));  // shrunk, never exposed: still retired
+  EXPECT_EQ(r.small_ready_counts()[5], 4u);
+  EXPECT_EQ(r.retiring_bytes(), 100 * kKiB);
+  // An exposed small extent is retired, never restocked.
+  e.MarkExposed();
+  r.Return(std::move(t->extents));
+  EXPECT_EQ(r.retiring_bytes(), 100 * kKiB + 26 * 4096u);
+  EXPECT_EQ(r.small_ready_counts()[5], 4u);
+  // Eviction takes them last: every ladder extent (12 x 2 MiB, 32 MiB) first.
+  EXPECT_EQ(r.Evict(ready - 8 * kMiB), 56 * kMiB);
+  EXPECT_EQ(r.small_ready_counts()[5], 4u);
+  r.DropAll();
+  EXPECT_EQ(r.ready_bytes(), 0u);
 }
 
 TEST_F(ExtentReserveTest, EvictReconfigureAndFailures) {

@@ -454,6 +454,44 @@ TEST(LeaseManagerReserveTest, AnySizeIsServedFromTheReserveWithoutABuild) {
   ExpectNoOvercommit(h);
 }
 
+TEST(LeaseManagerReserveTest, SmallLeaseIsAPrebuiltSmallExtentShrunkOnTheRequestPath) {
+  Harness h(TwoSocketCxl(128 * kMiB), ReserveConfig(32 * kMiB, 64 * kMiB));
+  h.Connect(1);
+  h.mgr->StartWarmStock();
+  h.Drain();
+  const uint64_t ready = h.Pool("node0").reserve_ready_bytes;
+  ASSERT_GT(ready, 60 * kMiB);
+  // 100 KiB: one small extent of 128 KiB shrunk to 100 KiB, sealed, on the
+  // request path, with no build anywhere.
+  auto out = h.AllocOnRequestPath(1, 100 * 1024, 0);
+  ASSERT_TRUE(out.has_value()) << "a small lease answers on the request path";
+  ASSERT_TRUE(out->ok()) << out->status().ToString();
+  const Granted& g = **out;
+  ASSERT_EQ(g.extents.size(), 1u);
+  EXPECT_EQ(FdSize(g.extents[0].fd), static_cast<off_t>(100 * 1024)) << "exactly sized";
+  const int seals = fcntl(g.extents[0].fd, F_GET_SEALS);
+  EXPECT_EQ(seals & (F_SEAL_GROW | F_SEAL_SEAL), F_SEAL_GROW | F_SEAL_SEAL);
+  EXPECT_TRUE(AllBytesAre(g.extents[0].fd, 100 * 1024, 0));
+  EXPECT_EQ(h.mgr->pending_builds(), 0u);
+  EXPECT_EQ(h.mgr->Counters()["reserve_hits"], 1u);
+  EXPECT_EQ(h.mgr->Counters()["warm_misses"], 0u) << "nothing built for it";
+  EXPECT_EQ(h.Pool("node0").reserve_ready_bytes, ready - 128 * kMiB / 1024);
+  // Far above the low watermark, the class is topped up once it is down to
+  // half its target (4): a second lease of its size.
+  h.Drain();
+  EXPECT_EQ(h.Pool("node0").reserve_ready_bytes, ready - 128 * kMiB / 1024);
+  auto second = h.Alloc(1, 120 * 1024, 0);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  EXPECT_EQ(h.mgr->Counters()["reserve_hits"], 2u);
+  h.Drain();
+  EXPECT_EQ(h.Pool("node0").reserve_ready_bytes, ready);
+  h.mgr->Disconnect(1);
+  h.Drain();
+  EXPECT_EQ(h.Pool("node0").leased_bytes, 0u);
+  EXPECT_EQ(h.Pool("node0").reserve_retiring_bytes, 0u);
+  ExpectNoOvercommit(h);
+}
+
 TEST(LeaseManagerReserveTest, NoByteOfOneTenantReachesTheNext) {
   Harness h(TwoSocketCxl(32 * kMiB), ReserveConfig(16 * kMiB, 16 * kMiB));
   h.Connect(1, 1000);
