@@ -469,6 +469,38 @@ void TieringEngine::Round() {
                                       : 0;
   PolicyOutput out = Decide(options_.policy, ps, us, now, budget);
   pressure_ = out.pressure;
+  // A lease is accounted to one pool, so moving one unit of a lease of
+  // several moves all of them: a demotion goes only when none of its units
+  // is still warm (a promotion of any hot unit takes the lease, as a lease
+  // of one unit is taken by any hot part of it).
+  std::vector<Decision> kept;
+  for (const Decision& d : out.decisions) {
+    std::string warm;
+    if (d.direction == Direction::kDemote) {
+      for (const UnitState& u : us) {
+        if (u.lease_id != d.lease_id || u.unit == d.unit) continue;
+        if (u.urgent == Hint::kDontNeed || u.temperature <= options_.policy.cold_threshold) {
+          continue;
+        }
+        char t[64];
+        std::snprintf(t, sizeof t, "%.2f > cold %.2f", u.temperature,
+                      options_.policy.cold_threshold);
+        warm = "stays: demoting it would take all of lease " + std::to_string(d.lease_id) + " to " +
+               d.to_pool + ", and its unit " + std::to_string(u.unit) +
+               " is still warm (temperature " + t + ")";
+        break;
+      }
+    }
+    if (warm.empty()) {
+      kept.push_back(d);
+      continue;
+    }
+    auto it = tracks_.find(d.lease_id);
+    if (it != tracks_.end() && d.unit < it->second.units.size()) {
+      it->second.units[d.unit].verdict = warm;
+    }
+  }
+  out.decisions = std::move(kept);
   for (size_t i = 0; i < out.decisions.size(); ++i) {
     const Decision& d = out.decisions[i];
     auto it = tracks_.find(d.lease_id);

@@ -820,6 +820,32 @@ TEST_F(EngineTest, AColdMultiExtentLeaseIsDemotedExtentByExtent) {
   for (const auto& r : history()) EXPECT_EQ(r.direction, "demote") << r.why;
 }
 
+// Moving one extent moves the whole lease (it is accounted to one pool): a
+// dont_need for one extent while another is still in use demotes nothing.
+TEST_F(EngineTest, AColdExtentOfALeaseWithAWarmOneStaysAndSaysWhy) {
+  Make();
+  table.AddExtentLease(1, "node0", 2, 32 * kMiB, {7});
+  TieringEngine::Signal s;
+  s.lease_id = 1;
+  s.offset = 32 * kMiB;
+  s.length = 32 * kMiB;
+  s.bytes_written = 16 * kMiB;  // unit 1: temperature 0.5, between cold and hot
+  ASSERT_TRUE(engine->OnSignals(7, {s}).empty());
+  ASSERT_TRUE(Hint(7, 1, 0, 32 * kMiB, tiering::Hint::kDontNeed).ok());
+  engine->Tick();
+  Drain();
+  EXPECT_TRUE(migrator.requests.empty());
+  EXPECT_NE(Verdict(1).find("would take all of lease 1 to node2, and its unit 1 is still warm"),
+            std::string::npos)
+      << Verdict(1);
+  // Once the other extent is done with too, the lease goes.
+  ASSERT_TRUE(Hint(7, 1, 32 * kMiB, 32 * kMiB, tiering::Hint::kDontNeed).ok());
+  engine->Tick();
+  Drain();
+  EXPECT_EQ(migrator.requests.size(), 2u);
+  EXPECT_EQ(table.home.at(1), "node2");
+}
+
 TEST_F(EngineTest, OneExtentFailingLeavesTheLeaseHalfMovedAndSaysSoThenFinishesLater) {
   Make();
   table.AddExtentLease(1, "node2", 4, 16 * kMiB, {7});
