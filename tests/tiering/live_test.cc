@@ -491,8 +491,9 @@ TEST(TieringLiveTest, AMultiExtentLeaseMovesExtentByExtentUnderConcurrentWrites)
   }));
 }
 
-// The cooperative path covers every extent: the holder pins the lease as one
-// range, is asked once, and all four extents move in that one pause.
+// The cooperative path covers every extent: the holder pins the lease (one
+// io_uring fixed buffer per extent: uring_pin.h), is asked once for the
+// whole range, and all four extents move in that one pause.
 TEST(TieringLiveTest, APinnedMultiExtentLeaseMovesEveryExtentAtOneSafePoint) {
   SkipWithoutPins();
   testing::UringPin pin;
@@ -506,14 +507,14 @@ TEST(TieringLiveTest, APinnedMultiExtentLeaseMovesEveryExtentAtOneSafePoint) {
   auto lease = client->Allocate(ao);
   ASSERT_TRUE(lease.ok());
   Fill(*lease, 9);
-  ASSERT_EQ(pin.Register(lease->data(), lease->size()), 0);
+  ASSERT_EQ(pin.Register(lease->data(), lease->size(), 2 * kMiB), 0);
   std::vector<MigrationPhase> phases;
   ASSERT_TRUE(lease
                   ->SetMigrationCallback([&](MigrationPhase p) {
                     phases.push_back(p);
                     return p == MigrationPhase::kPrepare
                                ? pin.Unregister()
-                               : pin.Register(lease->data(), lease->size());
+                               : pin.Register(lease->data(), lease->size(), 2 * kMiB);
                   })
                   .ok());
   Fill(*lease, 10);
