@@ -334,6 +334,11 @@ TEST(LeaseAdapterTest, EachExtentIsAUnitAndTheLeaseIsAccountedWholeAtEveryStep) 
   EXPECT_EQ(Used(h.Pool("node0")), 5 * kMiB);  // still accounted there
   EXPECT_EQ(Used(h.Pool("node2")), 5 * kMiB);
   EXPECT_EQ(h.Pool("node2").lease_count, 0u);
+  auto info = h.mgr->Stat(1, id);  // what cxlpoolctl leases shows
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->pool, "node0");
+  EXPECT_NE(info->migration.find("to node2: 1 of 3 extents on node2"), std::string::npos)
+      << info->migration;
   // The next extent does not finish: the lease stays half moved, the room held.
   ASSERT_TRUE(table.AbortMove(id, 0, "").ok());
   f = table.Find(id);
