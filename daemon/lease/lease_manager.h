@@ -420,6 +420,8 @@ class LeaseManager {
   MigrationFacts FactsOf(const Lease& l) const;
   // The second charge and the reservation of a move under way go (Free, Abort).
   void DropPoolMove(Lease& l);
+  // The lease `id` with a move under way: NOT_FOUND (it ended), INTERNAL (no move).
+  Result<Lease*> MovingLease(uint64_t id);
   // Recover: a journalled move to `to_pool` that was not finished is
   // accounted again as it was (or, without room there, as a move back);
   // `extent_pools`: where the journal says each extent's pages are ("" the

@@ -125,15 +125,21 @@ Status LeaseManager::BeginPoolMove(uint64_t id, Pool* to) {
   return Status::Ok();
 }
 
-Status LeaseManager::CommitPoolMove(uint64_t id) {
+Result<LeaseManager::Lease*> LeaseManager::MovingLease(uint64_t id) {
   auto it = table_.leases().find(id);
   if (it == table_.leases().end()) {
     return Status(Code::kNotFound, "lease " + std::to_string(id) + " ended during the move");
   }
-  Lease& l = it->second;
-  if (l.moving_to == nullptr) {
+  if (it->second.moving_to == nullptr) {
     return Status(Code::kInternal, "no move of lease " + std::to_string(id) + " is under way");
   }
+  return &it->second;
+}
+
+Status LeaseManager::CommitPoolMove(uint64_t id) {
+  Result<Lease*> moving = MovingLease(id);
+  if (!moving.ok()) return moving.status();
+  Lease& l = **moving;
   Pool* to = l.moving_to;
   if (to == l.pool) {
     // A move back (after a restart) finished: nothing changes hands.
@@ -151,14 +157,9 @@ Status LeaseManager::CommitPoolMove(uint64_t id) {
 }
 
 Status LeaseManager::CommitExtentMove(uint64_t id, uint32_t extent) {
-  auto it = table_.leases().find(id);
-  if (it == table_.leases().end()) {
-    return Status(Code::kNotFound, "lease " + std::to_string(id) + " ended during the move");
-  }
-  Lease& l = it->second;
-  if (l.moving_to == nullptr) {
-    return Status(Code::kInternal, "no move of lease " + std::to_string(id) + " is under way");
-  }
+  Result<Lease*> moving = MovingLease(id);
+  if (!moving.ok()) return moving.status();
+  Lease& l = **moving;
   if (extent >= l.extents.size()) {
     return Status(Code::kInternal,
                   "lease " + std::to_string(id) + " has no extent " + std::to_string(extent));

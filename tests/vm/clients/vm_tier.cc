@@ -242,15 +242,18 @@ int Run(const Args& a) {
     ok = WaitAllOn(*client, *lease, a.expect, deadline, a.timeout_s, &why);
   }
   int final_node = a.expect;
-  if (ok && a.extent != 0) {
+  // --extent: each extent's pages counted alone, printed, and all on `node`.
+  auto extents_on = [&](int node) {
+    if (!ok || a.extent == 0) return;
     bool each = false;
-    std::string per = PerExtent(*lease, a.extent, a.expect, &each);
-    std::printf("EXTENTS node=%d [%s]\n", a.expect, per.c_str());
+    std::string per = PerExtent(*lease, a.extent, node, &each);
+    std::printf("EXTENTS node=%d [%s]\n", node, per.c_str());
     if (!each) {
       ok = false;
-      why = "not every extent is whole on node " + std::to_string(a.expect) + ": " + per;
+      why = "not every extent is whole on node " + std::to_string(node) + ": " + per;
     }
-  }
+  };
+  extents_on(a.expect);
   stop.store(true);
   for (auto& t : threads) t.join();
   if (ok && a.then_expect >= 0) {
@@ -260,15 +263,7 @@ int Run(const Args& a) {
     final_node = a.then_expect;
     const auto back_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(a.timeout_s);
     ok = WaitAllOn(*client, *lease, a.then_expect, back_deadline, a.timeout_s, &why);
-    if (ok && a.extent != 0) {
-      bool each = false;
-      std::string per = PerExtent(*lease, a.extent, a.then_expect, &each);
-      std::printf("EXTENTS node=%d [%s]\n", a.then_expect, per.c_str());
-      if (!each) {
-        ok = false;
-        why = "not every extent is whole on node " + std::to_string(a.then_expect) + ": " + per;
-      }
-    }
+    extents_on(a.then_expect);
   }
   uint64_t rounds = 0;
   for (auto& w : workers) {
