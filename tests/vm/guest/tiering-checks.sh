@@ -132,8 +132,9 @@ vm_tiering_checks() {
   vm_tier_stop
 
   # Killed mid-migration: paced at 1 MiB/s (2 MiB steps) a 16 MiB move takes
-  # ~14 s; the kill comes a second after the move is seen under way.
-  if ! vm_check "tiering: daemon paced to 1 MiB/s starts" vm_tier_start 1; then
+  # ~14 s; the lease is 8 extents of 2 MiB, so the kill, 5 s after the move
+  # is seen under way, finds it half moved (tier-before-kill.json says how far).
+  if ! vm_check "tiering: daemon paced to 1 MiB/s starts" vm_tier_start 1 2M; then
     vm_tier_stop
     return
   fi
@@ -146,16 +147,18 @@ vm_tiering_checks() {
     vm_wait_for 480 grep -q '^READY' /out/tier-hold.log &&
     vm_check "tiering: its paced migration to DRAM is under way" \
       vm_wait_for 480 sh -c "cxlpoolctl tiering --json --all --socket $VM_TIER_SOCK | jq -e '.in_flight != null'"; then
-    sleep 1
+    sleep 5
+    cxlpoolctl tiering --json --all --socket "$VM_TIER_SOCK" >/out/tier-before-kill.json 2>>"$VM_LOG"
     kill -9 "$VM_TIER_PID"
     wait "$VM_TIER_PID" 2>/dev/null
     VM_TIER_PID=
     cxlpoolctl tiering --json --all --socket "$VM_TIER_SOCK" >/out/tier-killed.json 2>>"$VM_LOG"
     vm_note "tiering: daemon SIGKILLed mid-migration"
-    vm_check "tiering: the next daemon starts (unpaced)" vm_tier_start 0
-    vm_check "tiering: it finishes the interrupted move once the holder hands the lease back" \
+    vm_check "tiering: the next daemon starts (unpaced)" vm_tier_start 0 2M
+    vm_check "tiering: it finishes the interrupted move of every extent once the holder hands the lease back" \
       vm_wait_for 600 sh -c "cxlpoolctl tiering --json --all --socket $VM_TIER_SOCK |
-        jq -e '[.migrations[] | select(.direction == \"resume\" and .outcome == \"moved\")] | length >= 1'"
+        jq -e '([.migrations[] | select(.direction == \"resume\" and .outcome == \"moved\")] | length >= 1) and
+               .in_flight == null and ([.leases[] | select(.moving != null)] | length == 0)'"
     cxlpoolctl pools --json --socket "$VM_TIER_SOCK" >/out/tier-pools-restart.json 2>>"$VM_LOG"
     vm_check "tiering: after the restart DRAM node 0 accounts the lease and CXL node $_c nothing" jq -e \
       "([(if type == \"array\" then . else .pools end)[] | select(.numa_node == 0 and .leased_bytes == $((16 << 20)))] | length == 1) and
