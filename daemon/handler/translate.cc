@@ -31,6 +31,7 @@ void ToProto(const LeaseSnapshot& s, proto::LeaseInfo* out) {
   out->set_long_term_pin(s.long_term_pin);
   if (s.placed_numa_node) out->set_placed_numa_node(*s.placed_numa_node);
   out->set_moved_reason(s.moved_reason);
+  out->set_migration(s.migration);
   for (uint64_t bytes : s.extent_bytes) {
     proto::ExtentInfo* x = out->add_extents();
     x->set_size_bytes(bytes);

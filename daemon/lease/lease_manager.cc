@@ -838,6 +838,9 @@ LeaseSnapshot LeaseManager::Snapshot(const Lease& l) const {
   s.long_term_pin = l.long_term_pin;
   s.placed_numa_node = l.placed_node;
   s.moved_reason = l.moved_reason;
+  if (l.moving_to != nullptr) {
+    s.migration = "to " + l.moving_to->name() + (l.moving_note.empty() ? "" : ": " + l.moving_note);
+  }
   if (l.pages_node) s.numa_node = *l.pages_node;
   return s;
 }

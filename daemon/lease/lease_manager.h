@@ -289,6 +289,9 @@ class LeaseManager {
     std::optional<int> home_node;
     const Pool* moving_to = nullptr;  // a move between pools under way
     std::string moving_note;
+    // With moving_to: the extents already on it (LeaseRecord::extents_moved;
+    // empty when none).
+    std::vector<bool> extents_moved;
   };
   std::vector<MigrationFacts> LeasesForMigration() const;
   std::optional<MigrationFacts> LeaseForMigration(uint64_t id) const;
@@ -302,8 +305,18 @@ class LeaseManager {
   // Begin: NOT_FOUND, ALREADY_EXISTS (a move under way), INVALID_ARGUMENT
   // (same pool, devdax), UNAVAILABLE (memory not back after a restart),
   // RESOURCE_EXHAUSTED (room, quota, priority reserve: named), IO (journal).
+  // A lease of several extents moves extent by extent, under one Begin (the
+  // room of the whole lease reserved up front): CommitExtentMove says one
+  // extent's pages are all on the target (journalled); the last one commits
+  // the lease. Until then the lease is accounted where it was, the room
+  // stays reserved, and its facts say which extents are where. An Abort
+  // with an empty note after some extents moved keeps the reservation (the
+  // lease is half moved, and its note says so) until a later move finishes.
+  // CommitExtentMove: NOT_FOUND (the lease ended), INTERNAL (no move, or no
+  // such extent).
   Status BeginPoolMove(uint64_t id, Pool* to);
   Status CommitPoolMove(uint64_t id);
+  Status CommitExtentMove(uint64_t id, uint32_t extent);
   Status AbortPoolMove(uint64_t id, const std::string& split_note);
 
   // SIGTERM with restart support: forget every lease WITHOUT freeing its
@@ -407,9 +420,14 @@ class LeaseManager {
   MigrationFacts FactsOf(const Lease& l) const;
   // The second charge and the reservation of a move under way go (Free, Abort).
   void DropPoolMove(Lease& l);
+  // The lease `id` with a move under way: NOT_FOUND (it ended), INTERNAL (no move).
+  Result<Lease*> MovingLease(uint64_t id);
   // Recover: a journalled move to `to_pool` that was not finished is
-  // accounted again as it was (or, without room there, as a move back).
-  void RecoverPoolMove(Lease& l, const std::string& to_pool);
+  // accounted again as it was (or, without room there, as a move back);
+  // `extent_pools`: where the journal says each extent's pages are ("" the
+  // lease's pool; empty: not recorded).
+  void RecoverPoolMove(Lease& l, const std::string& to_pool,
+                       const std::vector<std::string>& extent_pools);
   // The one way a lease's pool changes, whoever moved its pages (CheckMoved:
   // a long-term pin did; CommitPoolMove: the tiering engine did): its bytes
   // and its tenant's charge go from l.pool to `to` (taking over the room a

@@ -16,6 +16,14 @@ std::string Room(const Pool* p) {
   return p->name() + " has " + HumanBytes(p->free_bytes()) + " free of " +
          HumanBytes(p->capacity());
 }
+
+// "2 of 4 extents on node0 (node 0)": how far a move of several extents is.
+std::string ExtentProgress(const LeaseRecord& l) {
+  const size_t done =
+      static_cast<size_t>(std::count(l.extents_moved.begin(), l.extents_moved.end(), true));
+  return std::to_string(done) + " of " + std::to_string(l.extents.size()) + " extents on " +
+         l.moving_to->name() + " (node " + std::to_string(l.moving_to->numa_node()) + ")";
+}
 }  // namespace
 
 LeaseManager::MigrationFacts LeaseManager::FactsOf(const Lease& l) const {
@@ -26,6 +34,7 @@ LeaseManager::MigrationFacts LeaseManager::FactsOf(const Lease& l) const {
     f.extents = l.GrantedExtents();
     if (f.extents.size() == 1) f.fd = f.extents.front().fd;
   }
+  f.extents_moved = l.extents_moved;
   std::vector<ConnId> conns;
   for (const auto& [conn, n] : l.holders) conns.push_back(conn);
   std::sort(conns.begin(), conns.end());
@@ -66,6 +75,7 @@ void LeaseManager::DropPoolMove(Lease& l) {
   }
   l.moving_to = nullptr;
   l.moving_note.clear();
+  l.extents_moved.clear();
 }
 
 Status LeaseManager::BeginPoolMove(uint64_t id, Pool* to) {
@@ -103,6 +113,7 @@ Status LeaseManager::BeginPoolMove(uint64_t id, Pool* to) {
   quotas_.Charge(tenant, tier, l.size);
   l.moving_to = to;
   l.moving_note.clear();
+  l.extents_moved.clear();
   if (restart_.store != nullptr && !restart_.handed_over) {
     Status st = Persist(l, {});
     if (!st.ok()) {
@@ -114,20 +125,27 @@ Status LeaseManager::BeginPoolMove(uint64_t id, Pool* to) {
   return Status::Ok();
 }
 
-Status LeaseManager::CommitPoolMove(uint64_t id) {
+Result<LeaseManager::Lease*> LeaseManager::MovingLease(uint64_t id) {
   auto it = table_.leases().find(id);
   if (it == table_.leases().end()) {
     return Status(Code::kNotFound, "lease " + std::to_string(id) + " ended during the move");
   }
-  Lease& l = it->second;
-  if (l.moving_to == nullptr) {
+  if (it->second.moving_to == nullptr) {
     return Status(Code::kInternal, "no move of lease " + std::to_string(id) + " is under way");
   }
+  return &it->second;
+}
+
+Status LeaseManager::CommitPoolMove(uint64_t id) {
+  Result<Lease*> moving = MovingLease(id);
+  if (!moving.ok()) return moving.status();
+  Lease& l = **moving;
   Pool* to = l.moving_to;
   if (to == l.pool) {
     // A move back (after a restart) finished: nothing changes hands.
     l.moving_to = nullptr;
     l.moving_note.clear();
+    l.extents_moved.clear();
     (void)Persist(l, {});
     return Status::Ok();
   }
@@ -135,6 +153,28 @@ Status LeaseManager::CommitPoolMove(uint64_t id) {
          "the tiering engine moved its pages from node " + std::to_string(l.pool->numa_node()) +
              " to node " + std::to_string(to->numa_node()) + " (cxlpoolctl tiering --lease " +
              std::to_string(id) + " says why)");
+  return Status::Ok();
+}
+
+Status LeaseManager::CommitExtentMove(uint64_t id, uint32_t extent) {
+  Result<Lease*> moving = MovingLease(id);
+  if (!moving.ok()) return moving.status();
+  Lease& l = **moving;
+  if (extent >= l.extents.size()) {
+    return Status(Code::kInternal,
+                  "lease " + std::to_string(id) + " has no extent " + std::to_string(extent));
+  }
+  if (l.extents.size() == 1) return CommitPoolMove(id);
+  l.extents_moved.resize(l.extents.size(), false);
+  l.extents_moved[extent] = true;
+  Count("pool_move_extents_done");
+  if (std::all_of(l.extents_moved.begin(), l.extents_moved.end(), [](bool b) { return b; })) {
+    return CommitPoolMove(id);
+  }
+  // Half moved: still accounted where it was, the whole lease's room held
+  // on the target, and every extent's place journalled.
+  l.moving_note = ExtentProgress(l) + "; the others follow";
+  (void)Persist(l, {});
   return Status::Ok();
 }
 
@@ -162,6 +202,7 @@ void LeaseManager::Rehome(Lease& l, Pool* to, std::string why) {
   }
   l.moving_to = nullptr;
   l.moving_note.clear();
+  l.extents_moved.clear();
   Count("leases_moved");
   (void)Persist(l, {});
 }
@@ -171,11 +212,20 @@ Status LeaseManager::AbortPoolMove(uint64_t id, const std::string& split_note) {
   if (it == table_.leases().end()) return Status::Ok();  // Free dropped the move already
   Lease& l = it->second;
   if (l.moving_to == nullptr) return Status::Ok();
-  if (split_note.empty()) {
+  const bool half_moved =
+      std::find(l.extents_moved.begin(), l.extents_moved.end(), true) != l.extents_moved.end();
+  if (split_note.empty() && half_moved) {
+    // Some extents are on the target already: the room stays reserved
+    // there and the lease says how far it got, until a later move finishes.
+    l.moving_note = ExtentProgress(l) + "; the move of the others did not finish";
+    Count("pool_moves_partial");
+    CXLPOOL_LOG(kWarning) << "lease " << id << " (" << l.pool->name() << " -> "
+                          << l.moving_to->name() << "): " << l.moving_note;
+  } else if (split_note.empty()) {
     DropPoolMove(l);
     Count("pool_moves_aborted");
   } else {
-    l.moving_note = split_note;
+    l.moving_note = half_moved ? ExtentProgress(l) + "; " + split_note : split_note;
     Count("pool_moves_split");
     CXLPOOL_LOG(kWarning) << "lease " << id << " (" << l.pool->name() << " -> "
                           << l.moving_to->name() << "): " << split_note;
@@ -184,7 +234,8 @@ Status LeaseManager::AbortPoolMove(uint64_t id, const std::string& split_note) {
   return Status::Ok();
 }
 
-void LeaseManager::RecoverPoolMove(Lease& l, const std::string& to_pool) {
+void LeaseManager::RecoverPoolMove(Lease& l, const std::string& to_pool,
+                                   const std::vector<std::string>& extent_pools) {
   if (to_pool.empty()) return;
   Pool* to = nullptr;
   for (Pool* p : pool_ptrs_) {
@@ -196,6 +247,17 @@ void LeaseManager::RecoverPoolMove(Lease& l, const std::string& to_pool) {
     l.moving_to = to;
     l.moving_note = "interrupted by a daemon restart; its pages may be on " + l.pool->name() +
                     " and " + to_pool + " until the move is finished";
+    if (l.extents.size() > 1 && extent_pools.size() == l.extents.size()) {
+      // The extents the journal says were moved are there (each was
+      // verified before it was journalled); the others move next.
+      l.extents_moved.assign(l.extents.size(), false);
+      for (size_t i = 0; i < extent_pools.size(); ++i) {
+        l.extents_moved[i] = extent_pools[i] == to_pool;
+      }
+      l.moving_note = "interrupted by a daemon restart with " + ExtentProgress(l) +
+                      "; the others may be on " + l.pool->name() + " and " + to_pool +
+                      " until the move is finished";
+    }
   } else {
     // Finish it the other way: every page back on the pool that accounts it.
     l.moving_to = l.pool;

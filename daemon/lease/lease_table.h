@@ -77,6 +77,11 @@ struct LeaseRecord {
   std::optional<int> home_node;
   Pool* moving_to = nullptr;
   std::string moving_note;
+  // A lease of several extents moves one extent at a time: those whose pages
+  // that move has put on moving_to already (verified), by extent index;
+  // empty when none has. The lease stays accounted to `pool`, with the room
+  // of the whole lease reserved on moving_to, until every extent is there.
+  std::vector<bool> extents_moved;
 
   // The first extent: its kind and page size are the lease's (every extent
   // of a lease has the same).

@@ -93,6 +93,9 @@ struct LeaseSnapshot {
   // kind and pool are then where the pages are now.
   std::optional<int> placed_numa_node;
   std::string moved_reason;
+  // A move between pools under way or left unfinished (tiering): where to
+  // and how far ("to node0: 2 of 4 extents on node0 ..."); "" none.
+  std::string migration;
 };
 
 // One extent of a granted lease: its fd (borrowed) and its size and page

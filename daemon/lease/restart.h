@@ -87,6 +87,10 @@ struct DurableLease {
   std::vector<HolderId> holders;  // every process holding a reference
   // A move to another pool was begun and not finished (tiering): that pool.
   std::string migrating_to_pool;
+  // With it, for a lease of several extents: the pool each extent's pages
+  // were verified on ("" the lease's pool), parallel to `extents`; empty
+  // when no extent has moved yet.
+  std::vector<std::string> extent_pools;
 };
 
 // What the durable side found wrong at start (the journal's damage report,

@@ -56,11 +56,13 @@ journal::LeaseRecord ToRecord(const DurableLease& d) {
   r.set_dax_device(d.dax_device);
   r.set_dax_rdev(d.dax_rdev);
   r.set_migrating_to_pool(d.migrating_to_pool);
-  for (const DurableExtent& x : d.extents) {
+  for (size_t i = 0; i < d.extents.size(); ++i) {
+    const DurableExtent& x = d.extents[i];
     journal::ExtentRecord* e = r.add_extents();
     e->set_size_bytes(x.size_bytes);
     e->set_inode(x.inode);
     e->set_inode_dev(x.inode_dev);
+    if (i < d.extent_pools.size()) e->set_migrated_to_pool(d.extent_pools[i]);
   }
   for (const HolderId& h : d.holders) {
     journal::Holder* x = r.add_holders();
@@ -111,9 +113,13 @@ DurableLease FromRecord(const journal::LeaseRecord& r) {
   d.dax_device = r.dax_device();
   d.dax_rdev = r.dax_rdev();
   d.migrating_to_pool = r.migrating_to_pool();
+  bool any_migrated = false;
   for (const auto& e : r.extents()) {
     d.extents.push_back(DurableExtent{e.size_bytes(), e.inode(), e.inode_dev()});
+    d.extent_pools.push_back(e.migrated_to_pool());
+    any_migrated = any_migrated || !e.migrated_to_pool().empty();
   }
+  if (!any_migrated) d.extent_pools.clear();
   for (const auto& h : r.holders()) {
     d.holders.push_back(HolderId{static_cast<pid_t>(h.pid()), h.start_time()});
   }

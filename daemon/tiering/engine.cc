@@ -444,7 +444,10 @@ void TieringEngine::Round() {
               "long-term pinned, and no holder takes part in cooperative migration "
               "(cxlpool_lease_set_migration_callback, or a CUDA registration by libcxlpool)";
         } else {
-          int64_t pause = static_cast<int64_t>(static_cast<double>(u.length) * 1e9 / measured_bps_);
+          // The holders map the lease as one range: every unit of it moves
+          // in the one pause.
+          const uint64_t paused = f.units.size() > 1 ? f.size_bytes : u.length;
+          int64_t pause = static_cast<int64_t>(static_cast<double>(paused) * 1e9 / measured_bps_);
           if (pause > options_.max_pause_ns) {
             u.cooperative_blocked = "moving it would pause its holders about " + Secs(pause) +
                                     " (max_pause " + Secs(options_.max_pause_ns) + ")";
@@ -466,6 +469,38 @@ void TieringEngine::Round() {
                                       : 0;
   PolicyOutput out = Decide(options_.policy, ps, us, now, budget);
   pressure_ = out.pressure;
+  // A lease is accounted to one pool, so moving one unit of a lease of
+  // several moves all of them: a demotion goes only when none of its units
+  // is still warm (a promotion of any hot unit takes the lease, as a lease
+  // of one unit is taken by any hot part of it).
+  std::vector<Decision> kept;
+  for (const Decision& d : out.decisions) {
+    std::string warm;
+    if (d.direction == Direction::kDemote) {
+      for (const UnitState& u : us) {
+        if (u.lease_id != d.lease_id || u.unit == d.unit) continue;
+        if (u.urgent == Hint::kDontNeed || u.temperature <= options_.policy.cold_threshold) {
+          continue;
+        }
+        char t[64];
+        std::snprintf(t, sizeof t, "%.2f > cold %.2f", u.temperature,
+                      options_.policy.cold_threshold);
+        warm = "stays: demoting it would take all of lease " + std::to_string(d.lease_id) + " to " +
+               d.to_pool + ", and its unit " + std::to_string(u.unit) +
+               " is still warm (temperature " + t + ")";
+        break;
+      }
+    }
+    if (warm.empty()) {
+      kept.push_back(d);
+      continue;
+    }
+    auto it = tracks_.find(d.lease_id);
+    if (it != tracks_.end() && d.unit < it->second.units.size()) {
+      it->second.units[d.unit].verdict = warm;
+    }
+  }
+  out.decisions = std::move(kept);
   for (size_t i = 0; i < out.decisions.size(); ++i) {
     const Decision& d = out.decisions[i];
     auto it = tracks_.find(d.lease_id);
@@ -487,6 +522,7 @@ void TieringEngine::Round() {
     if (f.moving_unit >= f.units.size()) continue;
     LeaseTrack& t = tracks_[f.id];
     if (now < t.units[f.moving_unit].refused_until_ns) continue;
+    if (now < t.coop_retry_ns && (f.long_term_pin || !t.pinned_by.empty())) continue;
     Decision d;
     d.direction = Direction::kPromote;
     const UnitFacts& uf = f.units[f.moving_unit];
@@ -499,10 +535,24 @@ void TieringEngine::Round() {
     d.cooperative = f.long_term_pin || !t.pinned_by.empty();
     if (d.cooperative && t.pinned_by.empty()) d.cooperative = false;
     d.rule = "resume";
-    d.why = "finish the move of lease " + std::to_string(f.id) + " from " + uf.pool + " to " +
-            f.moving_to + " that was begun and not finished" +
-            (f.moving_note.empty() ? "" : " (" + f.moving_note + ")");
-    limiter_.Charge(d.length, now);
+    if (!t.follow_kind.empty()) {
+      // The next unit of a lease this engine is moving unit by unit: paced
+      // like any move.
+      d.direction = t.follow_kind == "demote" ? Direction::kDemote : Direction::kPromote;
+      d.rule = "follow";
+      d.why = "unit " + std::to_string(f.moving_unit) + " of " + std::to_string(f.units.size()) +
+              " of lease " + std::to_string(f.id) + " follows the others to " + f.moving_to + " (" +
+              t.follow_why + ")";
+      if (!limiter_.TryTake(d.length, now)) {
+        ScheduleRound(limiter_.NsUntil(d.length, now));
+        return;
+      }
+    } else {
+      d.why = "finish the move of lease " + std::to_string(f.id) + " from " + uf.pool + " to " +
+              f.moving_to + " that was begun and not finished" +
+              (f.moving_note.empty() ? "" : " (" + f.moving_note + ")");
+      limiter_.Charge(d.length, now);
+    }
     Begin(d, f, true);
     return;
   }
@@ -522,7 +572,7 @@ void TieringEngine::Begin(const Decision& d, const LeaseFacts& f, bool resume) {
   Move m;
   m.id = next_migration_id_++;
   m.d = d;
-  m.kind = resume ? "resume" : DirectionName(d.direction);
+  m.kind = resume && d.rule != "follow" ? "resume" : DirectionName(d.direction);
   m.from_node = NodeOfPool(d.from_pool);
   m.to_node = NodeOfPool(d.to_pool);
   m.page_size = d.unit < f.units.size() ? f.units[d.unit].page_size : 4096;
@@ -546,6 +596,12 @@ void TieringEngine::Begin(const Decision& d, const LeaseFacts& f, bool resume) {
       Count("moves_refused");
       return;
     }
+    if (f.units.size() > 1) {
+      // The lease is accounted to one pool: its other units follow.
+      LeaseTrack& t = tracks_[d.lease_id];
+      t.follow_kind = m.kind;
+      t.follow_why = d.why;
+    }
   }
   if (m.cooperative) {
     LeaseTrack& t = tracks_[d.lease_id];
@@ -553,6 +609,15 @@ void TieringEngine::Begin(const Decision& d, const LeaseFacts& f, bool resume) {
       if (m.pids.count(c) != 0) m.waiting.insert(c);
     }
     if (m.waiting.empty()) m.cooperative = false;  // its pins are gone: move in place
+  }
+  if (m.cooperative && f.units.size() > 1) {
+    // The holders pin the lease as one range: every unit not on the target
+    // moves in the same pause.
+    for (uint32_t i = 0; i < f.units.size(); ++i) {
+      if (i != d.unit && f.units[i].pool != d.to_pool) m.next_units.push_back(i);
+    }
+    m.units = static_cast<uint32_t>(f.units.size());
+    m.first_why = d.why;
   }
   move_ = std::move(m);
   if (!move_->cooperative) {
@@ -562,8 +627,8 @@ void TieringEngine::Begin(const Decision& d, const LeaseFacts& f, bool resume) {
   MigrationAsk ask;
   ask.migration_id = move_->id;
   ask.lease_id = d.lease_id;
-  ask.offset = d.offset;
-  ask.length = d.length;
+  ask.offset = f.units.size() > 1 && move_->cooperative ? 0 : d.offset;
+  ask.length = f.units.size() > 1 && move_->cooperative ? f.size_bytes : d.length;
   ask.target_node = move_->to_node;
   ask.deadline_ms = options_.cooperative_deadline_ms;
   ask.why = d.why;
@@ -642,11 +707,13 @@ void TieringEngine::Moved(uint64_t id, Result<MoveReport> r) {
       double bps = static_cast<double>(r->bytes) * 1e9 / static_cast<double>(r->move_ns);
       measured_bps_ = 0.7 * measured_bps_ + 0.3 * bps;
     }
+    m.bytes_moved += m.d.length;
     Status st = table_->CommitMove(m.d.lease_id, m.d.unit);
     if (!st.ok()) {
       Finish("gone", "moved, but " + st.ToString(), r->move_ns, true);
       return;
     }
+    ++m.units_moved;
     auto it = tracks_.find(m.d.lease_id);
     if (it != tracks_.end() && m.d.unit < it->second.units.size()) {
       UnitTrack& u = it->second.units[m.d.unit];
@@ -662,7 +729,17 @@ void TieringEngine::Moved(uint64_t id, Result<MoveReport> r) {
                                                  : "bytes_demoted",
           m.d.length);
     Count("moves_done");
-    for (const auto& [c, pid] : m.pids) holders_->Moved(c, m.d.lease_id, m.to_node, m.d.to_pool);
+    std::optional<LeaseFacts> now_f = table_->Find(m.d.lease_id);
+    if (now_f && now_f->moving_to.empty()) {
+      // The whole lease is there now (one unit, or the last of several).
+      auto t = tracks_.find(m.d.lease_id);
+      if (t != tracks_.end()) t->second.follow_kind.clear();
+      for (const auto& [c, pid] : m.pids) holders_->Moved(c, m.d.lease_id, m.to_node, m.d.to_pool);
+    }
+    if (!m.next_units.empty()) {
+      Record(m, "moved", r->ToString(), r->move_ns);
+      if (NextUnit()) return;
+    }
     Finish("moved", r->ToString(), r->move_ns, true);
     return;
   }
@@ -697,6 +774,27 @@ void TieringEngine::Moved(uint64_t id, Result<MoveReport> r) {
       RolledBack(id, first, std::move(*rr));
     });
   });
+}
+
+bool TieringEngine::NextUnit() {
+  Move& m = *move_;
+  std::optional<LeaseFacts> f = table_->Find(m.d.lease_id);
+  while (f && !m.next_units.empty()) {
+    const uint32_t u = m.next_units.front();
+    m.next_units.pop_front();
+    if (u >= f->units.size() || f->units[u].pool == m.d.to_pool) continue;
+    m.d.unit = u;
+    m.d.offset = f->units[u].offset;
+    m.d.length = f->units[u].length;
+    m.d.from_pool = f->units[u].pool;
+    m.from_node = NodeOfPool(m.d.from_pool);
+    m.page_size = f->units[u].page_size;
+    m.d.why = "unit " + std::to_string(u) + " of " + std::to_string(m.units) + " of lease " +
+              std::to_string(m.d.lease_id) + ", in the same pause (" + m.first_why + ")";
+    Run();
+    return true;
+  }
+  return false;
 }
 
 void TieringEngine::RolledBack(uint64_t id, std::string first, Result<MoveReport> r) {
@@ -737,11 +835,18 @@ void TieringEngine::Finish(const std::string& outcome, const std::string& detail
   move_.reset();
   const int64_t now = clock_->MonotonicNs();
   Record(m, outcome, detail, move_ns);
+  if (auto t = tracks_.find(m.d.lease_id); t != tracks_.end() && !t->second.follow_kind.empty()) {
+    std::optional<LeaseFacts> f = table_->Find(m.d.lease_id);
+    if (!f || f->moving_to.empty()) t->second.follow_kind.clear();  // nothing left to follow
+  }
   if (m.cooperative) {
     MigrationOutcome o;
-    o.moved = moved;
-    o.numa_node = moved ? m.to_node : (outcome == "split" ? -1 : m.from_node);
-    o.bytes = moved ? m.d.length : 0;
+    // Several units: moved when all of them are (none left to move), else
+    // the lease is half moved and its node is not one.
+    const bool half = !moved && m.units_moved > 0;
+    o.moved = moved && m.next_units.empty();
+    o.numa_node = moved ? m.to_node : (outcome == "split" || half ? -1 : m.from_node);
+    o.bytes = m.bytes_moved;
     o.move_ns = move_ns;
     o.detail = outcome + ": " + detail;
     for (auto& [c, done] : m.ready) done(o);

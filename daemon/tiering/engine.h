@@ -242,6 +242,11 @@ class TieringEngine {
     std::set<ConnId> pinned_by;
     int64_t coop_retry_ns = 0;
     std::string coop_why;
+    // A move of this lease's units that this engine began and that is not
+    // whole yet (the lease is accounted to one pool): its direction and why,
+    // for the units that follow.
+    std::string follow_kind;
+    std::string follow_why;
   };
   struct Move {
     uint64_t id = 0;
@@ -259,6 +264,13 @@ class TieringEngine {
     std::set<ConnId> waiting;
     std::map<ConnId, ReadyDone> ready;
     std::map<ConnId, pid_t> pids;
+    // Cooperative, several units: the units to move after `d.unit` within
+    // the same pause (every unit not on the target), and what moved so far.
+    std::deque<uint32_t> next_units;
+    uint32_t units = 1;  // of the lease
+    std::string first_why;
+    uint32_t units_moved = 0;
+    uint64_t bytes_moved = 0;
   };
 
   LeaseTrack& Track(const LeaseFacts& f);
@@ -272,6 +284,8 @@ class TieringEngine {
   void Begin(const Decision& d, const LeaseFacts& f, bool resume);
   void Run();
   void Moved(uint64_t id, Result<MoveReport> r);
+  // Cooperative, several units: the next unit of the same pause, if any.
+  bool NextUnit();
   void RolledBack(uint64_t id, std::string first, Result<MoveReport> r);
   void Finish(const std::string& outcome, const std::string& detail, int64_t move_ns, bool moved);
   void CancelCooperative(const std::string& why);

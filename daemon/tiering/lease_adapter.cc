@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "lease/placement.h"
@@ -60,22 +61,42 @@ LeaseFacts LeaseManagerTable::Convert(const LeaseManager::MigrationFacts& m) con
   f.priority = m.priority;
   f.holders = m.holders;
   f.holder_pids = m.holder_pids;
-  UnitFacts u;
-  u.offset = 0;
-  u.length = s.size_bytes;
-  u.page_size = s.page_size != 0 ? s.page_size : 4096;
-  u.pool = s.pool;
-  u.numa_node = s.numa_node;
-  f.units.push_back(u);
+  // One unit per extent, at its place in the mapping; an extent a move
+  // under way has put on the target already is shown there.
+  const uint64_t page = s.page_size != 0 ? s.page_size : 4096;
+  auto unit_at = [&](uint64_t offset, uint64_t length, bool moved) {
+    UnitFacts u;
+    u.offset = offset;
+    u.length = length;
+    u.page_size = page;
+    u.pool = moved ? m.moving_to->name() : s.pool;
+    u.numa_node = moved ? m.moving_to->numa_node() : s.numa_node;
+    f.units.push_back(u);
+  };
+  if (m.extents.size() > 1) {
+    uint64_t offset = 0;
+    for (size_t i = 0; i < m.extents.size(); ++i) {
+      const bool moved = m.moving_to != nullptr && i < m.extents_moved.size() &&
+                         m.extents_moved[i] && m.moving_to != m.pool;
+      unit_at(offset, m.extents[i].size_bytes, moved);
+      offset += m.extents[i].size_bytes;
+    }
+  } else if (!s.extent_bytes.empty()) {
+    // Several extents whose memory is not back yet after a restart.
+    uint64_t offset = 0;
+    for (uint64_t b : s.extent_bytes) {
+      unit_at(offset, b, false);
+      offset += b;
+    }
+  } else {
+    unit_at(0, s.size_bytes, false);
+  }
   const bool memfd = m.pool != nullptr && std::string(m.pool->backing()) == "memfd";
   if (!local_) {
     f.not_movable = "the topology is not this machine's (--sysfs-root): nothing is moved";
   } else if (!memfd) {
     f.not_movable = "devdax memory cannot move (the device is the memory)";
-  } else if (m.extents.size() > 1) {
-    f.not_movable = "a lease of " + std::to_string(m.extents.size()) +
-                    " extents: the tiering engine moves one-extent leases only";
-  } else if (m.fd < 0) {
+  } else if (m.extents.empty() || m.extents.front().fd < 0) {
     f.not_movable = "its memory is not back since the daemon restarted (awaiting RECLAIM)";
   }
   if (memfd) {
@@ -86,8 +107,13 @@ LeaseFacts LeaseManagerTable::Convert(const LeaseManager::MigrationFacts& m) con
   }
   if (m.moving_to != nullptr) {
     f.moving_to = m.moving_to->name();
-    f.moving_unit = 0;
     f.moving_note = m.moving_note;
+    // The next extent to move: the first not on the target yet.
+    f.moving_unit = 0;
+    while (f.moving_unit < f.units.size() && f.moving_unit < m.extents_moved.size() &&
+           m.extents_moved[f.moving_unit]) {
+      ++f.moving_unit;
+    }
   }
   return f;
 }
@@ -122,43 +148,44 @@ std::vector<PoolFacts> LeaseManagerTable::Pools() const {
 Result<UnitMemory> LeaseManagerTable::OpenUnit(uint64_t id, uint32_t unit) {
   auto m = leases_->LeaseForMigration(id);
   if (!m) return Status(Code::kNotFound, "no lease " + std::to_string(id));
-  if (unit != 0) {
-    return Status(Code::kNotFound,
-                  "lease " + std::to_string(id) + " has no unit " + std::to_string(unit));
-  }
   if (m->pool == nullptr || std::string(m->pool->backing()) != "memfd") {
     return Status(Code::kUnsupported, "devdax memory cannot move");
   }
-  if (m->extents.size() > 1) {
-    return Status(Code::kUnsupported, "lease " + std::to_string(id) + " has " +
-                                          std::to_string(m->extents.size()) +
-                                          " extents: only one-extent leases are moved");
+  const size_t units =
+      std::max<size_t>(m->extents.size(), std::max<size_t>(m->lease.extent_bytes.size(), 1));
+  if (unit >= units) {
+    return Status(Code::kNotFound,
+                  "lease " + std::to_string(id) + " has no unit " + std::to_string(unit));
   }
-  if (m->fd < 0) {
+  if (m->extents.empty() || m->extents[unit].fd < 0) {
     return Status(Code::kUnavailable, "lease " + std::to_string(id) +
                                           "'s memory is not back since the daemon restarted");
   }
+  // Each extent is its own memfd: the unit is all of it.
   UnitMemory mem;
-  mem.fd.Reset(::fcntl(m->fd, F_DUPFD_CLOEXEC, 0));
+  mem.fd.Reset(::fcntl(m->extents[unit].fd, F_DUPFD_CLOEXEC, 0));
   if (!mem.fd.valid()) return Status::FromErrno(errno, "dup of lease " + std::to_string(id));
   mem.file_offset = 0;
   return mem;
 }
 
 Status LeaseManagerTable::BeginMove(uint64_t id, uint32_t unit, const std::string& to_pool) {
-  if (unit != 0) return Status(Code::kNotFound, "no unit " + std::to_string(unit));
+  auto f = Find(id);
+  if (!f) return Status(Code::kNotFound, "no lease " + std::to_string(id));
+  if (unit >= f->units.size()) return Status(Code::kNotFound, "no unit " + std::to_string(unit));
+  // A lease is accounted to one pool: the room of all of it is reserved on
+  // the target now, and its extents follow one by one (CommitMove).
   Pool* to = PoolNamed(to_pool);
   if (to == nullptr) return Status(Code::kNotFound, "no pool " + to_pool);
   return leases_->BeginPoolMove(id, to);
 }
 
 Status LeaseManagerTable::CommitMove(uint64_t id, uint32_t unit) {
-  if (unit != 0) return Status(Code::kNotFound, "no unit " + std::to_string(unit));
-  return leases_->CommitPoolMove(id);
+  return leases_->CommitExtentMove(id, unit);
 }
 
 Status LeaseManagerTable::AbortMove(uint64_t id, uint32_t unit, const std::string& split_note) {
-  if (unit != 0) return Status(Code::kNotFound, "no unit " + std::to_string(unit));
+  (void)unit;  // the reservation is the whole lease's
   return leases_->AbortPoolMove(id, split_note);
 }
 

@@ -4,7 +4,11 @@
 // differently (extents, a separate lease table), only this file changes.
 //
 // What it answers:
-//  - a lease is one unit today (one memfd: [0, size)), accounted to its pool;
+//  - each extent of a lease is a unit (its own memfd, at its offset in the
+//    mapping); the lease is accounted to one pool, so a move reserves room
+//    for all of it on the target up front and the accounting moves with the
+//    last extent (LeaseManager::CommitExtentMove); meanwhile each unit's
+//    pool is where its pages are;
 //  - promote_pool: the first DRAM memfd pool in the placement order for the
 //    GPU the lease was asked near (lease/placement.h), else for the node the
 //    holder ran on, else for the lease's own node;

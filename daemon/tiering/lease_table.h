@@ -2,7 +2,7 @@
 // nothing of how the daemon keeps its leases:
 //
 //  - LeaseTable: the leases (each an ordered list of units: byte ranges that
-//    move as one, an extent; a lease of one memfd is one unit today), the
+//    move as one: an extent, each its own memfd), the
 //    pools, a way to open a unit's memory for a move, and the accounting of
 //    a move (begin: room reserved on the target and the intent journalled;
 //    commit: the unit's bytes and its tenant's quota charge move to the
@@ -63,10 +63,11 @@ struct LeaseFacts {
   std::string promote_pool;        // fast pool nearest its holder's GPU ("" none)
   std::string demote_pool;         // slow pool nearest it ("" none)
   // A move begun and not finished (reservation held on this pool), e.g.
-  // journalled by a daemon that was killed mid-migration; "" none.
+  // journalled by a daemon that was killed mid-migration, or a lease of
+  // several units some of which are there already; "" none.
   std::string moving_to;
-  uint32_t moving_unit = 0;
-  std::string moving_note;  // what the accounting says about it
+  uint32_t moving_unit = 0;  // the next unit to move there
+  std::string moving_note;   // what the accounting says about it
 };
 
 // A unit's memory, opened for a move or for sampling: a dup of the fd
@@ -92,8 +93,12 @@ class LeaseTable {
   // under way), IO (journal).
   virtual Status BeginMove(uint64_t id, uint32_t unit, const std::string& to_pool) = 0;
   // The unit's pages are all on the target (verified): its accounting and
-  // its tenant's quota move there; journalled. NOT_FOUND (the lease ended
-  // meanwhile: nothing to do), INTERNAL (no move begun).
+  // its tenant's quota move there; journalled. A table that accounts a
+  // lease to one pool may reserve the whole lease at BeginMove and move the
+  // accounting with the last unit: until then Find says moving_to, with
+  // moving_unit the next unit not there, and each unit's pool where its
+  // pages are. NOT_FOUND (the lease ended meanwhile: nothing to do),
+  // INTERNAL (no move begun).
   virtual Status CommitMove(uint64_t id, uint32_t unit) = 0;
   // The move did not finish. `split_note` empty: the pages are whole where
   // they were, the reservation is released. Non-empty: some pages are

@@ -487,6 +487,76 @@ TEST(LeaseRestartTest, AReclaimMustHandBackEveryExtentInOrder) {
   EXPECT_EQ(b.Pool("node0").reclaiming_bytes, 0u);
 }
 
+// A tiering move of a lease of several extents goes one extent at a time;
+// the journal says which extents are on the target already. A daemon killed
+// half way comes back with the lease half moved, its room on the target
+// reserved again, and the move finishes from where it was.
+TEST(LeaseRestartTest, AMultiExtentLeaseKilledHalfMovedComesBackHalfMovedAndFinishes) {
+  DurableLease rec;
+  std::vector<UniqueFd> fds;
+  {
+    RestartHarness a;
+    a.mgr->SetMaxExtentBytes(2 << 20);
+    a.ConnectPid(1, 500);
+    auto g = a.Alloc(1, 5 << 20, 0);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    ASSERT_EQ(g->extents.size(), 3u);
+    for (const auto& e : g->extents) fds.emplace_back(::fcntl(e.fd, F_DUPFD_CLOEXEC, 0));
+    const uint64_t id = g->lease.id;
+    Pool* node2 = nullptr;
+    for (Pool* p : a.mgr->pools()) {
+      if (p->name() == "node2") node2 = p;
+    }
+    ASSERT_NE(node2, nullptr);
+    ASSERT_TRUE(a.mgr->BeginPoolMove(id, node2).ok());
+    EXPECT_TRUE(a.store.leases.at(id).extent_pools.empty());  // nothing moved yet
+    ASSERT_TRUE(a.mgr->CommitExtentMove(id, 1).ok());
+    rec = a.store.leases.at(id);
+    EXPECT_EQ(rec.migrating_to_pool, "node2");
+    EXPECT_EQ(rec.pool, "node0");
+    EXPECT_EQ(rec.extent_pools, (std::vector<std::string>{"", "node2", ""}));
+    // Both pools count it while it is half moved: no overcommit.
+    EXPECT_EQ(a.Pool("node0").leased_bytes, 5u << 20);
+    EXPECT_EQ(a.Pool("node2").capacity_bytes - a.Pool("node2").free_bytes, 5u << 20);
+    a.mgr->HandOver();  // killed here
+  }
+  // The journal record keeps the extents' places across an upgrade.
+  EXPECT_EQ(FromRecord(ToRecord(rec)).extent_pools, rec.extent_pools);
+  DurableLease unmoved = rec;
+  unmoved.extent_pools.clear();
+  EXPECT_TRUE(FromRecord(ToRecord(unmoved)).extent_pools.empty());
+  {
+    RestartHarness b;
+    b.probe.start[500] = 77;
+    std::map<uint64_t, std::vector<UniqueFd>> stored;
+    for (const auto& fd : fds) stored[rec.id].push_back(Dup(fd));
+    auto r = b.mgr->Recover({rec}, std::move(stored), std::chrono::seconds(60));
+    ASSERT_EQ(r.adopted, 1u);
+    auto f = b.mgr->LeaseForMigration(rec.id);
+    ASSERT_TRUE(f.has_value());
+    ASSERT_NE(f->moving_to, nullptr);
+    EXPECT_EQ(f->moving_to->name(), "node2");
+    EXPECT_EQ(f->extents_moved, (std::vector<bool>{false, true, false}));
+    EXPECT_NE(f->moving_note.find("1 of 3 extents on node2"), std::string::npos) << f->moving_note;
+    EXPECT_EQ(b.Pool("node0").leased_bytes, 5u << 20);
+    EXPECT_EQ(b.Pool("node2").capacity_bytes - b.Pool("node2").free_bytes, 5u << 20);
+    EXPECT_EQ(b.mgr->Counters().at("restart_interrupted_moves"), 1u);
+    // The rest of the move: extents 0 and 2; the last one moves the accounting.
+    ASSERT_TRUE(b.mgr->CommitExtentMove(rec.id, 0).ok());
+    EXPECT_EQ(b.store.leases.at(rec.id).extent_pools,
+              (std::vector<std::string>{"node2", "node2", ""}));
+    EXPECT_EQ(b.Pool("node0").leased_bytes, 5u << 20);
+    ASSERT_TRUE(b.mgr->CommitExtentMove(rec.id, 2).ok());
+    EXPECT_EQ(b.Pool("node0").leased_bytes, 0u);
+    EXPECT_EQ(b.Pool("node2").leased_bytes, 5u << 20);
+    EXPECT_EQ(b.store.leases.at(rec.id).pool, "node2");
+    EXPECT_TRUE(b.store.leases.at(rec.id).migrating_to_pool.empty());
+    EXPECT_TRUE(b.store.leases.at(rec.id).extent_pools.empty());
+    EXPECT_EQ(b.mgr->CommitExtentMove(rec.id, 0).code(), Code::kInternal);  // no move now
+    b.mgr->HandOver();
+  }
+}
+
 TEST(LeaseRestartTest, TheFdStoreGivesBackAllExtentsOrNone) {
   MultiExtentGrant m = GrantThreeExtentsAndHandOver();
   {

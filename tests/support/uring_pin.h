@@ -12,11 +12,13 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace cxlpool::testing {
 
@@ -55,10 +57,21 @@ class UringPin {
     ::close(fd_);
     fd_ = -1;
   }
-  // Pins [addr, addr + len) as fixed buffer 0. 0 or -errno.
-  int Register(void* addr, size_t len) {
-    iovec v{addr, len};
-    if (::syscall(__NR_io_uring_register, fd_, IORING_REGISTER_BUFFERS, &v, 1) != 0) return -errno;
+  // Pins [addr, addr + len) as fixed buffer 0; `piece` set: as fixed
+  // buffers 0, 1, ... of `piece` bytes each (the last the rest). A kernel
+  // before 6.4 wants a fixed buffer's pages in one file, so a lease of
+  // several extents (memfds) is pinned one extent per buffer there.
+  // 0 or -errno.
+  int Register(void* addr, size_t len, size_t piece = 0) {
+    std::vector<iovec> v;
+    for (size_t off = 0; off < len; off += piece == 0 ? len : piece) {
+      v.push_back(
+          iovec{static_cast<char*>(addr) + off, std::min(len - off, piece == 0 ? len : piece)});
+    }
+    if (::syscall(__NR_io_uring_register, fd_, IORING_REGISTER_BUFFERS, v.data(),
+                  static_cast<unsigned>(v.size())) != 0) {
+      return -errno;
+    }
     registered_ = true;
     ++registrations;
     return 0;

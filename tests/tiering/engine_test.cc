@@ -59,6 +59,31 @@ class FakeTable final : public LeaseTable {
     leases[id] = f;
     return leases[id];
   }
+  // A lease of `n` extents of `each` bytes, accounted to one pool as the
+  // daemon does (LeaseManagerTable): a move reserves the whole lease on the
+  // target, each unit's commit puts that unit there, the last one moves the
+  // accounting; meanwhile moving_note says how far it got.
+  LeaseFacts& AddExtentLease(uint64_t id, const std::string& pool, uint32_t n, uint64_t each,
+                             std::vector<ConnId> holders) {
+    LeaseFacts& f = AddLease(id, pool, n * each, std::move(holders));
+    f.units.clear();
+    for (uint32_t i = 0; i < n; ++i) {
+      UnitFacts u;
+      u.offset = i * each;
+      u.length = each;
+      u.pool = pool;
+      u.numa_node = pools.at(pool).numa_node;
+      f.units.push_back(u);
+    }
+    home[id] = pool;
+    return f;
+  }
+  bool Whole(uint64_t id) const { return home.count(id) != 0; }
+  uint32_t UnitsOn(uint64_t id, const std::string& pool) const {
+    uint32_t k = 0;
+    for (const UnitFacts& u : leases.at(id).units) k += u.pool == pool ? 1 : 0;
+    return k;
+  }
   std::vector<LeaseFacts> Leases() const override {
     std::vector<LeaseFacts> v;
     for (const auto& [id, f] : leases) v.push_back(f);
@@ -75,11 +100,14 @@ class FakeTable final : public LeaseTable {
     return v;
   }
   Result<UnitMemory> OpenUnit(uint64_t id, uint32_t unit) override {
-    if (!leases.count(id) || unit != 0) return Status(Code::kNotFound, "no lease");
+    if (!leases.count(id) || unit >= leases.at(id).units.size()) {
+      return Status(Code::kNotFound, "no lease");
+    }
     UnitMemory m;
     m.fd.Reset(::memfd_create("fake-unit", MFD_CLOEXEC));
+    opened.push_back(unit);
     // The unit's size, so that a sampler can map it.
-    if (::ftruncate(m.fd.get(), static_cast<off_t>(leases.at(id).units[0].length)) != 0) {
+    if (::ftruncate(m.fd.get(), static_cast<off_t>(leases.at(id).units[unit].length)) != 0) {
       return Status::FromErrno(errno, "ftruncate");
     }
     return m;
@@ -89,7 +117,7 @@ class FakeTable final : public LeaseTable {
     if (!begin_error.ok()) return begin_error;
     LeaseFacts& f = leases.at(id);
     if (!f.moving_to.empty()) return Status(Code::kAlreadyExists, "moving");
-    uint64_t len = f.units[unit].length;
+    uint64_t len = Whole(id) ? f.size_bytes : f.units[unit].length;
     if (pools.at(to).free_bytes < len) return Status(Code::kResourceExhausted, "no room");
     pools.at(to).free_bytes -= len;
     f.moving_to = to;
@@ -100,6 +128,25 @@ class FakeTable final : public LeaseTable {
     auto it = leases.find(id);
     if (it == leases.end()) return Status(Code::kNotFound, "ended");
     LeaseFacts& f = it->second;
+    if (Whole(id)) {
+      if (f.moving_to.empty()) return Status(Code::kInternal, "no move");
+      f.units[unit].pool = f.moving_to;
+      f.units[unit].numa_node = pools.at(f.moving_to).numa_node;
+      ++commits;
+      const uint32_t there = UnitsOn(id, f.moving_to);
+      if (there < f.units.size()) {
+        f.moving_unit = 0;
+        while (f.units[f.moving_unit].pool == f.moving_to) ++f.moving_unit;
+        f.moving_note = std::to_string(there) + " of " + std::to_string(f.units.size()) +
+                        " extents on " + f.moving_to;
+        return Status::Ok();
+      }
+      pools.at(home[id]).free_bytes += f.size_bytes;
+      home[id] = f.moving_to;
+      f.moving_to.clear();
+      f.moving_note.clear();
+      return Status::Ok();
+    }
     UnitFacts& u = f.units[unit];
     if (f.moving_to != u.pool) pools.at(u.pool).free_bytes += u.length;
     u.pool = f.moving_to;
@@ -115,6 +162,17 @@ class FakeTable final : public LeaseTable {
     LeaseFacts& f = it->second;
     if (f.moving_to.empty()) return Status::Ok();
     ++aborts;
+    if (Whole(id)) {
+      const uint32_t there = UnitsOn(id, f.moving_to);
+      if (note.empty() && there == 0) {
+        pools.at(f.moving_to).free_bytes += f.size_bytes;
+        f.moving_to.clear();
+      } else {
+        f.moving_note = std::to_string(there) + " of " + std::to_string(f.units.size()) +
+                        " extents on " + f.moving_to + (note.empty() ? "" : "; " + note);
+      }
+      return Status::Ok();
+    }
     if (note.empty()) {
       if (f.moving_to != f.units[unit].pool)
         pools.at(f.moving_to).free_bytes += f.units[unit].length;
@@ -128,6 +186,8 @@ class FakeTable final : public LeaseTable {
 
   std::map<uint64_t, LeaseFacts> leases;
   std::map<std::string, PoolFacts> pools;
+  std::map<uint64_t, std::string> home;  // AddExtentLease: the pool accounting it
+  std::vector<uint32_t> opened;          // OpenUnit's units, in order
   Status begin_error;
   int begins = 0, commits = 0, aborts = 0;
 };
@@ -696,6 +756,227 @@ TEST_F(EngineTest, ReportsOnlyTheOwnersLeasesWhenAsked) {
   auto mine = engine->Report(2000u);
   ASSERT_EQ(mine.leases.size(), 1u);
   EXPECT_EQ(mine.leases[0].id, 2u);
+}
+
+// ---- leases of several extents: each extent is a unit, moved alone ----
+
+TEST_F(EngineTest, AMultiExtentLeaseIsPromotedExtentByExtentAndAccountedWhole) {
+  Make();
+  table.AddExtentLease(1, "node2", 4, 16 * kMiB, {7});
+  Copy(7, 1, 3.0);
+  auto rep = engine->Report(std::nullopt);
+  ASSERT_EQ(rep.leases.at(0).units.size(), 4u);
+  for (const auto& u : rep.leases[0].units) EXPECT_NEAR(u.temperature, 3.0, 1e-6);
+  // What the accounting says while each extent moves.
+  std::vector<std::pair<uint32_t, uint64_t>> seen;  // units on node0, node0 free
+  migrator.behave = [&](const MoveRequest& req) -> Result<MoveReport> {
+    seen.emplace_back(table.UnitsOn(1, "node0"), table.pools.at("node0").free_bytes);
+    EXPECT_EQ(table.leases.at(1).moving_to, "node0");
+    return FakeMigrator::Complete(req);
+  };
+  engine->Tick();
+  Drain();
+  ASSERT_EQ(migrator.requests.size(), 4u);
+  for (const MoveRequest& r : migrator.requests) {
+    EXPECT_EQ(r.length, 16 * kMiB);  // one extent each, its own fd
+    EXPECT_EQ(r.target_node, 0);
+  }
+  EXPECT_EQ(table.opened, (std::vector<uint32_t>{0, 1, 2, 3}));
+  ASSERT_EQ(seen.size(), 4u);
+  for (uint32_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(seen[i].first, i);                  // i extents there before the (i+1)th
+    EXPECT_EQ(seen[i].second, kGiB - 64 * kMiB);  // the whole lease reserved up front
+  }
+  EXPECT_EQ(table.UnitsOn(1, "node0"), 4u);
+  EXPECT_TRUE(table.leases.at(1).moving_to.empty());
+  EXPECT_EQ(table.pools.at("node2").free_bytes, kGiB);
+  EXPECT_EQ(table.pools.at("node0").free_bytes, kGiB - 64 * kMiB);
+  auto h = history();
+  ASSERT_EQ(h.size(), 4u);
+  for (uint32_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(h[i].unit, i);
+    EXPECT_EQ(h[i].outcome, "moved");
+    EXPECT_EQ(h[i].direction, "promote");
+    EXPECT_EQ(h[i].bytes, 16 * kMiB);
+  }
+  EXPECT_NE(h[1].why.find("follows the others to node0"), std::string::npos) << h[1].why;
+  // The holder is told once, when the whole lease is there.
+  ASSERT_EQ(channel.moved.size(), 1u);
+  EXPECT_EQ(channel.moved[0].node, 0);
+  EXPECT_EQ(engine->counters().at("bytes_promoted"), 64 * kMiB);
+}
+
+TEST_F(EngineTest, AColdMultiExtentLeaseIsDemotedExtentByExtent) {
+  Make();
+  table.AddExtentLease(1, "node0", 3, 32 * kMiB, {7});
+  ASSERT_TRUE(Hint(7, 1, 0, 96 * kMiB, tiering::Hint::kDontNeed).ok());
+  engine->Tick();
+  Drain();
+  ASSERT_EQ(migrator.requests.size(), 3u);
+  for (const MoveRequest& r : migrator.requests) EXPECT_EQ(r.target_node, 2);
+  EXPECT_EQ(table.UnitsOn(1, "node2"), 3u);
+  EXPECT_EQ(table.home.at(1), "node2");
+  EXPECT_EQ(table.pools.at("node0").free_bytes, kGiB);
+  for (const auto& r : history()) EXPECT_EQ(r.direction, "demote") << r.why;
+}
+
+// Moving one extent moves the whole lease (it is accounted to one pool): a
+// dont_need for one extent while another is still in use demotes nothing.
+TEST_F(EngineTest, AColdExtentOfALeaseWithAWarmOneStaysAndSaysWhy) {
+  Make();
+  table.AddExtentLease(1, "node0", 2, 32 * kMiB, {7});
+  TieringEngine::Signal s;
+  s.lease_id = 1;
+  s.offset = 32 * kMiB;
+  s.length = 32 * kMiB;
+  s.bytes_written = 16 * kMiB;  // unit 1: temperature 0.5, between cold and hot
+  ASSERT_TRUE(engine->OnSignals(7, {s}).empty());
+  ASSERT_TRUE(Hint(7, 1, 0, 32 * kMiB, tiering::Hint::kDontNeed).ok());
+  engine->Tick();
+  Drain();
+  EXPECT_TRUE(migrator.requests.empty());
+  EXPECT_NE(Verdict(1).find("would take all of lease 1 to node2, and its unit 1 is still warm"),
+            std::string::npos)
+      << Verdict(1);
+  // Once the other extent is done with too, the lease goes.
+  ASSERT_TRUE(Hint(7, 1, 32 * kMiB, 32 * kMiB, tiering::Hint::kDontNeed).ok());
+  engine->Tick();
+  Drain();
+  EXPECT_EQ(migrator.requests.size(), 2u);
+  EXPECT_EQ(table.home.at(1), "node2");
+}
+
+TEST_F(EngineTest, OneExtentFailingLeavesTheLeaseHalfMovedAndSaysSoThenFinishesLater) {
+  Make();
+  table.AddExtentLease(1, "node2", 4, 16 * kMiB, {7});
+  int calls = 0;
+  bool busy = true;
+  migrator.behave = [&](const MoveRequest& req) -> Result<MoveReport> {
+    ++calls;
+    if (calls == 3 && busy) return FakeMigrator::Partial(req, 2, 7);  // extent 2: 7 pages busy
+    return FakeMigrator::Complete(req);  // the others, and extent 2's way back
+  };
+  Copy(7, 1, 3);
+  engine->Tick();
+  Drain();
+  ASSERT_EQ(migrator.requests.size(), 4u);
+  EXPECT_EQ(migrator.requests[3].target_node, 2);  // extent 2 moved back whole
+  EXPECT_EQ(Last().outcome, "rolled back");
+  EXPECT_EQ(Last().unit, 2u);
+  // Two of four on node0; the lease still accounted to node2, its room held on node0.
+  EXPECT_EQ(table.UnitsOn(1, "node0"), 2u);
+  EXPECT_EQ(table.home.at(1), "node2");
+  EXPECT_EQ(table.leases.at(1).moving_to, "node0");
+  EXPECT_EQ(table.pools.at("node0").free_bytes, kGiB - 64 * kMiB);
+  EXPECT_EQ(table.pools.at("node2").free_bytes, kGiB - 64 * kMiB);
+  auto rep = engine->Report(std::nullopt);
+  EXPECT_NE(rep.leases[0].moving.find("2 of 4 extents on node0"), std::string::npos)
+      << rep.leases[0].moving;
+  EXPECT_EQ(rep.leases[0].units[1].pool, "node0");
+  EXPECT_EQ(rep.leases[0].units[2].pool, "node2");
+  EXPECT_EQ(rep.leases[0].units[2].numa_node, 2);
+  // Not retried at once; after min_residency the rest follows.
+  engine->Tick();
+  Drain();
+  EXPECT_EQ(migrator.requests.size(), 4u);
+  busy = false;
+  clock.AdvanceNs(31 * kSec);
+  engine->Tick();
+  Drain();
+  ASSERT_EQ(migrator.requests.size(), 6u);
+  EXPECT_EQ(table.UnitsOn(1, "node0"), 4u);
+  EXPECT_TRUE(table.leases.at(1).moving_to.empty());
+  EXPECT_EQ(table.pools.at("node2").free_bytes, kGiB);
+  EXPECT_EQ(Last().outcome, "moved");
+  EXPECT_EQ(Last().direction, "promote");
+}
+
+TEST_F(EngineTest, StoppingMidLeaseLeavesItHalfMovedAndTheNextEngineResumesIt) {
+  Make();
+  table.AddExtentLease(1, "node2", 4, 16 * kMiB, {7});
+  int calls = 0;
+  migrator.behave = [&](const MoveRequest& req) -> Result<MoveReport> {
+    if (++calls == 2) engine->Stop();  // the daemon stops during extent 1
+    return FakeMigrator::Complete(req);
+  };
+  Copy(7, 1, 3);
+  engine->Tick();
+  Drain();
+  EXPECT_EQ(migrator.requests.size(), 2u);  // no new extent after Stop
+  EXPECT_EQ(table.UnitsOn(1, "node0"), 2u);
+  EXPECT_EQ(table.leases.at(1).moving_to, "node0");
+  EXPECT_EQ(table.leases.at(1).moving_unit, 2u);
+  EXPECT_EQ(table.pools.at("node0").free_bytes, kGiB - 64 * kMiB);  // reserved, not lost
+  // A new engine (a restart) finishes it from where the table says.
+  migrator.behave = nullptr;
+  Make();
+  engine->Tick();
+  Drain();
+  ASSERT_EQ(migrator.requests.size(), 4u);
+  EXPECT_EQ(table.opened.back(), 3u);
+  EXPECT_EQ(table.UnitsOn(1, "node0"), 4u);
+  EXPECT_TRUE(table.leases.at(1).moving_to.empty());
+  EXPECT_EQ(table.pools.at("node2").free_bytes, kGiB);
+  EXPECT_EQ(Last().direction, "resume");
+}
+
+TEST_F(EngineTest, ACooperativeMultiExtentLeaseMovesEveryExtentInOnePause) {
+  Make();
+  table.AddExtentLease(1, "node2", 4, 16 * kMiB, {7});
+  ASSERT_TRUE(engine->SetLeaseOptions(7, 1, std::nullopt, true, false).ok());
+  Copy(7, 1, 3);
+  engine->Tick();
+  Drain();
+  ASSERT_EQ(channel.asks.size(), 1u);
+  const MigrationAsk ask = channel.asks[0].second;
+  EXPECT_EQ(ask.offset, 0u);  // the holder pins the lease as one range
+  EXPECT_EQ(ask.length, 64 * kMiB);
+  EXPECT_TRUE(migrator.requests.empty());
+  std::optional<Result<MigrationOutcome>> answer;
+  engine->OnMigrationReady(7, ask.migration_id, true, "",
+                           [&](Result<MigrationOutcome> o) { answer.emplace(std::move(o)); });
+  Drain();
+  ASSERT_TRUE(answer.has_value());
+  ASSERT_TRUE(answer->ok()) << answer->status().ToString();
+  EXPECT_TRUE((*answer)->moved);
+  EXPECT_EQ((*answer)->numa_node, 0);
+  EXPECT_EQ((*answer)->bytes, 64 * kMiB);
+  ASSERT_EQ(migrator.requests.size(), 4u);
+  EXPECT_EQ(channel.asks.size(), 1u);  // one ask, one pause
+  EXPECT_EQ(table.UnitsOn(1, "node0"), 4u);
+  EXPECT_TRUE(table.leases.at(1).moving_to.empty());
+  auto h = history();
+  ASSERT_EQ(h.size(), 4u);
+  for (const auto& r : h) {
+    EXPECT_EQ(r.mode, "cooperative");
+    EXPECT_EQ(r.outcome, "moved");
+  }
+}
+
+TEST_F(EngineTest, ACooperativeMultiExtentMoveFailingMidwayAnswersHalfMoved) {
+  Make();
+  table.AddExtentLease(1, "node2", 3, 16 * kMiB, {7});
+  ASSERT_TRUE(engine->SetLeaseOptions(7, 1, std::nullopt, true, false).ok());
+  int calls = 0;
+  migrator.behave = [&](const MoveRequest& req) -> Result<MoveReport> {
+    if (++calls == 2) return FakeMigrator::Partial(req, 2, 3);
+    return FakeMigrator::Complete(req);
+  };
+  Copy(7, 1, 3);
+  engine->Tick();
+  Drain();
+  ASSERT_EQ(channel.asks.size(), 1u);
+  std::optional<Result<MigrationOutcome>> answer;
+  engine->OnMigrationReady(7, channel.asks[0].second.migration_id, true, "",
+                           [&](Result<MigrationOutcome> o) { answer.emplace(std::move(o)); });
+  Drain();
+  ASSERT_TRUE(answer.has_value() && answer->ok());
+  EXPECT_FALSE((*answer)->moved);
+  EXPECT_EQ((*answer)->numa_node, -1);  // half moved: no one node
+  EXPECT_EQ((*answer)->bytes, 16 * kMiB);
+  EXPECT_EQ(table.UnitsOn(1, "node0"), 1u);
+  EXPECT_EQ(table.leases.at(1).moving_to, "node0");
+  EXPECT_NE(table.leases.at(1).moving_note.find("1 of 3 extents on node0"), std::string::npos);
 }
 
 }  // namespace

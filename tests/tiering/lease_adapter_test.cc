@@ -7,6 +7,7 @@
 #include "tiering/lease_adapter.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include "restart_fakes.h"
 #include "test_util.h"
@@ -281,6 +282,140 @@ TEST(LeaseAdapterTest, TheJournalKeepsAnUnfinishedMoveAndARestartAccountsItAgain
     EXPECT_EQ(Used(h.Pool("node2")), 0u);
     h.mgr->HandOver();
   }
+}
+
+// A lease of several extents: one unit per extent (its own memfd, at its
+// place in the mapping); a move reserves the whole lease on the target, each
+// extent's commit puts that extent there, the last one moves the accounting.
+// Half moved, every step's accounting is true and says how far it got.
+TEST(LeaseAdapterTest, EachExtentIsAUnitAndTheLeaseIsAccountedWholeAtEveryStep) {
+  Harness h(TwoSocketCxl(16 * kMiB));
+  h.mgr->SetMaxExtentBytes(2 * kMiB);
+  h.Connect(1);
+  LeaseManagerTable table(h.mgr.get(), true);
+  auto g = h.Alloc(1, 5 * kMiB, 0);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  ASSERT_EQ(g->extents.size(), 3u);
+  const uint64_t id = g->lease.id;
+  auto f = table.Find(id);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->not_movable, "");
+  ASSERT_EQ(f->units.size(), 3u);
+  uint64_t offset = 0;
+  for (uint32_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(f->units[i].offset, offset);
+    EXPECT_EQ(f->units[i].length, g->extents[i].size_bytes);
+    EXPECT_EQ(f->units[i].pool, "node0");
+    offset += f->units[i].length;
+    // Each unit opens its own extent's memfd, from its start.
+    auto mem = table.OpenUnit(id, i);
+    ASSERT_TRUE(mem.ok()) << mem.status().ToString();
+    struct stat a {
+    }, b{};
+    ASSERT_EQ(::fstat(mem->fd.get(), &a), 0);
+    ASSERT_EQ(::fstat(g->extents[i].fd, &b), 0);
+    EXPECT_EQ(a.st_ino, b.st_ino) << i;
+    EXPECT_EQ(mem->file_offset, 0u);
+  }
+  EXPECT_EQ(table.OpenUnit(id, 3).status().code(), Code::kNotFound);
+  // Begin: the whole lease's room is reserved and charged on node2.
+  ASSERT_TRUE(table.BeginMove(id, 1, "node2").ok());
+  EXPECT_EQ(Used(h.Pool("node0")), 5 * kMiB);
+  EXPECT_EQ(Used(h.Pool("node2")), 5 * kMiB);
+  EXPECT_EQ(QuotaUse(h, "cxl").first, 5 * kMiB);
+  ASSERT_TRUE(table.CommitMove(id, 1).ok());
+  f = table.Find(id);
+  EXPECT_EQ(f->moving_to, "node2");
+  EXPECT_EQ(f->units[0].pool, "node0");
+  EXPECT_EQ(f->units[1].pool, "node2");
+  EXPECT_EQ(f->units[1].numa_node, 2);
+  EXPECT_EQ(f->moving_unit, 0u);
+  EXPECT_NE(f->moving_note.find("1 of 3 extents on node2"), std::string::npos) << f->moving_note;
+  EXPECT_EQ(Used(h.Pool("node0")), 5 * kMiB);  // still accounted there
+  EXPECT_EQ(Used(h.Pool("node2")), 5 * kMiB);
+  EXPECT_EQ(h.Pool("node2").lease_count, 0u);
+  auto info = h.mgr->Stat(1, id);  // what cxlpoolctl leases shows
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->pool, "node0");
+  EXPECT_NE(info->migration.find("to node2: 1 of 3 extents on node2"), std::string::npos)
+      << info->migration;
+  // The next extent does not finish: the lease stays half moved, the room held.
+  ASSERT_TRUE(table.AbortMove(id, 0, "").ok());
+  f = table.Find(id);
+  EXPECT_EQ(f->moving_to, "node2");
+  EXPECT_NE(f->moving_note.find(
+                "1 of 3 extents on node2 (node 2); the move of the others did not finish"),
+            std::string::npos)
+      << f->moving_note;
+  EXPECT_EQ(Used(h.Pool("node2")), 5 * kMiB);
+  EXPECT_EQ(h.mgr->Counters()["pool_moves_partial"], 1u);
+  EXPECT_EQ(table.BeginMove(id, 0, "node3").code(), Code::kAlreadyExists);
+  // The others follow; the last one moves the bytes and the charge.
+  ASSERT_TRUE(table.CommitMove(id, 0).ok());
+  EXPECT_EQ(table.Find(id)->moving_unit, 2u);
+  EXPECT_EQ(Used(h.Pool("node0")), 5 * kMiB);
+  ASSERT_TRUE(table.CommitMove(id, 2).ok());
+  f = table.Find(id);
+  EXPECT_TRUE(f->moving_to.empty());
+  for (const auto& u : f->units) EXPECT_EQ(u.pool, "node2");
+  EXPECT_EQ(Used(h.Pool("node0")), 0u);
+  EXPECT_EQ(Used(h.Pool("node2")), 5 * kMiB);
+  EXPECT_EQ(h.Pool("node2").lease_count, 1u);
+  EXPECT_EQ(QuotaUse(h, "dram").first, 0u);
+  EXPECT_EQ(QuotaUse(h, "cxl").first, 5 * kMiB);
+  EXPECT_EQ(h.mgr->Counters()["leases_moved"], 1u);
+  EXPECT_EQ(h.mgr->Counters()["pool_move_extents_done"], 3u);
+  // A move that ends before any extent moved gives the room back.
+  ASSERT_TRUE(table.BeginMove(id, 0, "node0").ok());
+  ASSERT_TRUE(table.AbortMove(id, 0, "").ok());
+  EXPECT_EQ(Used(h.Pool("node0")), 0u);
+  // A lease ending half moved: both pools whole again.
+  ASSERT_TRUE(table.BeginMove(id, 2, "node3").ok());
+  ASSERT_TRUE(table.CommitMove(id, 2).ok());
+  ASSERT_TRUE(h.mgr->Release(1, id).ok());
+  h.Drain();
+  for (const auto& p : h.mgr->Pools()) EXPECT_EQ(Used(p), 0u) << p.name;
+  EXPECT_EQ(QuotaUse(h, "cxl").first, 0u);
+}
+
+// A restart where the target of a half-finished move of several extents has
+// no room now: every extent goes back to the pool that accounts the lease.
+TEST(LeaseAdapterTest, AHalfMovedMultiExtentLeaseWithNoRoomAfterARestartMovesBack) {
+  FakeStore store;
+  FakeProbe probe;
+  probe.start[101] = 0;
+  uint64_t id = 0;
+  {
+    Harness h(TwoSocketCxl(16 * kMiB));
+    h.mgr->SetMaxExtentBytes(2 * kMiB);
+    h.mgr->EnableRestart(&store, &probe, 1);
+    h.Connect(1);
+    LeaseManagerTable table(h.mgr.get(), true);
+    auto g = h.Alloc(1, 6 * kMiB, 0);
+    ASSERT_TRUE(g.ok());
+    id = g->lease.id;
+    ASSERT_TRUE(table.BeginMove(id, 0, "node2").ok());
+    ASSERT_TRUE(table.CommitMove(id, 0).ok());
+    ASSERT_TRUE(table.CommitMove(id, 1).ok());
+    EXPECT_EQ(store.leases.at(id).extent_pools, (std::vector<std::string>{"node2", "node2", ""}));
+    h.mgr->HandOver();
+  }
+  DaemonConfig cfg = TestConfig();
+  cfg.node_pools[2] = cfg.pool_defaults;
+  cfg.node_pools[2].capacity.is_percent = false;
+  cfg.node_pools[2].capacity.bytes = 2 * kMiB;
+  Harness h(TwoSocketCxl(16 * kMiB), cfg);
+  h.mgr->EnableRestart(&store, &probe, 200);
+  h.mgr->Recover(store.Journalled(), {}, std::chrono::seconds(0));
+  LeaseManagerTable table(h.mgr.get(), true);
+  auto f = table.Find(id);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->moving_to, "node0");
+  EXPECT_EQ(f->moving_unit, 0u);  // every extent is moved back
+  ASSERT_EQ(f->units.size(), 3u);
+  EXPECT_EQ(Used(h.Pool("node2")), 0u);
+  EXPECT_EQ(Used(h.Pool("node0")), 6 * kMiB);
+  h.mgr->HandOver();
 }
 
 }  // namespace

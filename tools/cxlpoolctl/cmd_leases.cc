@@ -62,6 +62,8 @@ nlohmann::ordered_json LeaseJson(const proto::LeaseInfo& l) {
                                                    : nlohmann::ordered_json(nullptr);
   j["moved_reason"] = l.moved_reason().empty() ? nlohmann::ordered_json(nullptr)
                                                : nlohmann::ordered_json(l.moved_reason());
+  j["migration"] = l.migration().empty() ? nlohmann::ordered_json(nullptr)
+                                         : nlohmann::ordered_json(l.migration());
   return j;
 }
 
@@ -98,6 +100,9 @@ int RunLeases(const LeasesOptions& o) {
   for (const auto& l : rep.leases()) {
     if (!l.moved_reason().empty()) {
       std::cout << "lease " << l.id() << " moved: " << l.moved_reason() << "\n";
+    }
+    if (!l.migration().empty()) {
+      std::cout << "lease " << l.id() << " moving " << l.migration() << "\n";
     }
   }
   return kExitOk;

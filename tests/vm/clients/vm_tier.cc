@@ -12,6 +12,11 @@
 //       is on node D. Then every thread's checks must have held and the
 //       pattern must be intact. Prints "MOVED node=D pages=N migrations=M
 //       pause_ns=P".
+//       --extent E: the lease is made of extents of E bytes (daemon.max_extent):
+//       each one's pages are counted alone (move_pages) and must all be on D.
+//       --then-hint H --then-expect F: once on D, the threads stop (their
+//       last writes are checked at the end), hint H goes for the whole lease,
+//       and every page (every extent) must reach F too.
 //   cxlpool-vm-tier hold --size B --node C [--threads N] [--expect-node D]
 //       As move, without waiting: prints "READY <id>" and keeps working (and
 //       answering safe points) until a line arrives on stdin; the daemon may
@@ -22,6 +27,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -50,13 +56,16 @@ struct Args {
   bool pinned = false;
   std::string hint;
   int timeout_s = 240;
+  uint64_t extent = 0;
+  std::string then_hint;
+  int then_expect = -1;
 };
 
 int Usage() {
   std::fprintf(stderr,
                "usage: cxlpool-vm-tier move|hold --size B --node C [--expect-node D] "
                "[--threads N] [--pinned] [--hint will_need|dont_need] [--timeout S] "
-               "[--socket P]\n");
+               "[--extent E] [--then-hint H --then-expect F] [--socket P]\n");
   return 2;
 }
 
@@ -71,6 +80,45 @@ cxlpool::tiering::PageCount Where(const Lease& l) {
 bool AllOn(const Lease& l, int node) {
   auto c = Where(l);
   return c.pages > 0 && c.On(node) == c.pages;
+}
+
+// Each extent of `extent` bytes counted alone: "0: node 2: 512; 1: ...";
+// `all_on` is set when every page of every extent is on `node`.
+std::string PerExtent(const Lease& l, uint64_t extent, int node, bool* all_on) {
+  std::string s;
+  *all_on = extent != 0;
+  auto* base = static_cast<char*>(l.data());
+  for (uint64_t off = 0, i = 0; extent != 0 && off < l.size(); off += extent, ++i) {
+    const uint64_t len = std::min<uint64_t>(extent, l.size() - off);
+    auto c = cxlpool::tiering::CountPages(base + off, len, 4096);
+    if (!c.ok() || c->pages == 0 || c->On(node) != c->pages) *all_on = false;
+    s += (s.empty() ? "" : "; ") + std::to_string(i) + ": " +
+         (c.ok() ? c->ToString() : c.status().ToString());
+  }
+  return s;
+}
+
+// Waits until every page is on `node` (answering safe points meanwhile).
+bool WaitAllOn(Client& client, const Lease& l, int node,
+               std::chrono::steady_clock::time_point deadline, int timeout_s, std::string* why) {
+  for (;;) {
+    (void)client.SafePoint();
+    (void)client.ProcessEvents();
+    if (AllOn(l, node)) return true;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      *why = "pages not all on node " + std::to_string(node) + " after " +
+             std::to_string(timeout_s) + " s: " + Where(l).ToString();
+      return false;
+    }
+    ::usleep(20000);
+  }
+}
+
+cxlpool::TierHint HintOf(const std::string& h) {
+  return h == "will_need" ? cxlpool::TierHint::kWillNeed
+         : h == "hot"     ? cxlpool::TierHint::kHot
+         : h == "cold"    ? cxlpool::TierHint::kCold
+                          : cxlpool::TierHint::kDontNeed;
 }
 
 // One thread's share: read it back, check the generation it last wrote,
@@ -144,14 +192,15 @@ int Run(const Args& a) {
       std::fprintf(stderr, "io_uring: %s\n", std::strerror(-e));
       return 1;
     }
-    if (int e = pin.Register(lease->data(), lease->size()); e != 0) {
+    if (int e = pin.Register(lease->data(), lease->size(), a.extent); e != 0) {
       std::fprintf(stderr, "IORING_REGISTER_BUFFERS: %s\n", std::strerror(-e));
       return 1;
     }
     Lease* l = &*lease;
-    (void)lease->SetMigrationCallback([&pin, l](cxlpool::MigrationPhase p) {
+    const uint64_t piece = a.extent;  // one fixed buffer per extent (uring_pin.h)
+    (void)lease->SetMigrationCallback([&pin, l, piece](cxlpool::MigrationPhase p) {
       return p == cxlpool::MigrationPhase::kPrepare ? pin.Unregister()
-                                                    : pin.Register(l->data(), l->size());
+                                                    : pin.Register(l->data(), l->size(), piece);
     });
   }
   std::atomic<bool> stop{false};
@@ -190,21 +239,32 @@ int Run(const Args& a) {
       (void)client->ProcessEvents();
     }
   } else {
-    for (;;) {
-      (void)client->SafePoint();
-      (void)client->ProcessEvents();
-      if (AllOn(*lease, a.expect)) break;
-      if (std::chrono::steady_clock::now() >= deadline) {
-        ok = false;
-        why = "pages not all on node " + std::to_string(a.expect) + " after " +
-              std::to_string(a.timeout_s) + " s: " + Where(*lease).ToString();
-        break;
-      }
-      ::usleep(20000);
-    }
+    ok = WaitAllOn(*client, *lease, a.expect, deadline, a.timeout_s, &why);
   }
+  int final_node = a.expect;
+  // --extent: each extent's pages counted alone, printed, and all on `node`.
+  auto extents_on = [&](int node) {
+    if (!ok || a.extent == 0) return;
+    bool each = false;
+    std::string per = PerExtent(*lease, a.extent, node, &each);
+    std::printf("EXTENTS node=%d [%s]\n", node, per.c_str());
+    if (!each) {
+      ok = false;
+      why = "not every extent is whole on node " + std::to_string(node) + ": " + per;
+    }
+  };
+  extents_on(a.expect);
   stop.store(true);
   for (auto& t : threads) t.join();
+  if (ok && a.then_expect >= 0) {
+    // The way back, with the threads stopped (their last writes are checked below).
+    (void)lease->Hint(0, a.size, HintOf(a.then_hint));
+    (void)client->FlushSignals();
+    final_node = a.then_expect;
+    const auto back_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(a.timeout_s);
+    ok = WaitAllOn(*client, *lease, a.then_expect, back_deadline, a.timeout_s, &why);
+    extents_on(a.then_expect);
+  }
   uint64_t rounds = 0;
   for (auto& w : workers) {
     rounds += w->rounds.load();
@@ -242,9 +302,9 @@ int Run(const Args& a) {
     ok = false;
     why = "the lease was revoked";
   }
-  if (a.expect >= 0 && !AllOn(*lease, a.expect)) {
+  if (final_node >= 0 && !AllOn(*lease, final_node)) {
     ok = false;
-    why = "pages not on node " + std::to_string(a.expect) + ": " + Where(*lease).ToString();
+    why = "pages not on node " + std::to_string(final_node) + ": " + Where(*lease).ToString();
   }
   cxlpool::TieringStats st = lease->tiering_stats();
   if (a.pinned && (st.migrations == 0 || !pin.registered())) {
@@ -291,11 +351,18 @@ int main(int argc, char** argv) {
       a.hint = next();
     } else if (k == "--timeout") {
       a.timeout_s = std::atoi(next().c_str());
+    } else if (k == "--extent") {
+      a.extent = std::strtoull(next().c_str(), nullptr, 0);
+    } else if (k == "--then-hint") {
+      a.then_hint = next();
+    } else if (k == "--then-expect") {
+      a.then_expect = std::atoi(next().c_str());
     } else {
       return Usage();
     }
   }
   if (a.node < 0 || a.size == 0 || a.size % 4096 != 0) return Usage();
   if (a.cmd == "move" && a.expect < 0) return Usage();
+  if (a.extent % 4096 != 0 || (a.then_expect >= 0 && a.then_hint.empty())) return Usage();
   return Run(a);
 }

@@ -9,6 +9,10 @@
 #  - a lease pinned with io_uring fixed buffers (the stand-in for a CUDA
 #    registration) moves through the cooperative path: the pins are dropped
 #    at the holder's safe point and registered again;
+#  - with daemon.max_extent = "2M" (leases of several extents): a hot lease
+#    of 4 extents moves from CXL to DRAM extent by extent while two threads
+#    write it, then back to CXL; each extent's pages are counted alone; a
+#    pinned one moves all 4 extents in one cooperative pause;
 #  - the daemon is SIGKILLed in the middle of a paced migration; the next
 #    daemon finishes it after the holder hands the lease back, with the
 #    accounting on the right pool and the data intact;
@@ -19,10 +23,11 @@
 VM_TIER_SOCK=/run/cxlpool/tier.sock
 VM_TIER_PID=
 
-vm_tier_config() {  # rate_limit_mbps
+vm_tier_config() {  # rate_limit_mbps [max_extent]
   cat <<CONF
 [daemon]
 grace_period = 120
+${2:+max_extent = \"$2\"}
 [pools]
 warm_stock = []
 [tiering]
@@ -38,8 +43,8 @@ vm_tier_json() {
   cxlpoolctl tiering --json --all --socket "$VM_TIER_SOCK" 2>>"$VM_LOG"
 }
 
-vm_tier_start() {  # rate_limit_mbps
-  vm_tier_config "$1" >/out/tier.toml
+vm_tier_start() {  # rate_limit_mbps [max_extent]
+  vm_tier_config "$1" "${2:-}" >/out/tier.toml
   cxlpoold --foreground --config /out/tier.toml --socket "$VM_TIER_SOCK" \
     --state-dir /out/tier-state >>/out/tier-daemon.log 2>&1 &
   VM_TIER_PID=$!
@@ -100,9 +105,36 @@ vm_tiering_checks() {
     /out/tier-pools.json
   vm_tier_stop
 
+  # Leases of several extents: 8 MiB in 2 MiB extents is 4 memfds, each a
+  # unit the engine moves alone (each its own history record).
+  if vm_check "tiering: daemon with 2 MiB extents (daemon.max_extent) starts" vm_tier_start 0 2M; then
+    vm_check "tiering: a hot 8 MiB lease of 4 extents on CXL node $_c moves to DRAM node 0 extent by extent while 2 threads read and write it, then (dont_need) back to CXL; every extent's pages on the node each time (move_pages), no byte lost" \
+      cxlpool-vm-tier move --socket "$VM_TIER_SOCK" --size $((8 << 20)) --node "$_c" \
+      --expect-node 0 --threads 2 --extent $((2 << 20)) --then-hint dont_need --then-expect "$_c"
+    vm_check "tiering: a pinned lease of 4 extents moves through the cooperative path, every extent in one pause" \
+      cxlpool-vm-tier move --socket "$VM_TIER_SOCK" --size $((8 << 20)) --node "$_c" \
+      --expect-node 0 --threads 1 --pinned --extent $((2 << 20))
+    vm_tier_json >/out/tier-extents.json
+    vm_check "tiering: cxlpoolctl tiering records each of the 4 extents promoted and demoted in place" jq -e \
+      '[.migrations[] | select(.outcome == "moved" and .mode == "in-place")] as $m |
+       ([$m[] | select(.direction == "promote") | .unit] | unique | length) == 4 and
+       ([$m[] | select(.direction == "demote") | .unit] | unique | length) == 4' \
+      /out/tier-extents.json
+    vm_check "tiering: the pinned lease's 4 extents moved in one cooperative migration" jq -e \
+      '[.migrations[] | select(.mode == "cooperative" and .outcome == "moved")] |
+       length == 4 and (map(.unit) | unique | length) == 4 and (map(.pause_ns) | max) > 0' \
+      /out/tier-extents.json
+    cxlpoolctl pools --json --socket "$VM_TIER_SOCK" >/out/tier-pools-extents.json 2>>"$VM_LOG"
+    vm_check "tiering: leases of several extents released, every pool back to zero" jq -e \
+      '[(if type == "array" then . else .pools end)[] | select(.leased_bytes != 0)] | length == 0' \
+      /out/tier-pools-extents.json
+  fi
+  vm_tier_stop
+
   # Killed mid-migration: paced at 1 MiB/s (2 MiB steps) a 16 MiB move takes
-  # ~14 s; the kill comes a second after the move is seen under way.
-  if ! vm_check "tiering: daemon paced to 1 MiB/s starts" vm_tier_start 1; then
+  # ~14 s; the lease is 8 extents of 2 MiB, so the kill, 5 s after the move
+  # is seen under way, finds it half moved (tier-before-kill.json says how far).
+  if ! vm_check "tiering: daemon paced to 1 MiB/s starts" vm_tier_start 1 2M; then
     vm_tier_stop
     return
   fi
@@ -115,16 +147,18 @@ vm_tiering_checks() {
     vm_wait_for 480 grep -q '^READY' /out/tier-hold.log &&
     vm_check "tiering: its paced migration to DRAM is under way" \
       vm_wait_for 480 sh -c "cxlpoolctl tiering --json --all --socket $VM_TIER_SOCK | jq -e '.in_flight != null'"; then
-    sleep 1
+    sleep 5
+    cxlpoolctl tiering --json --all --socket "$VM_TIER_SOCK" >/out/tier-before-kill.json 2>>"$VM_LOG"
     kill -9 "$VM_TIER_PID"
     wait "$VM_TIER_PID" 2>/dev/null
     VM_TIER_PID=
     cxlpoolctl tiering --json --all --socket "$VM_TIER_SOCK" >/out/tier-killed.json 2>>"$VM_LOG"
     vm_note "tiering: daemon SIGKILLed mid-migration"
-    vm_check "tiering: the next daemon starts (unpaced)" vm_tier_start 0
-    vm_check "tiering: it finishes the interrupted move once the holder hands the lease back" \
+    vm_check "tiering: the next daemon starts (unpaced)" vm_tier_start 0 2M
+    vm_check "tiering: it finishes the interrupted move of every extent once the holder hands the lease back" \
       vm_wait_for 600 sh -c "cxlpoolctl tiering --json --all --socket $VM_TIER_SOCK |
-        jq -e '[.migrations[] | select(.direction == \"resume\" and .outcome == \"moved\")] | length >= 1'"
+        jq -e '([.migrations[] | select(.direction == \"resume\" and .outcome == \"moved\")] | length >= 1) and
+               .in_flight == null and ([.leases[] | select(.moving != null)] | length == 0)'"
     cxlpoolctl pools --json --socket "$VM_TIER_SOCK" >/out/tier-pools-restart.json 2>>"$VM_LOG"
     vm_check "tiering: after the restart DRAM node 0 accounts the lease and CXL node $_c nothing" jq -e \
       "([(if type == \"array\" then . else .pools end)[] | select(.numa_node == 0 and .leased_bytes == $((16 << 20)))] | length == 1) and
