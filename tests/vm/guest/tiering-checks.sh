@@ -24,7 +24,6 @@ vm_tier_config() {  # rate_limit_mbps
 [daemon]
 grace_period = 120
 [pools]
-warm_stock = []
 [tiering]
 interval = "200ms"
 min_residency = "0s"
