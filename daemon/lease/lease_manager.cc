@@ -43,12 +43,6 @@ std::string PoolRoom(const Pool* p) {
   return p->name() + ": " + HumanBytes(p->free_bytes()) + " free of " + HumanBytes(p->capacity());
 }
 
-std::vector<std::unique_ptr<Backing>> OneExtent(std::unique_ptr<Backing> b) {
-  std::vector<std::unique_ptr<Backing>> v;
-  v.push_back(std::move(b));
-  return v;
-}
-
 // Where the kernel says the pages of every extent are (each extent's share
 // of `max_samples` by its size, at least one), added up.
 Result<PageCensus> CensusExtents(const std::vector<std::unique_ptr<Backing>>& extents,
