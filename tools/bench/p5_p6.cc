@@ -86,8 +86,8 @@ void RunP5(const Options& o, Report* r) {
   uint64_t reserve = 0;
   for (const auto& pool : p0->pools()) {
     if (pool.numa_node() != o.node) continue;
-    const proto::PoolReserve& r = pool.reserve();
-    reserve += r.ready_bytes() + r.building_bytes() + r.retiring_bytes();
+    const proto::PoolReserve& pr = pool.reserve();
+    reserve += pr.ready_bytes() + pr.building_bytes() + pr.retiring_bytes();
   }
   std::optional<std::map<std::string, uint64_t>> d0;
   if (cred.ok()) {
