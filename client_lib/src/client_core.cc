@@ -262,6 +262,11 @@ Status ClientCore::HelloOn(int sock, uint64_t id, HelloOutcome* out) {
     out->max_payload_bytes = static_cast<uint32_t>(
         std::min<uint64_t>(reply.max_frame_bytes(), wire::kHardMaxFrameBytes));
   }
+  if (reply.max_fds_per_frame() > 0) {
+    out->request_fds_per_frame =
+        std::min<size_t>(reply.max_fds_per_frame(), wire::kMaxExtentFdsPerFrame);
+  }
+  if (reply.max_request_bytes() > 0) out->max_request_bytes = reply.max_request_bytes();
   return Status::Ok();
 }
 
@@ -270,6 +275,8 @@ void ClientCore::ApplyHelloLocked(const HelloOutcome& o) {
   server_version_ = o.server_version;
   instance_id_ = o.instance_id;
   max_payload_bytes_ = o.max_payload_bytes;
+  request_fds_per_frame_ = o.request_fds_per_frame;
+  max_request_bytes_ = o.max_request_bytes;
   wire::RecvLimits limits;
   limits.max_payload_bytes = max_payload_bytes_;
   limits.max_fds = wire::kHardMaxFdsPerFrame;  // as announced in the hello
@@ -308,6 +315,34 @@ Result<wire::Frame> ClientCore::Call(proto::MsgType type, const std::string& pay
   Status s =
       wire::SendFrame(sock_.get(), type, id, payload, fds, -1, static_cast<uint16_t>(version_));
   if (!s.ok()) return Broken(s);
+  return AwaitReply(id);
+}
+
+Result<wire::Frame> ClientCore::CallReclaim(const proto::ReclaimRequest& req,
+                                            std::span<const int> fds) {
+  // mu_ is held by the caller.
+  if (!broken_.ok()) return broken_;
+  Result<std::vector<wire::PlannedFrame>> plan =
+      wire::PlanReclaimRequest(req, fds.size(), request_fds_per_frame_, max_payload_bytes_);
+  if (!plan.ok()) return plan.status();
+  if (plan->front().payload.size() > max_request_bytes_) {
+    return Status(Code::kInvalidArgument,
+                  "RECLAIM_REQUEST of " + std::to_string(fds.size()) + " extent(s) is " +
+                      std::to_string(plan->front().payload.size()) +
+                      " bytes, more than the daemon reads (" + std::to_string(max_request_bytes_) +
+                      ", limits.max_request_bytes)");
+  }
+  const uint64_t id = next_request_id_++;
+  for (const wire::PlannedFrame& f : *plan) {
+    Status s =
+        wire::SendFrame(sock_.get(), f.type, id, f.payload, fds.subspan(f.first_fd, f.fd_count), -1,
+                        static_cast<uint16_t>(version_));
+    if (!s.ok()) return Broken(s);
+  }
+  return AwaitReply(id);
+}
+
+Result<wire::Frame> ClientCore::AwaitReply(uint64_t id) {
   for (;;) {
     Result<wire::Frame> next = ReadFrame();
     if (!next.ok()) return next.status();
@@ -512,11 +547,9 @@ Result<bool> ClientCore::ReclaimOne(uint64_t lease_id, const HandBack& back) {
   info->set_id(lease_id);
   info->set_size_bytes(back.size);
   AddExtents(back, info);
-  Result<std::string> payload = wire::Encode(rr, max_payload_bytes_);
-  if (!payload.ok()) return payload.status();
   std::vector<int> fds;
   for (const UniqueFd& fd : back.fds) fds.push_back(fd.get());
-  Result<wire::Frame> frame = Call(proto::MSG_RECLAIM_REQUEST, *payload, fds);
+  Result<wire::Frame> frame = CallReclaim(rr, fds);
   if (!frame.ok()) return frame.status();
   proto::ReclaimReply rep;
   CXLPOOL_RETURN_IF_ERROR(wire::DecodeReply(*frame, &rep));
@@ -651,24 +684,17 @@ Status ClientCore::ReclaimLocked() {
       if (lease->revoked() || !lease->mapping().mapped()) continue;
       Result<HandBack> back = HandBack::Of(lease->mapping());
       if (!back.ok()) return Status(back.status().code(), back.status().message() + " (reclaim)");
-      if (back->fds.size() > wire::kDefaultMaxFdsPerFrame) {
-        // More fds than one RECLAIM frame may carry (the daemon's default
-        // limits.max_fds_per_frame).
-        CXLPOOL_LOG(kWarning) << "lease " << id << " has " << back->fds.size()
-                              << " extents, more than one RECLAIM may hand back ("
-                              << wire::kDefaultMaxFdsPerFrame << "); it is marked revoked";
-        lease->MarkRevoked();
-        continue;
-      }
       items.push_back(Item{id, std::move(*back), lease->info()});
     }
   }
   size_t accepted = 0;
   for (size_t at = 0, end = 0; at < items.size(); at = end) {
-    // As many leases as fit one frame's fds, each with all of its extents.
-    size_t nfds = 0;
-    for (end = at; end < items.size(); ++end) {
-      if (nfds + items[end].back.fds.size() > wire::kDefaultMaxFdsPerFrame) break;
+    // As many leases as fit one frame's fds, each with all of its extents;
+    // a lease of more extents than one frame carries goes alone, its fds
+    // over several frames (CallReclaim).
+    size_t nfds = items[at].back.fds.size();
+    for (end = at + 1; end < items.size() && nfds <= request_fds_per_frame_; ++end) {
+      if (nfds + items[end].back.fds.size() > request_fds_per_frame_) break;
       nfds += items[end].back.fds.size();
     }
     proto::ReclaimRequest rr;
@@ -677,14 +703,12 @@ Status ClientCore::ReclaimLocked() {
       ToReclaimInfo(items[i].info, items[i].back, rr.add_leases());
       for (const UniqueFd& fd : items[i].back.fds) fds.push_back(fd.get());
     }
-    Result<std::string> payload = wire::Encode(rr, max_payload_bytes_);
-    if (!payload.ok()) return payload.status();
-    Result<wire::Frame> f = Call(proto::MSG_RECLAIM_REQUEST, *payload, fds);
-    if (!f.ok()) return f.status();
+    Result<wire::Frame> f = CallReclaim(rr, fds);
+    if (!f.ok() && !broken_.ok()) return f.status();
     proto::ReclaimReply rep;
-    Status d = wire::DecodeReply(*f, &rep);
+    Status d = f.ok() ? wire::DecodeReply(*f, &rep) : f.status();
     if (!d.ok()) {
-      // The whole frame refused: every lease in it is lost to us.
+      // The whole request refused: every lease in it is lost to us.
       for (size_t i = at; i < end; ++i) rep.add_rejected(items[i].id);
       CXLPOOL_LOG(kWarning) << "reclaim refused: " << d.ToString();
     }

@@ -60,6 +60,10 @@ namespace detail {
 
 class LeaseState;
 
+// The largest request an older daemon reads (its limits.max_request_bytes),
+// when its HELLO reply does not say.
+inline constexpr uint64_t kDaemonRequestBytes = 64u << 10;
+
 // What a RECLAIM hands back of one lease: dups of its extents' fds, in
 // mapping order, and their sizes (one extent: the lease's size).
 struct HandBack {
@@ -151,6 +155,8 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
     std::string server_version;
     std::string instance_id;
     uint32_t max_payload_bytes = wire::kDefaultMaxFrameBytes;
+    size_t request_fds_per_frame = wire::kDefaultMaxFdsPerFrame;
+    uint64_t max_request_bytes = kDaemonRequestBytes;
   };
   // A release the daemon could not be told of because it was gone: the
   // next reconnect hands the lease back and releases it; a reconnect that
@@ -188,6 +194,14 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   // handling events on the way. Any failure leaves the connection broken.
   Result<wire::Frame> Call(proto::MsgType type, const std::string& payload,
                            std::span<const int> fds = {});
+  // The same for a RECLAIM_REQUEST with one fd per extent of each lease it
+  // lists, on as many frames as the daemon's per-frame fd limit needs
+  // (wire::PlanReclaimRequest). INVALID_ARGUMENT (nothing sent) when it
+  // cannot be sent: several leases over one frame's fds, or a payload over
+  // the daemon's max_request_bytes.
+  Result<wire::Frame> CallReclaim(const proto::ReclaimRequest& req, std::span<const int> fds);
+  // The reply to request `id`, handling events on the way.
+  Result<wire::Frame> AwaitReply(uint64_t id);
   // mu_ held: hands one lease back (RECLAIM); true if the daemon took it.
   Result<bool> ReclaimOne(uint64_t lease_id, const HandBack& back);
   // What a RECLAIM entry says of a lease: everything the daemon told us
@@ -212,6 +226,10 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   uint32_t version_ = 0;
   std::string server_version_;
   uint32_t max_payload_bytes_ = wire::kDefaultMaxFrameBytes;
+  // What the daemon takes on one request (HelloReply.max_fds_per_frame and
+  // max_request_bytes).
+  size_t request_fds_per_frame_ = wire::kDefaultMaxFdsPerFrame;
+  uint64_t max_request_bytes_ = kDaemonRequestBytes;
   std::string socket_path_;  // empty: cannot reconnect (FromSocket)
   std::string instance_id_;
   uint64_t generation_ = 0;  // bumped by every reconnect

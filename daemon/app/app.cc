@@ -444,6 +444,8 @@ int RunDaemon(const DaemonFlags& command_line) {
   hopts.admin_gid = cfg->admin_gid;
   hopts.instance_id = RandomHex(16);
   hopts.max_frame_bytes = wire::kDefaultMaxFrameBytes;
+  hopts.max_fds_per_frame = static_cast<uint32_t>(limits->max_fds_per_frame);
+  hopts.max_request_bytes = limits->max_request_bytes;
   hopts.topology_is_local = fs->IsThisSystem();
   DaemonHandler handler(&leases, proc.get(), hopts);
 

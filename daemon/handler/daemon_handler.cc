@@ -114,6 +114,8 @@ Reply DaemonHandler::Handle(ConnectionId conn, const Request& req, const ReplyFn
       out.set_instance_id(options_.instance_id);
       out.set_in_grace_period(leases_->in_grace());
       out.set_max_frame_bytes(options_.max_frame_bytes);
+      out.set_max_fds_per_frame(options_.max_fds_per_frame);
+      out.set_max_request_bytes(options_.max_request_bytes);
       out.set_is_admin(leases_->IsAdmin(conn));
       if (*v < 2) {
         version1_.insert(conn);

@@ -34,6 +34,12 @@ struct HandlerOptions {
   std::string server_version = "cxlpoold 0.1.0";
   std::string instance_id;
   uint64_t max_frame_bytes = 1u << 20;
+  // The most fds one request frame may bring (limits.max_fds_per_frame),
+  // told to clients in HelloReply.max_fds_per_frame.
+  uint32_t max_fds_per_frame = 64;
+  // The largest request payload (limits.max_request_bytes), in
+  // HelloReply.max_request_bytes.
+  uint64_t max_request_bytes = 64u << 10;
   // The topology describes this machine: the caller's CPU picks its home
   // node for placement. False for --sysfs-root trees.
   bool topology_is_local = true;

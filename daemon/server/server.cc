@@ -25,6 +25,7 @@
 #include "cxlpool/common/proc.h"
 #include "cxlpool/common/strings.h"
 #include "cxlpool/proto/codec.h"
+#include "cxlpool/proto/extents.h"
 #include "cxlpool/proto/ipc.h"
 #include "cxlpool/proto/socket.h"
 
@@ -107,6 +108,12 @@ struct Connection {
   std::deque<Queued> queue;
   uint64_t queued_bytes = 0;  // sum of queue[].cost
   uint64_t reader_fds = 0;    // the reader's fds charged to fd_share_
+  // A RECLAIM_REQUEST waiting for the EXTENT_FDS frames it announced (null:
+  // none), the fds it holds (charged to fd_share_) and when the last of its
+  // frames must have come (limits.frame_timeout after the first).
+  std::unique_ptr<wire::ReclaimRequestAssembler> assembly;
+  uint64_t assembly_fds = 0;
+  SteadyClock::time_point assembly_deadline;
   // The limit (a kFdNames key) that set the reader's fd allowance below
   // max_fds_per_frame for the current read; nullptr when it did not.
   const char* fd_allowance_limit = nullptr;
@@ -217,6 +224,12 @@ class Server::Impl : public std::enable_shared_from_this<Server::Impl> {
   void OnThrottleTimer();
   void DoRead(const std::shared_ptr<Connection>& c);
   void HandleFrame(const std::shared_ptr<Connection>& c, wire::Frame frame);
+  // A RECLAIM_REQUEST that announces EXTENT_FDS frames, and those frames:
+  // the whole request once its last frame is in, nullopt until then or when
+  // the connection was aborted for a frame that does not add up.
+  std::optional<wire::Frame> Assemble(const std::shared_ptr<Connection>& c, wire::Frame frame);
+  void DropAssembly(Connection* c);
+  void SyncAssemblyFds(Connection* c);
   void ArmFrameTimer(const std::shared_ptr<Connection>& c, std::chrono::milliseconds after);
   void OnFrameTimer(const std::shared_ptr<Connection>& c);
   void CancelFrameTimer(Connection* c);
@@ -598,6 +611,15 @@ void Server::Impl::OnFrameTimer(const std::shared_ptr<Connection>& c) {
     Drop(c, c->closing_reason + "; error reply not read within " + within);
     return;
   }
+  if (c->assembly && !c->reader.mid_frame()) {
+    const uint64_t rid = c->assembly->request_id();
+    const std::string left = std::to_string(c->assembly->frames_left());
+    Abort(c, rid,
+          Status(Code::kUnavailable, "RECLAIM_REQUEST's EXTENT_FDS frames (" + left +
+                                         " still to come) not completed within " + within),
+          "frame_timeout");
+    return;
+  }
   const wire::FrameHeader& h = c->reader.header();
   uint64_t rid = c->reader.have_header() && h.magic == wire::kFrameMagic ? h.request_id : 0;
   Abort(c, rid, Status(Code::kUnavailable, "frame not completed within " + within),
@@ -707,7 +729,8 @@ void Server::Impl::RefuseFds(const std::shared_ptr<Connection>& c) {
   const bool header = r.have_header() && h.magic == wire::kFrameMagic;
   const uint64_t rid = header ? h.request_id : 0;
   const size_t per_frame = limits().max_fds_per_frame;
-  const size_t type_max = header ? wire::MaxFdsForType(h.type, per_frame) : per_frame;
+  const size_t type_max =
+      header ? std::min(per_frame, wire::MaxFdsForType(h.type, per_frame)) : per_frame;
   const std::string what = header ? wire::MsgTypeName(h.type) : std::string("a frame");
   const size_t refused = r.fds_refused();
   if (r.control_truncated() || refused > type_max || c->fd_allowance_limit == nullptr) {
@@ -742,7 +765,8 @@ void Server::Impl::DoRead(const std::shared_ptr<Connection>& c) {
   int frames = 0;
   while (!c->closed && !c->closing && c->queue.empty() &&
          c->inflight < limits().max_requests_per_connection) {
-    if (!c->reader.mid_frame()) {
+    // A RECLAIM whose EXTENT_FDS frames are coming is read to its end first.
+    if (!c->reader.mid_frame() && !c->assembly) {
       if (frames == kFramesPerTurn) {
         // Its turn is over: read it again after the other ready connections.
         StartRead(c);
@@ -785,8 +809,13 @@ void Server::Impl::DoRead(const std::shared_ptr<Connection>& c) {
     }
     switch (*p) {
       case wire::FrameReader::Progress::kWouldBlock:
-        if (c->reader.mid_frame()) {
-          if (!c->frame_timer_armed) ArmFrameTimer(c, limits().frame_timeout);
+        if (c->reader.mid_frame() && !c->frame_timer_armed) {
+          ArmFrameTimer(c, limits().frame_timeout);
+        }
+        if (c->assembly && !c->frame_timer_armed) {
+          const auto left = c->assembly_deadline - SteadyClock::now();
+          ArmFrameTimer(c, std::max(std::chrono::milliseconds(0),
+                                    std::chrono::duration_cast<std::chrono::milliseconds>(left)));
         }
         StartRead(c);
         return;
@@ -798,6 +827,7 @@ void Server::Impl::DoRead(const std::shared_ptr<Connection>& c) {
         ++frames;
         HandleFrame(c, c->reader.TakeFrame());
         SyncReaderFds(c.get());  // the request's fds are closed by now
+        SyncAssemblyFds(c.get());
         // Answered at once: CompleteRequest re-armed the wait for input, and
         // Asio's re-arm (EPOLL_CTL_MOD) reports input already queued. Reading
         // on would only cost a recvmsg that finds nothing (a client waiting
@@ -813,9 +843,61 @@ void Server::Impl::DoRead(const std::shared_ptr<Connection>& c) {
   }
 }
 
+std::optional<wire::Frame> Server::Impl::Assemble(const std::shared_ptr<Connection>& c,
+                                                  wire::Frame frame) {
+  Status st;
+  uint64_t rid = frame.header.request_id;
+  if (!c->assembly) {
+    if (c->version < wire::kExtentWireVersion) {
+      st = Status(Code::kProtocol,
+                  "RECLAIM_REQUEST announces EXTENT_FDS frames, which need "
+                  "protocol version 2; this connection speaks " +
+                      std::to_string(c->version));
+    } else {
+      c->assembly = std::make_unique<wire::ReclaimRequestAssembler>();
+      c->assembly_deadline = SteadyClock::now() + limits().frame_timeout;
+      st = c->assembly->Start(std::move(frame));
+    }
+  } else {
+    rid = c->assembly->request_id();
+    st = c->assembly->Add(std::move(frame));
+  }
+  if (!st.ok()) {
+    ++stats_.protocol_errors;
+    Abort(c, rid, Status(Code::kProtocol, st.message()), nullptr);
+    return std::nullopt;
+  }
+  if (!c->assembly->complete()) {
+    SyncAssemblyFds(c.get());
+    return std::nullopt;
+  }
+  CancelFrameTimer(c.get());
+  wire::Frame whole = c->assembly->TakeRequest();
+  c->assembly.reset();  // its fds stay charged until the handler is done with them
+  return whole;
+}
+
+void Server::Impl::DropAssembly(Connection* c) {
+  c->assembly.reset();  // closes its fds
+  SyncAssemblyFds(c);
+}
+
+void Server::Impl::SyncAssemblyFds(Connection* c) {
+  const uint64_t now = c->assembly ? c->assembly->fds_held() : 0;
+  if (now > c->assembly_fds) fd_share_.Add(c->uid(), now - c->assembly_fds);
+  if (now < c->assembly_fds) fd_share_.Sub(c->uid(), c->assembly_fds - now);
+  c->assembly_fds = now;
+}
+
 void Server::Impl::HandleFrame(const std::shared_ptr<Connection>& c, wire::Frame frame) {
   ++stats_.frames_in;
   c->last_input = SteadyClock::now();
+  if (c->assembly || (c->hello_done && frame.header.version == c->version &&
+                      wire::ReclaimRequestAssembler::AnnouncedFrames(frame) > 0)) {
+    std::optional<wire::Frame> whole = Assemble(c, std::move(frame));
+    if (!whole) return;
+    frame = std::move(*whole);
+  }
   const uint16_t type = frame.header.type;
   const uint64_t rid = frame.header.request_id;
   if (!wire::IsKnownType(type)) {
@@ -1178,6 +1260,7 @@ void Server::Impl::QueueError(const std::shared_ptr<Connection>& c, uint64_t req
 void Server::Impl::Abort(const std::shared_ptr<Connection>& c, uint64_t request_id,
                          const Status& st, const char* limit) {
   if (c->closed || c->closing) return;
+  DropAssembly(c.get());  // a RECLAIM still coming in is refused with the connection
   if (limit != nullptr) {
     Hit(limit);
     LogLimit(limit, "closing " + Describe(*c) + ": " + st.message());
@@ -1275,6 +1358,7 @@ void Server::Impl::Drop(const std::shared_ptr<Connection>& c, const std::string&
   c->queue.clear();                                   // closes queued fds
   c->reader = wire::FrameReader(c->reader.limits());  // closes fds of a frame begun
   SyncReaderFds(c.get());
+  DropAssembly(c.get());
   c->pidfd.Reset();
   c->peer.pidfd = -1;
   conn_share_.Sub(c->uid(), 1);

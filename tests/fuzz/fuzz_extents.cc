@@ -1,10 +1,13 @@
 // Fuzz target: the receiving side of multi-extent lease replies
-// (LeaseReplyAssembler, PlaceExtents). The input is a sequence of frames,
-// each [u8 type][u8 fds][u16 length, little-endian][payload]; the first is
-// the reply, the rest are offered as the frames that follow it. `type`
-// picks ALLOC_REPLY, ATTACH_REPLY, EXTENT_FDS, ERROR_REPLY or a stray type;
-// `fds % 8` real fds ride on the frame. Nothing may crash, and every fd
-// must be closed once the assembler is done (or handed out, then closed).
+// (LeaseReplyAssembler, PlaceExtents) and of RECLAIM_REQUESTs split over
+// frames (ReclaimRequestAssembler, the daemon's side). The input is a
+// sequence of frames, each [u8 type][u8 fds][u16 length, little-endian]
+// [payload]; the first is the reply (or the request), the rest are offered
+// as the frames that follow it. `type` picks ALLOC_REPLY, ATTACH_REPLY,
+// EXTENT_FDS, ERROR_REPLY, RECLAIM_REQUEST or a stray type; `fds % 8` real
+// fds ride on the frame. Nothing may crash, a whole request has one fd per
+// extent, and every fd must be closed once the assembler is done (or handed
+// out, then closed).
 #include <fcntl.h>
 #include <google/protobuf/stubs/logging.h>
 #include <sys/mman.h>
@@ -51,7 +54,8 @@ cxlpool::proto::MsgType TypeOf(uint8_t sel) {
     case 4:
       return MSG_EXTENT_FDS;
     default:
-      return sel & 0x80 ? MSG_ERROR_REPLY : MSG_STAT_REPLY;
+      if (sel & 0x80) return MSG_ERROR_REPLY;
+      return sel & 0x20 ? MSG_RECLAIM_REQUEST : MSG_STAT_REPLY;
   }
 }
 
@@ -80,7 +84,27 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (size_t i = 0; i < nfds; ++i) f.fds.emplace_back(::fcntl(kMemfd, F_DUPFD_CLOEXEC, 0));
       frames.push_back(std::move(f));
     }
-    if (!frames.empty()) {
+    if (!frames.empty() && frames[0].type() == cxlpool::proto::MSG_RECLAIM_REQUEST) {
+      const uint32_t announced = cxlpool::wire::ReclaimRequestAssembler::AnnouncedFrames(frames[0]);
+      cxlpool::wire::ReclaimRequestAssembler a;
+      cxlpool::Status st = a.Start(std::move(frames[0]));
+      for (size_t i = 1; st.ok() && !a.complete() && i < frames.size(); ++i) {
+        st = a.Add(std::move(frames[i]));
+      }
+      if (st.ok() && a.complete()) {
+        cxlpool::wire::Frame whole = a.TakeRequest();
+        cxlpool::proto::ReclaimRequest r;
+        if (announced == 0 || !cxlpool::wire::Decode(whole.payload, &r).ok() ||
+            r.leases_size() != 1) {
+          __builtin_trap();
+        }
+        const size_t want = static_cast<size_t>(std::max(1, r.leases(0).extents_size()));
+        if (whole.fds.size() != want) __builtin_trap();
+        for (const auto& fd : whole.fds) {
+          if (!fd.valid()) __builtin_trap();
+        }
+      }
+    } else if (!frames.empty()) {
       cxlpool::proto::AllocReply r;
       if (cxlpool::wire::Decode(frames[0].payload, &r).ok()) {
         (void)cxlpool::wire::PlaceExtents(r.lease());

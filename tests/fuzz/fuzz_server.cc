@@ -12,7 +12,11 @@
 // connection (op >> 3) % 2) and its arguments:
 //   0 raw:    n = 1 + b1 % 64 bytes of input, with kFdCounts[b2 % 8] fds
 //   1 frame:  a whole frame, type from kTypes[b1 % 6], payload of b2 input
-//             bytes (HELLO gets a valid HelloRequest), kFdCounts[b3 % 8] fds
+//             bytes (HELLO gets a valid HelloRequest), kFdCounts[b3 % 8] fds;
+//             with b1 & 0x80 a HELLO asks for version 2, a RECLAIM_REQUEST
+//             is one lease of 1 + b2 % 200 extents announcing
+//             1 + (b2 / 200) EXTENT_FDS frames, and ALLOC_REPLY's slot is
+//             an EXTENT_FDS frame {lease 1, first_extent b2, count = fds}
 //   2 run the event loop      3 the client reads what is there
 //   4 answer held requests    5 the client closes its end
 #include <fcntl.h>
@@ -57,8 +61,9 @@ class Handler : public cxlpool::RequestHandler {
   void OnRequest(ConnectionId, Request req, ReplyFn reply) override {
     switch (req.type) {
       case proto::MSG_HELLO_REQUEST: {
+        proto::HelloRequest in;
         proto::HelloReply hr;
-        hr.set_version(1);
+        hr.set_version(wire::Decode(req.payload, &in).ok() && in.max_version() >= 2 ? 2 : 1);
         return reply(Reply{proto::MSG_HELLO_REPLY, *wire::Encode(hr), {}});
       }
       case proto::MSG_METRICS_REQUEST: {
@@ -226,13 +231,33 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           size_t n = std::min<size_t>(arg(2), size - std::min(size, off + 4));
           std::string payload(reinterpret_cast<const char*>(data + std::min(size, off + 4)), n);
           proto::MsgType type = kTypes[arg(1) % 6];
+          const bool shaped = (arg(1) & 0x80) != 0;
+          uint64_t rid = 1 + off;
           if (type == proto::MSG_HELLO_REQUEST) {
             proto::HelloRequest h;
             h.set_min_version(1);
-            h.set_max_version(1);
+            h.set_max_version(shaped ? 2 : 1);
             payload = *wire::Encode(h);
+          } else if (shaped && type == proto::MSG_RECLAIM_REQUEST) {
+            proto::ReclaimRequest r;
+            proto::LeaseInfo* lease = r.add_leases();
+            lease->set_id(1);
+            const size_t extents = 1 + arg(2) % 200;
+            lease->set_size_bytes(4096 * extents);
+            for (size_t i = 0; i < extents; ++i) lease->add_extents()->set_size_bytes(4096);
+            r.set_extent_frames(1 + arg(2) / 200);
+            payload = *wire::Encode(r);
+            rid = 7;
+          } else if (shaped && type == proto::MSG_ALLOC_REPLY) {
+            type = proto::MSG_EXTENT_FDS;
+            proto::ExtentFds m;
+            m.set_lease_id(1);
+            m.set_first_extent(arg(2));
+            m.set_count(static_cast<uint32_t>(kFdCounts[arg(3) % 8]));
+            payload = *wire::Encode(m);
+            rid = 7;
           }
-          std::string frame = wire::EncodeFrame(type, 1 + off, payload);
+          std::string frame = wire::EncodeFrame(type, rid, payload);
           if (client[c] >= 0) {
             SendWithFds(client[c], frame.data(), frame.size(), probe[1], kFdCounts[arg(3) % 8]);
           }

@@ -74,6 +74,22 @@ class PlacementVerifyTest : public ::testing::Test {
     auto it = reply.counters().find(name);
     return it == reply.counters().end() ? 0 : it->second;
   }
+  // A strict, long-term pinned lease of `size` bytes on node 1.
+  static ClientResult<Lease> PinnedOnNode1(Client& client, uint64_t size) {
+    AllocOptions o;
+    o.size_bytes = size;
+    o.numa_node = 1;
+    o.strict = true;
+    o.long_term_pin = true;
+    return client.Allocate(o);
+  }
+  // Why Verify()'s answer `p` cannot show a move on this machine (the test
+  // is then skipped): move_pages unsupported, or the pages are on node 1.
+  static std::optional<std::string> CannotShowAMove(const ClientResult<Placement>& p) {
+    if (!p.ok() && p.status().code() == ErrorCode::kUnsupported) return p.status().ToString();
+    if (p.ok() && p->numa_node == 1) return "this machine put the pages on node 1";
+    return std::nullopt;
+  }
   TempDir tree_{"verify"};
   std::string root_;
   Daemon daemon_;
@@ -82,22 +98,15 @@ class PlacementVerifyTest : public ::testing::Test {
 TEST_F(PlacementVerifyTest, VerifyReportsTheTrueNodeAndTheAccountingFollows) {
   auto client = Client::Connect(daemon_.socket());
   ASSERT_TRUE(client.ok()) << client.status().ToString();
-  AllocOptions o;
-  o.size_bytes = 4 * kMiB;
-  o.numa_node = 1;
-  o.strict = true;
-  o.long_term_pin = true;
-  auto lease = client->Allocate(o);
+  auto lease = PinnedOnNode1(*client, 4 * kMiB);
   ASSERT_TRUE(lease.ok()) << lease.status().ToString();
   EXPECT_EQ(lease->numa_node(), 1);
   EXPECT_TRUE(lease->info().long_term_pin);
   EXPECT_EQ(Leased("node1"), 4 * kMiB);
 
   auto p = lease->Verify();
-  if (!p.ok() && p.status().code() == ErrorCode::kUnsupported)
-    GTEST_SKIP() << p.status().ToString();
+  if (auto why = CannotShowAMove(p)) GTEST_SKIP() << *why;
   ASSERT_TRUE(p.ok()) << p.status().ToString();
-  if (p->numa_node == 1) GTEST_SKIP() << "this machine put the pages on node 1";
   EXPECT_TRUE(p->moved);
   EXPECT_EQ(p->placed_numa_node, 1);
   EXPECT_EQ(p->pages_sampled, 1024u);
@@ -180,19 +189,12 @@ class PlacementVerifyExtentsTest : public PlacementVerifyTest {
 TEST_F(PlacementVerifyExtentsTest, EveryExtentIsAskedAndTheAccountingFollows) {
   auto client = Client::Connect(daemon_.socket());
   ASSERT_TRUE(client.ok()) << client.status().ToString();
-  AllocOptions o;
-  o.size_bytes = 6 * kMiB + 4096;  // 2M + 2M + 2M + 4K
-  o.numa_node = 1;
-  o.strict = true;
-  o.long_term_pin = true;
-  auto lease = client->Allocate(o);
+  auto lease = PinnedOnNode1(*client, 6 * kMiB + 4096);  // 2M + 2M + 2M + 4K
   ASSERT_TRUE(lease.ok()) << lease.status().ToString();
   EXPECT_EQ(Leased("node1"), 6 * kMiB + 4096);
   auto p = lease->Verify();
-  if (!p.ok() && p.status().code() == ErrorCode::kUnsupported)
-    GTEST_SKIP() << p.status().ToString();
+  if (auto why = CannotShowAMove(p)) GTEST_SKIP() << *why;
   ASSERT_TRUE(p.ok()) << p.status().ToString();
-  if (p->numa_node == 1) GTEST_SKIP() << "this machine put the pages on node 1";
   EXPECT_TRUE(p->moved);
   EXPECT_EQ(p->pages_sampled, 1537u);  // every page of the range
   EXPECT_EQ(p->pages_on_node, 1537u);

@@ -5,7 +5,9 @@
 // disagree with the reply (missing, extra, misordered fds, wrong request or
 // lease, an early end) is a PROTOCOL error that closes what arrived; and the
 // blocking client's version handling (HELLO in version 1, then the
-// negotiated one) against a scripted server.
+// negotiated one) against a scripted server; a RECLAIM_REQUEST's fds split
+// over frames and put back together, and each way those frames can
+// disagree.
 #include "cxlpool/proto/extents.h"
 
 #include <fcntl.h>
@@ -58,6 +60,47 @@ UniqueFd Memfd(uint64_t size) {
 uint64_t Inode(int fd) {
   struct stat st {};
   return ::fstat(fd, &st) == 0 ? st.st_ino : 0;
+}
+
+// `n` memfds of `size` bytes each: the fds, their numbers and inodes.
+struct Memfds {
+  Memfds(size_t n, uint64_t size) {
+    for (size_t i = 0; i < n; ++i) {
+      fds.push_back(Memfd(size));
+      raw.push_back(fds.back().get());
+      inodes.push_back(Inode(raw.back()));
+    }
+  }
+  std::vector<UniqueFd> fds;
+  std::vector<int> raw;
+  std::vector<uint64_t> inodes;
+};
+
+// Sends every planned frame over `sock` as request `rid`, each with its
+// share of `raw`, on a thread of its own.
+std::thread SendPlanned(int sock, uint64_t rid, const std::vector<PlannedFrame>& frames,
+                        const std::vector<int>& raw) {
+  return std::thread([sock, rid, &frames, &raw] {
+    for (const PlannedFrame& f : frames) {
+      std::span<const int> part(raw.data() + f.first_fd, f.fd_count);
+      ASSERT_TRUE(SendFrame(sock, f.type, rid, f.payload, part, 5000).ok());
+    }
+  });
+}
+
+// An EXTENT_FDS frame (or one of `type`) with `fds` fresh memfds.
+Frame ExtentFdsFrame(uint64_t lease, uint32_t first, uint32_t count, size_t fds, uint64_t rid,
+                     proto::MsgType type = proto::MSG_EXTENT_FDS) {
+  proto::ExtentFds m;
+  m.set_lease_id(lease);
+  m.set_first_extent(first);
+  m.set_count(count);
+  Frame f;
+  f.header.type = type;
+  f.header.request_id = rid;
+  f.payload = *Encode(m);
+  for (size_t i = 0; i < fds; ++i) f.fds.push_back(Memfd(4096));
+  return f;
 }
 
 TEST(PlaceExtents, AddsUpOrSaysWhy) {
@@ -148,6 +191,122 @@ TEST(PlanLeaseReply, SplitsFdsOverFrames) {
             Code::kInvalidArgument);
 }
 
+// A RECLAIM_REQUEST of more fds than the daemon takes on one frame: one
+// lease, its fds on the request and on EXTENT_FDS frames that follow, sent
+// over a socketpair and put back together into one request in order.
+TEST(ReclaimRequest, SplitsOneLeaseOverFramesAndComesBackWhole) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  UniqueFd a(sv[0]), b(sv[1]);
+  const size_t n = 150;
+  proto::ReclaimRequest req;
+  *req.add_leases() = Lease(11, std::vector<uint64_t>(n, 8192));
+  Memfds m(n, 8192);
+  auto frames = PlanReclaimRequest(req, n, 64);
+  ASSERT_TRUE(frames.ok()) << frames.status().ToString();
+  ASSERT_EQ(frames->size(), 3u);  // 64 + 64 + 22
+  EXPECT_EQ((*frames)[0].type, proto::MSG_RECLAIM_REQUEST);
+  EXPECT_EQ((*frames)[0].fd_count, 64u);
+  EXPECT_EQ((*frames)[2].type, proto::MSG_EXTENT_FDS);
+  EXPECT_EQ((*frames)[2].first_fd, 128u);
+  EXPECT_EQ((*frames)[2].fd_count, 22u);
+  const int before = OpenFds();
+  std::thread sender = SendPlanned(a.get(), 3, *frames, m.raw);
+  RecvLimits limits;
+  limits.max_fds = 64;
+  auto first = RecvFrame(b.get(), limits, 5000);
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  EXPECT_EQ(ReclaimRequestAssembler::AnnouncedFrames(*first), 2u);
+  ReclaimRequestAssembler asm_;
+  ASSERT_TRUE(asm_.Start(std::move(*first)).ok());
+  EXPECT_EQ(asm_.fds_held(), 64u);
+  while (!asm_.complete()) {
+    auto next = RecvFrame(b.get(), limits, 5000);
+    ASSERT_TRUE(next.ok()) << next.status().ToString();
+    ASSERT_TRUE(asm_.Add(std::move(*next)).ok());
+  }
+  sender.join();
+  Frame whole = asm_.TakeRequest();
+  EXPECT_EQ(whole.type(), proto::MSG_RECLAIM_REQUEST);
+  EXPECT_EQ(whole.request_id(), 3u);
+  ASSERT_EQ(whole.fds.size(), n);
+  for (size_t i = 0; i < n; ++i) EXPECT_EQ(Inode(whole.fds[i].get()), m.inodes[i]) << i;
+  proto::ReclaimRequest back;
+  ASSERT_TRUE(Decode(whole.payload, &back).ok());
+  EXPECT_EQ(back.leases(0).extents_size(), static_cast<int>(n));
+  whole.fds.clear();
+  EXPECT_EQ(OpenFds(), before);
+
+  // What fits one frame is one frame, any number of leases.
+  proto::ReclaimRequest two;
+  *two.add_leases() = Lease(1, {4096, 4096});
+  *two.add_leases() = Lease(2, {4096});
+  frames = PlanReclaimRequest(two, 3, 64);
+  ASSERT_TRUE(frames.ok());
+  ASSERT_EQ(frames->size(), 1u);
+  proto::ReclaimRequest head;
+  ASSERT_TRUE(Decode((*frames)[0].payload, &head).ok());
+  EXPECT_EQ(head.extent_frames(), 0u);
+  // Several leases over one frame's fds, a wrong count, a bad limit.
+  EXPECT_EQ(PlanReclaimRequest(two, 3, 2).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(PlanReclaimRequest(two, 2, 64).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(PlanReclaimRequest(two, 3, 0).status().code(), Code::kInvalidArgument);
+}
+
+TEST(ReclaimRequest, FramesThatDoNotAddUpArePROTOCOLAndCloseEveryFd) {
+  auto request = [](size_t leases, size_t extents, uint32_t frames, size_t fds) {
+    proto::ReclaimRequest r;
+    for (size_t i = 0; i < leases; ++i) {
+      *r.add_leases() = Lease(20 + i, std::vector<uint64_t>(extents, 4096));
+    }
+    r.set_extent_frames(frames);
+    Frame f;
+    f.header.type = proto::MSG_RECLAIM_REQUEST;
+    f.header.request_id = 9;
+    f.payload = *Encode(r);
+    for (size_t i = 0; i < fds; ++i) f.fds.push_back(Memfd(4096));
+    return f;
+  };
+  auto more = [](uint64_t lease, uint32_t first, uint32_t count, size_t fds) {
+    return ExtentFdsFrame(lease, first, count, fds, 9);
+  };
+  const int before = OpenFds();
+  auto start_fails = [&](Frame f, const std::string& needle) {
+    ReclaimRequestAssembler a;
+    Status st = a.Start(std::move(f));
+    EXPECT_EQ(st.code(), Code::kProtocol) << st.ToString();
+    EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
+    EXPECT_EQ(OpenFds(), before) << needle;
+  };
+  start_fails(request(2, 3, 1, 4), "hands back one lease");
+  start_fails(request(1, 4, 1, 0), "carried no fd");
+  start_fails(request(1, 4, 1, 5), "5 fds for 4");
+  start_fails(request(1, 4, 3, 2), "missing");
+  start_fails(request(1, 4, 1, 4), "every fd is on the request");
+  auto add_fails = [&](Frame next, const std::string& needle) {
+    ReclaimRequestAssembler a;
+    ASSERT_TRUE(a.Start(request(1, 4, 1, 2)).ok());
+    EXPECT_EQ(a.fds_held(), 2u);
+    Status st = a.Add(std::move(next));
+    EXPECT_EQ(st.code(), Code::kProtocol) << st.ToString();
+    EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
+    EXPECT_EQ(a.fds_held(), 0u);
+    EXPECT_EQ(OpenFds(), before) << "what had arrived is closed at once: " << needle;
+  };
+  add_fails(more(20, 2, 1, 1), "brought 3 of 4");            // too few follow-up fds
+  add_fails(more(20, 2, 3, 3), "for the 2 extent(s) left");  // too many
+  add_fails(more(20, 2, 2, 1), "announces 2 fd(s) and carries 1");
+  add_fails(more(21, 2, 2, 2), "names lease 21");
+  add_fails(more(20, 1, 2, 2), "starts at extent 1");
+  Frame stat;
+  stat.header.type = proto::MSG_STAT_REQUEST;
+  stat.header.request_id = 9;
+  add_fails(std::move(stat), "expected MSG_EXTENT_FDS");
+  // Not announced: the handler judges the request alone.
+  EXPECT_EQ(ReclaimRequestAssembler::AnnouncedFrames(request(1, 4, 0, 4)), 0u);
+  EXPECT_EQ(OpenFds(), before);
+}
+
 // Sends the planned frames of `lease` over a socketpair with one memfd per
 // extent, reads them back with FrameReader and the assembler.
 TEST(LeaseReplyAssembler, PutsFdsBackInOrderOverASocket) {
@@ -157,24 +316,13 @@ TEST(LeaseReplyAssembler, PutsFdsBackInOrderOverASocket) {
   const size_t n = 300;
   std::vector<uint64_t> sizes(n, 8192);
   proto::LeaseInfo l = Lease(7, sizes);
-  std::vector<UniqueFd> fds;
-  std::vector<int> raw;
-  std::vector<uint64_t> inodes;
-  for (size_t i = 0; i < n; ++i) {
-    fds.push_back(Memfd(8192));
-    raw.push_back(fds.back().get());
-    inodes.push_back(Inode(raw.back()));
-  }
+  Memfds m(n, 8192);
+  const std::vector<uint64_t>& inodes = m.inodes;
   auto frames = PlanLeaseReply(proto::MSG_ALLOC_REPLY, l, n, 128);
   ASSERT_TRUE(frames.ok());
   ASSERT_EQ(frames->size(), 3u);
   const int before = OpenFds();
-  std::thread sender([&] {
-    for (const PlannedFrame& f : *frames) {
-      std::span<const int> part(raw.data() + f.first_fd, f.fd_count);
-      ASSERT_TRUE(SendFrame(a.get(), f.type, 9, f.payload, part, 5000).ok());
-    }
-  });
+  std::thread sender = SendPlanned(a.get(), 9, *frames, m.raw);
   RecvLimits limits;
   limits.max_fds = kHardMaxFdsPerFrame;
   auto first = RecvFrame(b.get(), limits, 5000);
@@ -217,16 +365,7 @@ class AssemblerErrors : public ::testing::Test {
   }
   static Frame More(uint64_t lease, uint32_t first, uint32_t count, size_t fds, uint64_t rid = 5,
                     proto::MsgType type = proto::MSG_EXTENT_FDS) {
-    proto::ExtentFds m;
-    m.set_lease_id(lease);
-    m.set_first_extent(first);
-    m.set_count(count);
-    Frame f;
-    f.header.type = type;
-    f.header.request_id = rid;
-    f.payload = *Encode(m);
-    for (size_t i = 0; i < fds; ++i) f.fds.push_back(Memfd(4096));
-    return f;
+    return ExtentFdsFrame(lease, first, count, fds, rid, type);
   }
   // Every fd made for the frames is closed once the assembler fails and is gone.
   void ExpectStartFails(const std::function<Frame()>& make, const std::string& needle) {

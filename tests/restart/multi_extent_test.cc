@@ -11,7 +11,12 @@
 //   * a daemon SIGKILLed right after the first frame of a multi-frame grant:
 //     the client gets the whole lease or a clear error, and after the
 //     restart the accounting is back to zero once that client is gone;
-//   * RECLAIM requests whose extents do not add up are refused, naming why.
+//   * RECLAIM requests whose extents do not add up are refused, naming why;
+//   * a lease of more extents than one frame carries (131, against 64 fds a
+//     frame) survives a SIGKILL and is handed back whole, its RECLAIM split
+//     over EXTENT_FDS frames; a split RECLAIM whose frames do not add up, or
+//     whose client closes half way, is refused (PROTOCOL, the connection
+//     closed), costs nothing, and the daemon keeps serving.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -23,6 +28,7 @@
 #include "cxlpool/proto/extents.h"
 #include "cxlpool/proto/ipc.h"
 #include "cxlpool/proto/socket.h"
+#include "library_holder.h"
 #include "restart_util.h"
 
 namespace cxlpool::restart {
@@ -34,6 +40,15 @@ using testsupport::PollUntil;
 using testsupport::RawClient;
 
 constexpr uint64_t kLeaseBytes = 7 * kMiB + 5000;  // 2M + 2M + 2M + (1M + 8K)
+
+// Lease `id` as the daemon on `socket` lists it; NOT_FOUND when it does not.
+Result<proto::LeaseInfo> Listed(const std::string& socket, uint64_t id) {
+  auto a = Snapshot(socket);
+  if (!a.ok()) return a.status();
+  auto it = a->leases.find(id);
+  if (it == a->leases.end()) return Status(Code::kNotFound, "lease not listed");
+  return it->second;
+}
 
 // A connection that says it takes one fd per frame, so every extent after
 // the first comes on its own MSG_EXTENT_FDS frame.
@@ -59,6 +74,10 @@ struct OneFdPerFrame {
     c.version = static_cast<uint16_t>(r.version());
     return c;
   }
+  Status Send(proto::MsgType type, uint64_t id, const google::protobuf::MessageLite& m,
+              std::span<const int> fds = {}) {
+    return wire::SendFrame(sock.get(), type, id, m.SerializeAsString(), fds, 10000, version);
+  }
   Status SendAlloc(uint64_t size) {
     proto::AllocRequest a;
     a.set_size_bytes(size);
@@ -69,11 +88,12 @@ struct OneFdPerFrame {
 
 class MultiExtentTest : public ::testing::Test {
  protected:
+  virtual const char* Config() const { return kExtentConfig; }
   void SetUp() override {
     testsupport::SkipWithoutDaemon();
     ASSERT_FALSE(state_.path.empty());
     ASSERT_TRUE(
-        daemon_.Start(kExtentConfig, {"--state-dir", state_.path, "--grace-period", "60s"}).ok());
+        daemon_.Start(Config(), {"--state-dir", state_.path, "--grace-period", "60s"}).ok());
   }
   // Nothing leased, nothing being reclaimed, and the replies agree.
   void ExpectBaseline(int wait_ms = 20000) {
@@ -100,21 +120,12 @@ class MultiExtentTest : public ::testing::Test {
 
 TEST_F(MultiExtentTest, OneRangeAcrossExtentsSurvivesASigkill) {
   const std::string sock = daemon_.socket();
-  std::optional<cxlpool::Client> client;
-  std::optional<cxlpool::Lease> lease;
+  LibraryHolder h;
+  std::optional<cxlpool::Lease>& lease = h.lease;
   Helper w([&](char cmd) -> uint64_t {
     switch (cmd) {
       case 'a': {
-        ::setenv("CXLPOOL_RECONNECT_TIMEOUT_MS", "20000", 1);
-        auto c = cxlpool::Client::Connect(sock);
-        if (!c.ok()) return 0;
-        client.emplace(std::move(*c));
-        cxlpool::AllocOptions o;
-        o.size_bytes = kLeaseBytes;
-        auto l = client->Allocate(o);
-        if (!l.ok()) return 0;
-        lease.emplace(std::move(*l));
-        Fill(lease->data(), lease->size(), 0xE7);
+        if (h.Allocate(sock, kLeaseBytes, 0xE7) == 0) return 0;
         // A record straddling each boundary between extents.
         auto* p = static_cast<char*>(lease->data());
         for (uint64_t b = 2 * kMiB; b < lease->size(); b += 2 * kMiB) {
@@ -139,12 +150,9 @@ TEST_F(MultiExtentTest, OneRangeAcrossExtentsSurvivesASigkill) {
   });
   auto id = w.Ask('a');
   ASSERT_TRUE(id && *id);
-  {
-    auto a = Snapshot(sock);
-    ASSERT_TRUE(a.ok());
-    ASSERT_TRUE(a->leases.count(*id));
-    EXPECT_EQ(a->leases[*id].size_bytes(), 7 * kMiB + 8192);
-  }
+  auto listed = Listed(sock, *id);
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_EQ(listed->size_bytes(), 7 * kMiB + 8192);
   EXPECT_EQ(w.Ask('v'), 1u);
   daemon_.Kill();
   ASSERT_TRUE(daemon_.Restart().ok());
@@ -306,6 +314,175 @@ TEST_F(MultiExtentTest, AReclaimWhoseExtentsDoNotAddUpIsRefused) {
   EXPECT_NE(out.rejected_reasons(0).find("extent 0"), std::string::npos) << out.rejected_reasons(0);
   // Nothing changed hands; the daemon keeps serving; the holder lets go.
   EXPECT_TRUE(c->Release(rep.lease().id()).ok());
+  ExpectBaseline();
+}
+
+// 2 MiB extents in a pool with room for two leases of 131 of them.
+constexpr const char* kManyExtentConfig = R"(
+[daemon]
+socket_mode = "0666"
+log_level = "warning"
+max_extent = "2M"
+[pools]
+capacity = "640M"
+)";
+constexpr uint64_t kManyBytes = 130 * 2 * kMiB + 5000;  // 130 x 2M + 8K
+constexpr int kManyExtents = 131;                       // 64 + 64 + 3 fds per RECLAIM
+
+class ManyExtentsTest : public MultiExtentTest {
+ protected:
+  const char* Config() const override { return kManyExtentConfig; }
+};
+
+TEST_F(ManyExtentsTest, ALeaseOfMoreExtentsThanOneFrameCarriesSurvivesASigkill) {
+  const std::string sock = daemon_.socket();
+  LibraryHolder h;
+  Helper w([&](char cmd) -> uint64_t {
+    switch (cmd) {
+      case 'a':
+        return h.Allocate(sock, kManyBytes, 0x6B);
+      case 'v':
+        return h.Intact(0x6B) ? 1 : 0;
+      case 'x':
+        return h.lease->Release().ok() ? 1 : 0;
+    }
+    return 0;
+  });
+  auto id = w.Ask('a');
+  ASSERT_TRUE(id && *id);
+  auto listed = Listed(sock, *id);
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  ASSERT_EQ(listed->extents_size(), kManyExtents);
+  daemon_.Kill();
+  ASSERT_TRUE(daemon_.Restart().ok());
+  // The watcher hands all 131 extents back on a RECLAIM and two EXTENT_FDS
+  // frames; before, the library marked such a lease revoked.
+  std::string last;
+  bool back = HeldAgainByOne(sock, *id, w.pid(), &last);
+  ASSERT_TRUE(back) << last;
+  listed = Listed(sock, *id);
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_EQ(listed->extents_size(), kManyExtents);
+  EXPECT_EQ(listed->size_bytes(), 130 * 2 * kMiB + 8192);
+  EXPECT_EQ(w.Ask('v'), 1u);  // same mapping, same data, not revoked
+  EXPECT_EQ(w.Ask('x'), 1u);
+  ExpectBaseline();
+}
+
+TEST_F(ManyExtentsTest, ASplitReclaimThatDoesNotAddUpIsRefusedAndCostsNothing) {
+  const std::string sock = daemon_.socket();
+  auto holder = RawClient::Connect(sock, "extent-holder");
+  ASSERT_TRUE(holder.ok()) << holder.status().ToString();
+  proto::AllocRequest req;
+  req.set_size_bytes(kManyBytes);
+  proto::AllocReply rep;
+  std::vector<UniqueFd> fds;
+  ASSERT_TRUE(holder->Call(req, &rep, &fds).ok());
+  ASSERT_EQ(fds.size(), static_cast<size_t>(kManyExtents));
+  const uint64_t id = rep.lease().id();
+  std::vector<int> raw;
+  for (const auto& fd : fds) raw.push_back(fd.get());
+  const std::span<const int> all(raw);
+  auto fds_held = [&] {
+    auto a = Snapshot(sock);
+    return a.ok() ? a->Gauge("client_fds") : ~0ull;
+  };
+  const uint64_t fds_before = fds_held();
+  auto head = [&](uint32_t frames) {
+    proto::ReclaimRequest r;
+    *r.add_leases() = rep.lease();
+    r.set_extent_frames(frames);
+    return r;
+  };
+  auto more = [&](uint32_t first, uint32_t count) {
+    proto::ExtentFds m;
+    m.set_lease_id(id);
+    m.set_first_extent(first);
+    m.set_count(count);
+    return m;
+  };
+  // The daemon's answer to a split RECLAIM that does not add up: PROTOCOL
+  // naming why, for the RECLAIM's request id, then the connection closes.
+  auto refused = [&](OneFdPerFrame& c, const std::string& needle) {
+    auto f = c.Next();
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    EXPECT_EQ(f->request_id(), 7u);
+    proto::ReclaimReply out;
+    Status st = wire::DecodeReply(*f, &out);
+    EXPECT_EQ(st.code(), Code::kProtocol) << st.ToString();
+    EXPECT_NE(st.message().find(needle), std::string::npos) << st.ToString();
+    auto eof = c.Next();
+    EXPECT_FALSE(eof.ok()) << "the connection stays open after a broken RECLAIM";
+  };
+  {  // The last follow-up frame says 3 fds and carries 2.
+    auto c = OneFdPerFrame::Connect(sock);
+    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE(c->Send(proto::MSG_RECLAIM_REQUEST, 7, head(2), all.subspan(0, 64)).ok());
+    ASSERT_TRUE(c->Send(proto::MSG_EXTENT_FDS, 7, more(64, 64), all.subspan(64, 64)).ok());
+    ASSERT_TRUE(c->Send(proto::MSG_EXTENT_FDS, 7, more(128, 3), all.subspan(128, 2)).ok());
+    refused(*c, "announces 3 fd(s) and carries 2");
+  }
+  {  // One follow-up frame announced, and it brings too few.
+    auto c = OneFdPerFrame::Connect(sock);
+    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE(c->Send(proto::MSG_RECLAIM_REQUEST, 7, head(1), all.subspan(0, 64)).ok());
+    ASSERT_TRUE(c->Send(proto::MSG_EXTENT_FDS, 7, more(64, 3), all.subspan(64, 3)).ok());
+    refused(*c, "brought 67 of 131");
+  }
+  {  // Another request where the fds should be.
+    auto c = OneFdPerFrame::Connect(sock);
+    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE(c->Send(proto::MSG_RECLAIM_REQUEST, 7, head(2), all.subspan(0, 64)).ok());
+    ASSERT_TRUE(c->Send(proto::MSG_STAT_REQUEST, 8, proto::StatRequest()).ok());
+    refused(*c, "expected MSG_EXTENT_FDS");
+  }
+  {  // The client closes half way.
+    auto c = OneFdPerFrame::Connect(sock);
+    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE(c->Send(proto::MSG_RECLAIM_REQUEST, 7, head(2), all.subspan(0, 64)).ok());
+    ASSERT_TRUE(c->Send(proto::MSG_EXTENT_FDS, 7, more(64, 64), all.subspan(64, 64)).ok());
+    c->sock.Reset();
+  }
+  // None of it reached the lease: one holder, the fds the daemon held for
+  // those requests closed, the accounting consistent.
+  std::string last;
+  EXPECT_TRUE(PollUntil(
+      [&] {
+        auto a = Snapshot(sock);
+        if (!a.ok()) return false;
+        last = "holders " + std::to_string(a->leases[id].holders()) + ", client fds " +
+               std::to_string(a->Gauge("client_fds")) + " (before " + std::to_string(fds_before) +
+               "); " + a->Inconsistencies();
+        return a->leases.size() == 1 && a->leases[id].holders() == 1 &&
+               a->Gauge("client_fds") == fds_before && a->Inconsistencies().empty();
+      },
+      10000, 10))
+      << last;
+  {  // The daemon keeps serving: the same RECLAIM, split right, is taken.
+    auto c = OneFdPerFrame::Connect(sock);
+    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE(c->Send(proto::MSG_RECLAIM_REQUEST, 7, head(2), all.subspan(0, 64)).ok());
+    ASSERT_TRUE(c->Send(proto::MSG_EXTENT_FDS, 7, more(64, 64), all.subspan(64, 64)).ok());
+    ASSERT_TRUE(c->Send(proto::MSG_EXTENT_FDS, 7, more(128, 3), all.subspan(128, 3)).ok());
+    auto f = c->Next();
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    proto::ReclaimReply out;
+    ASSERT_TRUE(wire::DecodeReply(*f, &out).ok());
+    ASSERT_EQ(out.accepted_size(), 1)
+        << (out.rejected_reasons_size() ? out.rejected_reasons(0) : "");
+    EXPECT_EQ(out.accepted(0), id);
+    auto a = Snapshot(sock);
+    ASSERT_TRUE(a.ok());
+    EXPECT_EQ(a->leases[id].holders(), 2u);
+  }  // that connection closes: its hold goes with it
+  EXPECT_TRUE(PollUntil(
+      [&] {
+        auto a = Snapshot(sock);
+        return a.ok() && a->leases[id].holders() == 1;
+      },
+      10000, 10));
+  EXPECT_TRUE(holder->Release(id).ok());
+  fds.clear();
   ExpectBaseline();
 }
 

@@ -13,6 +13,7 @@
 #include <algorithm>
 
 #include "cxlpool/client.hpp"
+#include "library_holder.h"
 #include "restart_util.h"
 
 namespace cxlpool::restart {
@@ -285,27 +286,15 @@ TEST_F(RestartTest, ASharedLeaseKeepsItsAclAcrossARestart) {
 
 TEST_F(RestartTest, AnIdleLibraryClientIsReclaimedByItsWatcher) {
   const std::string sock = daemon_.socket();
-  std::optional<cxlpool::Client> client;
-  std::optional<cxlpool::Lease> lease;
+  LibraryHolder h;
   Helper w([&](char cmd) -> uint64_t {
     switch (cmd) {
-      case 'a': {
-        ::setenv("CXLPOOL_RECONNECT_TIMEOUT_MS", "20000", 1);
-        auto c = cxlpool::Client::Connect(sock);
-        if (!c.ok()) return 0;
-        client.emplace(std::move(*c));
-        cxlpool::AllocOptions o;
-        o.size_bytes = 3 * kMiB;
-        auto l = client->Allocate(o);
-        if (!l.ok()) return 0;
-        lease.emplace(std::move(*l));
-        Fill(lease->data(), lease->size(), 0xC1);
-        return lease->id();
-      }
+      case 'a':
+        return h.Allocate(sock, 3 * kMiB, 0xC1);
       case 'v':
-        return Intact(lease->data(), lease->size(), 0xC1) && !lease->revoked() ? 1 : 0;
+        return h.Intact(0xC1) ? 1 : 0;
       case 'x':
-        return lease->Release().ok() ? 1 : 0;
+        return h.lease->Release().ok() ? 1 : 0;
     }
     return 0;
   });

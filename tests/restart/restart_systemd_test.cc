@@ -126,8 +126,13 @@ struct ReapAtExit {
   ~ReapAtExit() { KillAndReap(pid); }
 };
 
+bool WaitHello(const std::string& sock) {
+  return PollUntil([&] { return RawClient::Connect(sock, "probe", 2000).ok(); }, 10000, 5);
+}
+
 // A cxlpoold to start the way systemd would: its config in a temp dir, a
-// socket there, a state directory, and a fake notification socket.
+// socket there, a state directory, and a fake notification socket. Killed
+// and reaped when it goes, also on a failed ASSERT.
 struct SystemdDaemon {
   explicit SystemdDaemon(const char* config) : notify(dir.path + "/notify") {
     conf = dir.path + "/cxlpoold.toml";
@@ -138,7 +143,44 @@ struct SystemdDaemon {
     args = {"--foreground",      "--socket",       sock, "--config", conf, "--state-dir",
             dir.path + "/state", "--grace-period", "60s"};
   }
+  ~SystemdDaemon() { KillAndReap(pid); }
   bool ok() const { return !dir.path.empty() && written && notify.ok(); }
+  // (Re)starts it with the fd store entries `pass` handed over, and waits
+  // until it answers HELLO.
+  bool Start(const std::vector<std::pair<std::string, int>>& pass = {}) {
+    KillAndReap(pid);
+    pid = SpawnLikeSystemd(args, notify.path(), pass);
+    return pid > 0 && WaitHello(sock);
+  }
+  void Kill() { KillAndReap(pid); }
+  // The daemon's accounting, once it is out of its grace period (all its
+  // memory back). UNAVAILABLE while in it.
+  Result<testsupport::Accounting> ReadOutOfGrace() const {
+    auto admin = RawClient::Connect(sock, "fdstore-check");
+    if (!admin.ok()) return admin.status();
+    if (admin->hello().in_grace_period()) {
+      return Status(Code::kUnavailable, "still in its grace period");
+    }
+    return testsupport::ReadAccounting(*admin);
+  }
+  // Waits until the daemon holds no lease and none of `names` is left in
+  // its fd store; `*last` says what was seen last.
+  bool WaitAllGone(const std::vector<std::string>& names, std::string* last) {
+    return PollUntil(
+        [&] {
+          auto admin = RawClient::Connect(sock, "fdstore-check");
+          if (!admin.ok()) return false;
+          auto a = testsupport::ReadAccounting(*admin);
+          if (!a.ok()) return false;
+          notify.Drain();
+          size_t stored = 0;
+          for (const auto& n : names) stored += notify.store.count(n);
+          *last = std::to_string(a->leases.size()) + " leases, store has " + std::to_string(stored);
+          return a->leases.empty() && a->Gauge("leased_bytes") == 0 && stored == 0;
+        },
+        10000, 5);
+  }
+  pid_t pid = -1;
   TempDir dir{"restart"};
   FakeNotify notify;
   std::string conf;
@@ -147,19 +189,13 @@ struct SystemdDaemon {
   bool written = false;
 };
 
-bool WaitHello(const std::string& sock) {
-  return PollUntil([&] { return RawClient::Connect(sock, "probe", 2000).ok(); }, 10000, 5);
-}
-
 TEST(RestartSystemdTest, FdStoreGivesLeasesBackWithoutAnyClientReclaim) {
   testsupport::SkipWithoutDaemon();
   SystemdDaemon s(kRestartConfig);
   ASSERT_TRUE(s.ok());
+  ASSERT_TRUE(s.Start());
   const std::string& sock = s.sock;
   FakeNotify& notify = s.notify;
-  pid_t d = SpawnLikeSystemd(s.args, notify.path(), {});
-  ReapAtExit reap_d{d};
-  ASSERT_TRUE(WaitHello(sock));
 
   // A holder that never reclaims (raw protocol, no library).
   std::optional<RawClient> c;
@@ -192,15 +228,10 @@ TEST(RestartSystemdTest, FdStoreGivesLeasesBackWithoutAnyClientReclaim) {
       << "cxlpoold did not push " << name << " to the fd store";
   EXPECT_GE(notify.ready, 1);
 
-  KillAndReap(d);
-  d = SpawnLikeSystemd(s.args, notify.path(), {{name, notify.store[name].get()}});
-  ASSERT_TRUE(WaitHello(sock));
+  ASSERT_TRUE(s.Start({{name, notify.store[name].get()}}));
   {
-    auto admin = RawClient::Connect(sock, "fdstore-check");
-    ASSERT_TRUE(admin.ok());
-    EXPECT_FALSE(admin->hello().in_grace_period());  // the memory is already back
-    auto a = testsupport::ReadAccounting(*admin);
-    ASSERT_TRUE(a.ok());
+    auto a = s.ReadOutOfGrace();  // the memory is already back
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
     ASSERT_TRUE(a->leases.count(*id));
     EXPECT_EQ(a->leases.at(*id).owner_pid(), static_cast<uint32_t>(holder.pid()));
     EXPECT_EQ(a->Counter("restart_adopted"), 1u);
@@ -212,20 +243,8 @@ TEST(RestartSystemdTest, FdStoreGivesLeasesBackWithoutAnyClientReclaim) {
   // and frees the lease, removing it from the fd store too.
   holder.Kill();
   std::string last;
-  EXPECT_TRUE(PollUntil(
-      [&] {
-        auto admin = RawClient::Connect(sock, "fdstore-check");
-        if (!admin.ok()) return false;
-        auto a = testsupport::ReadAccounting(*admin);
-        if (!a.ok()) return false;
-        notify.Drain();
-        last = std::to_string(a->leases.size()) + " leases, store has " +
-               std::to_string(notify.store.count(name));
-        return a->leases.empty() && a->Gauge("leased_bytes") == 0 && notify.store.count(name) == 0;
-      },
-      10000, 5))
-      << last;
-  KillAndReap(d);
+  EXPECT_TRUE(s.WaitAllGone({name}, &last)) << last;
+  s.Kill();
 }
 
 // A lease of three extents (daemon.max_extent = 2M): one store entry per
@@ -235,11 +254,9 @@ TEST(RestartSystemdTest, FdStoreKeepsEveryExtentOfALease) {
   testsupport::SkipWithoutDaemon();
   SystemdDaemon s(kExtentConfig);
   ASSERT_TRUE(s.ok());
+  ASSERT_TRUE(s.Start());
   const std::string& sock = s.sock;
   FakeNotify& notify = s.notify;
-  pid_t d = SpawnLikeSystemd(s.args, notify.path(), {});
-  ReapAtExit reap_d{d};
-  ASSERT_TRUE(WaitHello(sock));
   std::optional<RawClient> c;
   std::vector<UniqueFd> fds;
   Helper holder([&](char cmd) -> uint64_t {
@@ -271,19 +288,13 @@ TEST(RestartSystemdTest, FdStoreKeepsEveryExtentOfALease) {
       },
       10000, 2))
       << "cxlpoold did not push every extent to the fd store";
-  KillAndReap(d);
   // Handed back out of order: the names say which extent each fd is.
-  d = SpawnLikeSystemd(s.args, notify.path(),
-                       {{names[2], notify.store[names[2]].get()},
-                        {names[0], notify.store[names[0]].get()},
-                        {names[1], notify.store[names[1]].get()}});
-  ASSERT_TRUE(WaitHello(sock));
+  ASSERT_TRUE(s.Start({{names[2], notify.store[names[2]].get()},
+                       {names[0], notify.store[names[0]].get()},
+                       {names[1], notify.store[names[1]].get()}}));
   {
-    auto admin = RawClient::Connect(sock, "fdstore-check");
-    ASSERT_TRUE(admin.ok());
-    EXPECT_FALSE(admin->hello().in_grace_period());
-    auto a = testsupport::ReadAccounting(*admin);
-    ASSERT_TRUE(a.ok());
+    auto a = s.ReadOutOfGrace();
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
     ASSERT_TRUE(a->leases.count(*id));
     EXPECT_EQ(a->leases.at(*id).extents_size(), 3);
     EXPECT_EQ(a->Counter("restart_adopted"), 1u);
@@ -292,21 +303,8 @@ TEST(RestartSystemdTest, FdStoreKeepsEveryExtentOfALease) {
   }
   holder.Kill();
   std::string last;
-  EXPECT_TRUE(PollUntil(
-      [&] {
-        auto admin = RawClient::Connect(sock, "fdstore-check");
-        if (!admin.ok()) return false;
-        auto a = testsupport::ReadAccounting(*admin);
-        if (!a.ok()) return false;
-        notify.Drain();
-        size_t stored = 0;
-        for (const auto& n : names) stored += notify.store.count(n);
-        last = std::to_string(a->leases.size()) + " leases, store has " + std::to_string(stored);
-        return a->leases.empty() && a->Gauge("leased_bytes") == 0 && stored == 0;
-      },
-      10000, 5))
-      << last;
-  KillAndReap(d);
+  EXPECT_TRUE(s.WaitAllGone(names, &last)) << last;
+  s.Kill();
 }
 
 TEST(RestartSystemdTest, SocketActivationServesTheFirstClient) {

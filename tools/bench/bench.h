@@ -184,6 +184,11 @@ class WireClient {
 // the connection's oldest one (truncate, unmap, close): the kernel work of a
 // cold grant and its release, with no protocol, journal or threads around
 // it. P3 reports it as the floor under the daemon's throughput.
+// The spec a floor server builds its memfds with: `size` bytes bound to
+// `node`, pinned if `pin`, THP if `thp`, named `name` (the daemon's own
+// settings for the figure it is the floor of).
+MemfdSpec FloorSpec(uint64_t size, int node, bool pin, bool thp, const char* name);
+
 class BareServer {
  public:
   BareServer() = default;

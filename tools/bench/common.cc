@@ -562,6 +562,16 @@ int GrantFd(int shared_memfd, const std::optional<MemfdSpec>& build, Built* buil
 
 }  // namespace
 
+MemfdSpec FloorSpec(uint64_t size, int node, bool pin, bool thp, const char* name) {
+  MemfdSpec spec;
+  spec.size_bytes = size;
+  spec.numa_node = node;
+  spec.pin = pin;
+  spec.thp = thp;
+  spec.name = name;
+  return spec;
+}
+
 BareServer::~BareServer() { Stop(); }
 
 Status BareServer::Start(std::optional<MemfdSpec> build) { return Fork(std::move(build), false); }

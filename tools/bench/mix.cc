@@ -266,12 +266,7 @@ void RunP1u(const Options& o, Report* r) {
   DaemonProc daemon;
   auto sock = PhaseSocket(o, cfg, &daemon);
   if (!sock.ok()) return r->Skip("P1u", "cxlpool_alloc 2 MiB", sock.status().ToString());
-  MemfdSpec spec;
-  spec.size_bytes = kSize;
-  spec.numa_node = o.node;
-  spec.pin = o.pin;
-  spec.thp = cfg.thp;
-  spec.name = "cxlpool-bench-p1u";
+  MemfdSpec spec = FloorSpec(kSize, o.node, o.pin, cfg.thp, "cxlpool-bench-p1u");
   BareServer floor;
   if (Status s = floor.StartPrebuilt(spec); !s.ok()) {
     return r->Skip("P1u", "cxlpool_alloc 2 MiB", "floor server: " + s.ToString());

@@ -128,12 +128,7 @@ void RunP3(const Options& o, Report* r) {
   }
   // The floor: the bare server doing the daemon's per-lease kernel work
   // (CreateMemfdBacking with the daemon's settings, then Reclaim).
-  MemfdSpec spec;
-  spec.size_bytes = kOpSize;
-  spec.numa_node = o.node;
-  spec.pin = cfg.pin;
-  spec.thp = cfg.thp;
-  spec.name = "cxlpool-bench-floor";
+  MemfdSpec spec = FloorSpec(kOpSize, o.node, cfg.pin, cfg.thp, "cxlpool-bench-floor");
   BareServer floor;
   Status floor_up = floor.Start(spec);
   for (int c : levels) {

@@ -11,7 +11,10 @@
  *       --touch-mib limits the pattern to the first M MiB (CXL under TCG is
  *       slow). A devdax lease's pages are device memory, which move_pages
  *       cannot place; its node is the DAX device's target_node, which the
- *       guest script checks in sysfs.
+ *       guest script checks in sysfs. --expect-extents N: the lease's range
+ *       holds exactly N file mappings (/proc/self/maps: one memfd per
+ *       extent), and every page of each is on the node (move_pages per
+ *       extent), printed as "<tag> EXTENT i ...".
  *   cxlpool-vm-client refuse --size B --node N
  *       A strict lease that must be refused with ERESOURCE_EXHAUSTED.
  *   cxlpool-vm-client share-write NAME --size B [--node N]
@@ -31,11 +34,13 @@
  *       A lease asked for with CXLPOOL_ALLOC_LONG_TERM_PIN (unless
  *       --no-pin-flag), written, its pages counted per node (BEFORE), then
  *       pinned long-term with io_uring IORING_REGISTER_BUFFERS (raw
- *       syscalls, as cuMemHostRegister and RDMA pin: FOLL_LONGTERM), counted
+ *       syscalls, as cuMemHostRegister and RDMA pin: FOLL_LONGTERM; one
+ *       buffer per extent, as io_uring takes no buffer over two files), counted
  *       again (AFTER), then cxlpool_lease_verify() (VERIFY). --expect-node:
  *       every page on N before and after, nothing moved. --expect-moved-to:
  *       every page on N after the pin, and the library (and so the daemon)
- *       says so. --expect-refused: the strict request must be refused with
+ *       says so. --expect-extents N: as for place, before and after the
+ *       pin. --expect-refused: the strict request must be refused with
  *       EUNSUPPORTED naming ZONE_MOVABLE and a daxctl remedy. --hold: print
  *       "READY <id>" and keep the pin until a line on stdin, then release.
  *   cxlpool-vm-client leak --uid-a U --uid-b U [--node N]
@@ -78,6 +83,7 @@ typedef struct {
   int expect_moved_to;        /* pin: -1, or the node the pin must move the pages to */
   int expect_refused;         /* pin: the strict request must be refused */
   int hold;                   /* pin: wait for a line on stdin before releasing */
+  int expect_extents;         /* place, pin: the lease's file mappings; 0: not checked */
   int uid_a, uid_b;           /* leak: the two tenants */
 } Args;
 
@@ -86,7 +92,7 @@ static int Usage(void) {
           "usage: cxlpool-vm-client place|refuse|share-write|share-read|hold|pin|leak [NAME]\n"
           "       [--socket P]\n"
           "       [--size B] [--node N] [--tier LIST] [--strict] [--expect-node N]\n"
-          "       [--expect-backing B] [--expect-size B] [--touch-mib M]\n"
+          "       [--expect-backing B] [--expect-size B] [--touch-mib M] [--expect-extents N]\n"
           "       pin: [--no-pin-flag] [--expect-moved-to N] [--expect-refused] [--hold]\n"
           "       leak: --uid-a U --uid-b U\n");
   return 2;
@@ -147,6 +153,65 @@ static int PagesOn(void* p, uint64_t len, int node) {
   char tag[32];
   snprintf(tag, sizeof tag, "PAGES want=%d", node);
   return CountNodes(tag, p, len) == node;
+}
+
+/* The file mappings (memfds: a lease's extents) in [p, p+len), from
+ * /proc/self/maps in address order, clipped to the range; at most `max`.
+ * Returns how many, or -1 when /proc/self/maps cannot be read. */
+static int FileMappingsIn(void* p, uint64_t len, struct iovec* out, int max) {
+  FILE* f = fopen("/proc/self/maps", "r");
+  if (f == NULL) return -1;
+  const uint64_t lo = (uint64_t)(uintptr_t)p, hi = lo + len;
+  int count = 0;
+  char line[512];
+  while (count < max && fgets(line, sizeof line, f) != NULL) {
+    unsigned long start = 0, end = 0, inode = 0;
+    if (sscanf(line, "%lx-%lx %*s %*s %*s %lu", &start, &end, &inode) != 3) continue;
+    if (end <= lo || start >= hi || inode == 0) continue;
+    uint64_t a = start > lo ? start : lo, b = end < hi ? end : hi;
+    out[count].iov_base = (void*)(uintptr_t)a;
+    out[count].iov_len = (size_t)(b - a);
+    ++count;
+  }
+  fclose(f);
+  return count;
+}
+
+/* The lease's extents as the kernel maps them (FileMappingsIn): back to
+ * back over the whole range, `want` of them, and every page of each on
+ * `node` (CountNodes per mapping). */
+static int ExtentsOn(const char* tag, void* p, uint64_t len, int node, int want) {
+  enum { kMaxExtents = 1024 };
+  static struct iovec m[kMaxExtents];
+  int count = FileMappingsIn(p, len, m, kMaxExtents);
+  if (count < 0) {
+    fprintf(stderr, "/proc/self/maps: %s\n", strerror(errno));
+    return 0;
+  }
+  const uint64_t lo = (uint64_t)(uintptr_t)p;
+  uint64_t covered = lo;
+  int ok = 1;
+  for (int i = 0; i < count; ++i) {
+    const uint64_t start = (uint64_t)(uintptr_t)m[i].iov_base;
+    if (start != covered) {
+      fprintf(stderr, "%s: extent %d starts at +%" PRIu64 ", expected +%" PRIu64 "\n", tag, i,
+              start - lo, covered - lo);
+      ok = 0;
+    }
+    char t[96];
+    snprintf(t, sizeof t, "%s EXTENT %d +%" PRIu64 " size=%zu", tag, i, start - lo, m[i].iov_len);
+    if (CountNodes(t, m[i].iov_base, m[i].iov_len) != node) ok = 0;
+    covered = start + m[i].iov_len;
+  }
+  if (covered != lo + len) {
+    fprintf(stderr, "%s: the extents end at +%" PRIu64 " of %" PRIu64 "\n", tag, covered - lo, len);
+    ok = 0;
+  }
+  if (count != want) {
+    fprintf(stderr, "%s: %d extents mapped, expected %d\n", tag, count, want);
+    ok = 0;
+  }
+  return ok;
 }
 
 /* Prints the daemon's view of the lease; copies its backing into `backing`. */
@@ -211,6 +276,9 @@ static int Place(cxlpool_client* c, const Args* a) {
     printf("PAGES devdax: device memory, node from the DAX device's target_node\n");
   } else {
     ok = ok && PagesOn(p, n, node);
+    if (a->expect_extents > 0) {
+      ok = ExtentsOn("PLACE", p, cxlpool_lease_size(l), node, a->expect_extents) && ok;
+    }
   }
   if (a->expect_size != 0 && cxlpool_lease_size(l) != a->expect_size) {
     fprintf(stderr, "lease size %" PRIu64 ", expected %" PRIu64 "\n", cxlpool_lease_size(l),
@@ -305,12 +373,27 @@ static int Pin(cxlpool_client* c, const Args* a) {
   uint64_t n = cxlpool_lease_size(l);
   for (uint64_t i = 0; i < n; ++i) p[i] = Pattern(i, 0x71);
   int before = CountNodes("BEFORE", p, n);
-  int ring = VmLongTermPin(p, (size_t)n);
+  int extents_ok = 1;
+  if (a->expect_extents > 0) {
+    extents_ok =
+        ExtentsOn("BEFORE", p, n, a->expect_node >= 0 ? a->expect_node : placed, a->expect_extents);
+  }
+  /* One io_uring buffer per extent (per file mapping): a buffer over
+   * several files is EINVAL. */
+  enum { kMaxPinned = 1024 };
+  static struct iovec iov[kMaxPinned];
+  int nio = FileMappingsIn(p, n, iov, kMaxPinned);
+  int ring = nio > 0 ? VmLongTermPinIov(iov, (unsigned)nio) : VmLongTermPin(p, (size_t)n);
   if (ring < 0) {
     cxlpool_release(l);
     return 1;
   }
   int after = CountNodes("AFTER", p, n);
+  if (a->expect_extents > 0) {
+    int want = a->expect_moved_to >= 0 ? a->expect_moved_to
+                                       : (a->expect_node >= 0 ? a->expect_node : placed);
+    extents_ok = ExtentsOn("AFTER", p, n, want, a->expect_extents) && extents_ok;
+  }
   cxlpool_lease_placement pl;
   memset(&pl, 0, sizeof pl);
   pl.struct_size = sizeof pl;
@@ -327,7 +410,7 @@ static int Pin(cxlpool_client* c, const Args* a) {
          info.moved_reason ? info.moved_reason : "");
   uint64_t bad = 0;
   for (uint64_t i = 0; i < n; ++i) bad += p[i] != Pattern(i, 0x71);
-  int ok = rc == CXLPOOL_OK && bad == 0;
+  int ok = rc == CXLPOOL_OK && bad == 0 && extents_ok;
   if (bad != 0) fprintf(stderr, "%" PRIu64 " bytes read back wrong after the pin\n", bad);
   if (a->expect_node >= 0) {
     if (before != a->expect_node || after != a->expect_node || placed != a->expect_node ||
@@ -553,6 +636,8 @@ int main(int argc, char** argv) {
       a.expect_node = atoi(val);
     } else if (strcmp(opt, "--expect-moved-to") == 0) {
       a.expect_moved_to = atoi(val);
+    } else if (strcmp(opt, "--expect-extents") == 0) {
+      a.expect_extents = atoi(val);
     } else if (strcmp(opt, "--uid-a") == 0) {
       a.uid_a = atoi(val);
     } else if (strcmp(opt, "--uid-b") == 0) {

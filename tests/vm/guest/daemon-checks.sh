@@ -206,6 +206,48 @@ CONF
   wait "$_p" 2>/dev/null
 }
 
+# Multi-extent leases (issue 18): with daemon.max_extent = "2M" a strict lease
+# of 8 MiB + 4 KiB is five extents (five memfds mapped back to back). On every
+# node with memory, the CXL node too, the client asks the kernel where every
+# page of each extent is (cxlpool-vm-client --expect-extents: the file
+# mappings of /proc/self/maps in the lease's range, move_pages per mapping),
+# and where the node keeps long-term pins (pools: long_term_pins "yes") the
+# same again after an io_uring long-term pin. A node whose pins would move
+# the pages (movable CXL) is checked unpinned here; cxl-pin pins there.
+vm_multi_extent_placement() {
+  if ! vm_have cxlpool-vm-client || ! vm_have cxlpoolctl; then
+    vm_skip "multi-extent leases: every page of every extent on its node" \
+      "libcxlpool not built yet, so no tests/vm/clients"
+    return
+  fi
+  mkdir -p /run/cxlpool
+  {
+    printf '[daemon]\nmax_extent = "2M"\n\n[pools]\n'
+    for _c in $(vm_cpuless_nodes); do printf '\n[pools.node.%s]\nenabled = true\n' "$_c"; done
+  } >/out/cxlpoold-extents.toml
+  cxlpoold --foreground --config /out/cxlpoold-extents.toml --socket /run/cxlpool/extents.sock \
+    >/out/cxlpoold-extents.log 2>&1 &
+  _p=$!
+  if vm_check "cxlpoold (max_extent 2M) listens" vm_wait_for 240 test -S /run/cxlpool/extents.sock; then
+    cxlpoolctl pools --json --socket /run/cxlpool/extents.sock >/out/pools-extents.json 2>>"$VM_LOG"
+    for _n in $(vm_nodes_in /sys/devices/system/node/has_memory); do
+      vm_check "multi-extent lease on node $_n: 5 extents, every page of each there (move_pages)" \
+        sh -c "cxlpool-vm-client place --socket /run/cxlpool/extents.sock --size $(((8 << 20) + 4096)) \
+               --node $_n --strict --expect-node $_n --expect-extents 5 >>$VM_LOG"
+      _pins=$(jq -r "$VM_POOLS | select(.numa_node == $_n) | .long_term_pins" /out/pools-extents.json)
+      if [ "$_pins" = yes ]; then
+        vm_check "multi-extent lease on node $_n long-term pinned: every page of each extent still there" \
+          sh -c "cxlpool-vm-client pin --socket /run/cxlpool/extents.sock --size $(((8 << 20) + 4096)) \
+                 --node $_n --strict --expect-node $_n --expect-extents 5 >>$VM_LOG"
+      else
+        vm_note "node $_n: long_term_pins \"$_pins\", its multi-extent lease checked unpinned"
+      fi
+    done
+  fi
+  kill "$_p" 2>/dev/null
+  wait "$_p" 2>/dev/null
+}
+
 vm_daemon_checks() {
   if [ "${TOPO_OWN_DAEMON_CHECKS:-0}" = 1 ]; then
     # The topology started its own daemons with its own configurations; the
@@ -272,5 +314,6 @@ vm_daemon_checks() {
     vm_check "daemon still running after all of the above" kill -0 "$VM_DAEMON_PID"
   fi
   vm_stop_daemon
+  vm_multi_extent_placement
   vm_no_leak_between_tenants "${VM_CXL_NODE:-0}"
 }

@@ -15,9 +15,11 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-/* Pins [p, p + len) (at most 1 GiB); returns the ring fd, whose close
- * unpins, or -1 with the reason on stderr. */
-static inline int VmLongTermPin(void* p, size_t len) {
+/* Pins the `n` ranges of `iov` (each at most 1 GiB, each inside one
+ * mapping of one file: io_uring refuses a buffer over several files with
+ * EINVAL, so a lease of several extents is one buffer per extent); returns
+ * the ring fd, whose close unpins, or -1 with the reason on stderr. */
+static inline int VmLongTermPinIov(const struct iovec* iov, unsigned n) {
   struct io_uring_params params;
   memset(&params, 0, sizeof params);
   int ring = (int)syscall(__NR_io_uring_setup, 1, &params);
@@ -25,14 +27,21 @@ static inline int VmLongTermPin(void* p, size_t len) {
     fprintf(stderr, "io_uring_setup: %s\n", strerror(errno));
     return -1;
   }
-  struct iovec iov = {p, len};
-  if (syscall(__NR_io_uring_register, ring, IORING_REGISTER_BUFFERS, &iov, 1) != 0) {
-    fprintf(stderr, "io_uring_register(IORING_REGISTER_BUFFERS, %zu bytes): %s\n", len,
-            strerror(errno));
+  if (syscall(__NR_io_uring_register, ring, IORING_REGISTER_BUFFERS, iov, n) != 0) {
+    size_t len = 0;
+    for (unsigned i = 0; i < n; ++i) len += iov[i].iov_len;
+    fprintf(stderr, "io_uring_register(IORING_REGISTER_BUFFERS, %u buffers, %zu bytes): %s\n", n,
+            len, strerror(errno));
     close(ring);
     return -1;
   }
   return ring;
+}
+
+/* Pins [p, p + len), one mapping (at most 1 GiB). */
+static inline int VmLongTermPin(void* p, size_t len) {
+  struct iovec iov = {p, len};
+  return VmLongTermPinIov(&iov, 1);
 }
 
 #endif /* CXLPOOL_VM_LONGTERM_PIN_H_ */

@@ -211,4 +211,11 @@ topo_guest_checks() {
   vm_check "normal: a strict pinned lease on node $_N keeps every page there through the pin" \
     pin_client --size $((8 << 20)) --node "$_N" --strict --expect-node "$_N"
   pin_stop_daemon
+  # A lease of five extents (daemon.max_extent = "2M"): every page of each
+  # extent on the CXL node before and after the pin (move_pages per mapping).
+  pin_start_daemon normal-extents '[daemon]' 'max_extent = "2M"'
+  vm_check "normal: a strict pinned lease of 5 extents on node $_N keeps every page of each there" \
+    pin_client --size $(((8 << 20) + 4096)) --node "$_N" --strict --expect-node "$_N" \
+    --expect-extents 5
+  pin_stop_daemon
 }
