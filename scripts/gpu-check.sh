@@ -144,7 +144,7 @@ case $BACKING in
       echo "gpu-check: shmem THP is '$shmem', not advise/always: leases fall back to 4 KiB pages" >&2
     ;;
 esac
-# One warm lease of the big size, so the timed request is the grant path.
+# A warm reserve of the big size, so the timed request is the grant path.
 cat >"$TMP/cxlpoold.toml" <<CONF
 [daemon]
 socket_mode = "0600"
@@ -153,7 +153,8 @@ log_level = "warning"
 capacity = "90%"
 thp = $thp
 hugetlb = $hugetlb
-warm_stock = [{ size = "${BIG_GIB}G", count = 1 }]
+reserve_low = "${BIG_GIB}G"
+reserve_high = "${BIG_GIB}G"
 CONF
 SOCK=$TMP/cxlpool.sock
 ulimit -l unlimited 2>/dev/null || true
@@ -161,14 +162,14 @@ ulimit -l unlimited 2>/dev/null || true
   --foreground >"$TMP/cxlpoold.log" 2>&1 &
 DAEMON_PID=$!
 
-# Ready = no build in flight and the big warm lease built. A class that could
+# Ready = no build in flight and the warm reserve holds the big size. A reserve that could
 # not be built (pool too small, no huge pages) is said here, not later.
 ready=0 short=0
-for _ in $(seq 1200); do  # up to 120 s: the warm stock prefaults BIG_GIB
+for _ in $(seq 1200); do  # up to 120 s: the reserve prefaults BIG_GIB
   kill -0 "$DAEMON_PID" 2>/dev/null || { cat "$TMP/cxlpoold.log" >&2; echo "gpu-check: cxlpoold exited" >&2; exit 1; }
   if [[ -S $SOCK ]] && stats=$("${CTL[@]}" stats --socket "$SOCK" --json 2>/dev/null); then
     pending=$(grep -Eo '"pending_builds": *[0-9]+' <<<"$stats" | grep -Eo '[0-9]+$' || echo 1)
-    warm=$(grep -Eo '"warm_bytes": *[0-9]+' <<<"$stats" | grep -Eo '[0-9]+$' || echo 0)
+    warm=$(grep -Eo '"reserve_ready_bytes": *[0-9]+' <<<"$stats" | grep -Eo '[0-9]+$' || echo 0)
     if [[ $pending == 0 && $warm -ge $((BIG_GIB << 30)) ]]; then
       ready=1
       break
@@ -177,7 +178,7 @@ for _ in $(seq 1200); do  # up to 120 s: the warm stock prefaults BIG_GIB
     if [[ $pending == 0 ]] && ((++short >= 30)); then
       "${CTL[@]}" pools --socket "$SOCK" >&2 || true
       tail -5 "$TMP/cxlpoold.log" >&2
-      echo "gpu-check: the ${BIG_GIB} GiB warm lease was not built (warm stock ${warm} B; see the pools above): lower CXLPOOL_GPU_BIG_GIB or free memory" >&2
+      echo "gpu-check: the ${BIG_GIB} GiB warm reserve was not built (${warm} B ready; see the pools above): lower CXLPOOL_GPU_BIG_GIB or free memory" >&2
       exit 1
     fi
   fi

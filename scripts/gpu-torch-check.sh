@@ -137,7 +137,8 @@ log_level = "warning"
 [pools]
 capacity = "90%"
 thp = true
-warm_stock = [{ size = "${BIG_GIB}G", count = 1 }]
+reserve_low = "${BIG_GIB}G"
+reserve_high = "${BIG_GIB}G"
 CONF
 export CXLPOOL_SOCKET=$TMP/cxlpool.sock
 export CXLPOOL_CTL=$BIN/cxlpoolctl
@@ -146,18 +147,18 @@ ulimit -l unlimited 2>/dev/null || true
   --foreground >"$TMP/cxlpoold.log" 2>&1 &
 DAEMON_PID=$!
 
-# Ready = nothing being built and the big warm lease in stock.
+# Ready = nothing being built and the warm reserve holds the big size.
 wait_ready() {
   local short=0
   for _ in $(seq 1200); do
     kill -0 "$DAEMON_PID" 2>/dev/null || { cat "$TMP/cxlpoold.log" >&2; say "cxlpoold exited"; exit 1; }
     if [[ -S $CXLPOOL_SOCKET ]] && stats=$("$CXLPOOL_CTL" stats --socket "$CXLPOOL_SOCKET" --json 2>/dev/null); then
       pending=$(grep -Eo '"pending_builds": *[0-9]+' <<<"$stats" | grep -Eo '[0-9]+$' || echo 1)
-      warm=$(grep -Eo '"warm_bytes": *[0-9]+' <<<"$stats" | grep -Eo '[0-9]+$' || echo 0)
+      warm=$(grep -Eo '"reserve_ready_bytes": *[0-9]+' <<<"$stats" | grep -Eo '[0-9]+$' || echo 0)
       [[ $pending == 0 && $warm -ge $((BIG_GIB << 30)) ]] && return 0
       if [[ $pending == 0 ]] && ((++short >= 50)); then
         "$CXLPOOL_CTL" pools --socket "$CXLPOOL_SOCKET" >&2 || true
-        say "the ${BIG_GIB} GiB warm lease was not built: lower CXLPOOL_GPU_BIG_GIB or free memory"
+        say "the ${BIG_GIB} GiB warm reserve was not built: lower CXLPOOL_GPU_BIG_GIB or free memory"
         exit 1
       fi
     fi

@@ -315,7 +315,7 @@ int RunDaemon(const DaemonFlags& command_line) {
   boost::asio::thread_pool stock(cfg->stock_workers);
   if (Status st = SetPoolPriority(stock, cfg->stock_workers, cfg->stock_nice, cfg->stock_idle);
       !st.ok()) {
-    CXLPOOL_LOG(kWarning) << "warm-stock threads keep the daemon's priority: " << st.ToString();
+    CXLPOOL_LOG(kWarning) << "reserve refill threads keep the daemon's priority: " << st.ToString();
   }
 
   // Topology discovery scans sysfs (and may load NVML): a worker does it.
@@ -574,7 +574,7 @@ int RunDaemon(const DaemonFlags& command_line) {
     memory_timer.async_wait([&](const boost::system::error_code& ec) {
       if (ec) return;
       // Growth leaves room to stock; a shrink may have dropped ready stock.
-      if (memory_watch.Check(running, leases.pools()).resized) leases.StartWarmStock();
+      if (memory_watch.Check(running, leases.pools()).resized) leases.StartRefills();
       arm_memory_watch();
     });
   };
@@ -630,7 +630,7 @@ int RunDaemon(const DaemonFlags& command_line) {
     io.stop();
   });
 
-  leases.StartWarmStock();
+  leases.StartRefills();
   arm_watchdog();
   arm_memory_watch();
   std::string where = sopts.socket_path.empty() ? "inherited socket" : sopts.socket_path;

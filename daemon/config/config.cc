@@ -418,31 +418,14 @@ Status ReadTiering(const toml::table& t, TieringConfig* out) {
   return r.CheckUnknown();
 }
 
-Status ReadWarmStock(TableReader& r, std::vector<WarmClass>* out) {
-  const toml::node* n = r.Get("warm_stock");
-  if (n == nullptr) return Status::Ok();
-  const toml::array* arr = n->as_array();
-  std::string key = r.Key("warm_stock");
-  if (arr == nullptr) return Bad(key, "expected an array of { size = \"2M\", count = N }");
-  out->clear();
-  for (size_t i = 0; i < arr->size(); ++i) {
-    std::string ik = key + "[" + std::to_string(i) + "]";
-    const toml::table* t = arr->get(i)->as_table();
-    if (t == nullptr) return Bad(ik, "expected { size = \"2M\", count = N }");
-    TableReader tr(*t, ik);
-    std::optional<uint64_t> size;
-    uint64_t count = 1;
-    CXLPOOL_RETURN_IF_ERROR(tr.ReadBytes("size", &size));
-    CXLPOOL_RETURN_IF_ERROR(tr.ReadUint("count", 1024, &count));
-    CXLPOOL_RETURN_IF_ERROR(tr.CheckUnknown());
-    if (!size || *size == 0) return Bad(ik + ".size", "required and > 0");
-    if (*size % 4096 != 0) return Bad(ik + ".size", "must be a multiple of 4 KiB");
-    for (const auto& c : *out) {
-      if (c.size_bytes == *size) return Bad(ik + ".size", "duplicate size class");
-    }
-    out->push_back({*size, static_cast<uint32_t>(count)});
-  }
-  return Status::Ok();
+// `warm_stock` (per-size classes of prefaulted memfds) was replaced by the
+// byte reserve: a config that still sets it is refused, naming the key and
+// what to set instead, so that no one runs without the warm memory they
+// asked for.
+Status RefuseWarmStock(TableReader& r) {
+  if (r.Get("warm_stock") == nullptr) return Status::Ok();
+  return Bad(r.Key("warm_stock"),
+             "removed; set reserve_low and reserve_high (bytes or a percentage) instead");
 }
 
 // A reserve watermark: bytes or percent of the pool's capacity; 0 (or "0"):
@@ -478,6 +461,7 @@ Status ReadPoolKeys(TableReader& r, PoolConfig* p, bool allow_enabled) {
   CXLPOOL_RETURN_IF_ERROR(r.ReadBool("pin", &p->pin));
   CXLPOOL_RETURN_IF_ERROR(r.ReadBool("thp", &p->thp));
   CXLPOOL_RETURN_IF_ERROR(r.ReadBool("hugetlb", &p->hugetlb));
+  CXLPOOL_RETURN_IF_ERROR(RefuseWarmStock(r));
   CXLPOOL_RETURN_IF_ERROR(ReadReserveMark(r, "reserve_low", &p->reserve_low));
   CXLPOOL_RETURN_IF_ERROR(ReadReserveMark(r, "reserve_high", &p->reserve_high));
   if (p->reserve_low.is_percent == p->reserve_high.is_percent &&
@@ -485,7 +469,7 @@ Status ReadPoolKeys(TableReader& r, PoolConfig* p, bool allow_enabled) {
                                  : p->reserve_low.bytes > p->reserve_high.bytes)) {
     return Bad(r.Key("reserve_low"), "must not exceed reserve_high");
   }
-  return ReadWarmStock(r, &p->warm_stock);
+  return Status::Ok();
 }
 
 std::optional<uint32_t> LookupUser(const std::string& name) {

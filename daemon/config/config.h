@@ -36,12 +36,6 @@ struct CapacitySpec {
   std::string ToString() const;
 };
 
-// One warm-stock size class: keep `count` prefaulted memfds of `size_bytes`.
-struct WarmClass {
-  uint64_t size_bytes = 0;
-  uint32_t count = 0;
-};
-
 // Leases that will be long-term pinned (CUDA registration, RDMA, io_uring
 // fixed buffers) on a node: kAuto decides from the node's zones (never
 // where a pin would move the pages off the node); kAllow places them even
@@ -61,7 +55,6 @@ struct PoolConfig {
   bool pin = true;
   bool thp = true;
   bool hugetlb = false;
-  std::vector<WarmClass> warm_stock;
   // The warm reserve of extents (pool/extent_reserve.h): refilled in the
   // background when ready + building falls to `reserve_low`, up to
   // `reserve_high`; bytes or percent of the pool's capacity. Default 0: none.
@@ -146,9 +139,9 @@ struct DaemonConfig {
   std::optional<gid_t> admin_gid;  // resolved admin_group
   LogLevel log_level = LogLevel::kInfo;
   uint32_t workers = 2;
-  // Warm-stock refills run on their own threads at a lower CPU priority, so
-  // request-path work (the event loop, cold builds, clients mapping what they
-  // were just granted) wins the CPU over restocking.
+  // Warm reserve refills run on their own threads at a lower CPU priority,
+  // so request-path work (the event loop, cold builds, clients mapping what
+  // they were just granted) wins the CPU over refills.
   uint32_t stock_workers = 1;
   int stock_nice = 10;  // nice value of those threads (0..19)
   // SCHED_IDLE for those threads: any other runnable thread (a client being

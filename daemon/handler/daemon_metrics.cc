@@ -50,14 +50,16 @@ constexpr CounterMap kCounterMap[] = {
      "holder)."},
     {"attaches", "cxlpool_attaches_total", "",
      "ATTACH requests granted: a process joined a shared named lease."},
-    {"warm_builds", "cxlpool_warm_builds_total", "",
-     "Warm-stock memfds built and prefaulted ahead of requests."},
-    {"warm_build_failures", "cxlpool_warm_build_failures_total", "",
-     "Warm-stock builds that failed; the pool's grants are built on demand meanwhile."},
-    {"warm_hits", "cxlpool_warm_hits_total", "",
-     "Grants handed a ready warm-stock memfd (no build on the request path)."},
+    {"reserve_builds", "cxlpool_warm_builds_total", "",
+     "Warm reserve extents built and prefaulted ahead of requests (stock threads)."},
+    {"reserve_build_failures", "cxlpool_warm_build_failures_total", "",
+     "Warm reserve builds that failed; three in a row disable that extent size until one "
+     "succeeds or a reload."},
+    {"reserve_hits", "cxlpool_warm_hits_total", "",
+     "Grants made wholly of warm reserve extents (nothing built on the request path)."},
     {"warm_misses", "cxlpool_warm_misses_total", "",
-     "Grants built on demand because no warm-stock memfd of the size was ready."},
+     "Grants that built some or all of their memory on the request path (the warm reserve "
+     "did not cover them)."},
     {"leases_moved", "cxlpool_leases_moved_total", "",
      "Leases whose pages a holder's long-term pin moved to another node, confirmed by the "
      "daemon's move_pages."},
@@ -121,20 +123,23 @@ ProcessFacts ReadProcessFacts() {
 DaemonMetrics::DaemonMetrics() {
   reg_.AddGauge("cxlpool_pool_capacity_bytes", "Capacity of each pool.");
   reg_.AddGauge("cxlpool_pool_leased_bytes", "Bytes leased (and being built) per pool.");
-  reg_.AddGauge("cxlpool_pool_warm_bytes", "Warm stock bytes per pool (ready and being built).");
-  reg_.AddGauge("cxlpool_pool_free_bytes", "Bytes neither leased nor in warm stock per pool.");
+  reg_.AddGauge("cxlpool_pool_free_bytes",
+                "Bytes neither leased, reclaiming nor in the warm reserve per pool.");
   reg_.AddGauge("cxlpool_pool_leases", "Live leases per pool.");
   reg_.AddGauge("cxlpool_reserve_bytes",
                 "Warm reserve bytes per pool, by state (ready, building, retiring); all used.");
   reg_.AddGauge("cxlpool_reserve_watermark_bytes",
                 "Warm reserve watermarks per pool (mark: low, where refills start; high, "
                 "where they stop).");
+  reg_.AddGauge("cxlpool_reserve_below_low_seconds",
+                "Seconds the warm reserve's ready bytes have been below its low watermark without "
+                "a break, per pool (0 when they are not).");
   reg_.AddGauge("cxlpool_pool_reclaiming_bytes",
                 "Bytes of released leases still being reclaimed per pool (not free yet).");
   reg_.AddGauge("cxlpool_leases", "Live leases.");
   reg_.AddGauge("cxlpool_shared_leases", "Live shared (named) leases.");
   reg_.AddGauge("cxlpool_connections", "Connected clients.");
-  reg_.AddGauge("cxlpool_pending_builds", "Backings being built (leases and warm stock).");
+  reg_.AddGauge("cxlpool_pending_builds", "Backings being built (leases and reserve refills).");
   reg_.AddGauge("cxlpool_pending_reclaims", "Released backings being reclaimed on workers.");
   reg_.AddGauge("cxlpool_waiting_allocs", "Allocations waiting for reclaims in flight.");
   reg_.AddGauge(
@@ -150,7 +155,9 @@ DaemonMetrics::DaemonMetrics() {
                   "reclaim; orphan: from the fd store) or revoked (could not be accounted); "
                   "dax_orphan: a DAX sub-device no journalled lease names (held reserved), "
                   "dax_orphan_destroyed: one of those destroyed once nothing held it.");
-  reg_.AddCounter(kGrants, "Leases granted, by pool and source (warm stock or cold build).");
+  reg_.AddCounter(kGrants,
+                  "Leases granted, by pool and source (warm: wholly from the warm reserve; cold: "
+                  "built at least in part on the request path).");
   reg_.AddHistogram(kLatency, "Time from an ALLOC request to its grant, by pool and source.",
                     MetricsRegistry::LatencyBuckets());
   reg_.AddCounter(kRefusals,
@@ -219,22 +226,22 @@ void DaemonMetrics::OnGranted(const LeaseSnapshot& lease, int64_t latency_ns) {
 std::string DaemonMetrics::Render(const LeaseManager& leases, const ProcessFacts& facts,
                                   bool tenants) {
   static constexpr const char* kPoolGauges[] = {
-      "cxlpool_pool_capacity_bytes", "cxlpool_pool_leased_bytes", "cxlpool_pool_warm_bytes",
-      "cxlpool_pool_free_bytes",     "cxlpool_pool_leases",       "cxlpool_pool_reclaiming_bytes"};
+      "cxlpool_pool_capacity_bytes", "cxlpool_pool_leased_bytes", "cxlpool_pool_free_bytes",
+      "cxlpool_pool_leases", "cxlpool_pool_reclaiming_bytes"};
   for (const char* g : kPoolGauges) reg_.BeginGaugeRefresh(g);
   for (const auto& p : leases.Pools()) {
     (void)Cells(p.name, p.kind, false);  // both grant series exist (at 0) from the start
     Labels l{{"pool", p.name}, {"kind", p.kind}, {"tier", TierLabel(p.memory_tier)}};
     reg_.Set("cxlpool_pool_capacity_bytes", l, static_cast<double>(p.capacity_bytes));
     reg_.Set("cxlpool_pool_leased_bytes", l, static_cast<double>(p.leased_bytes));
-    reg_.Set("cxlpool_pool_warm_bytes", l, static_cast<double>(p.warm_bytes));
     reg_.Set("cxlpool_pool_free_bytes", l, static_cast<double>(p.free_bytes));
     reg_.Set("cxlpool_pool_leases", l, static_cast<double>(p.lease_count));
     reg_.Set("cxlpool_pool_reclaiming_bytes", l, static_cast<double>(p.reclaiming_bytes));
   }
   for (const char* g : kPoolGauges) reg_.EndGaugeRefresh(g);
   static constexpr const char* kReserveGauges[] = {"cxlpool_reserve_bytes",
-                                                   "cxlpool_reserve_watermark_bytes"};
+                                                   "cxlpool_reserve_watermark_bytes",
+                                                   "cxlpool_reserve_below_low_seconds"};
   for (const char* g : kReserveGauges) reg_.BeginGaugeRefresh(g);
   for (const auto& p : leases.Pools()) {
     if (p.backing != "memfd") continue;
@@ -246,6 +253,8 @@ std::string DaemonMetrics::Render(const LeaseManager& leases, const ProcessFacts
     set("cxlpool_reserve_bytes", "state", "retiring", p.reserve_retiring_bytes);
     set("cxlpool_reserve_watermark_bytes", "mark", "low", p.reserve_low_bytes);
     set("cxlpool_reserve_watermark_bytes", "mark", "high", p.reserve_high_bytes);
+    reg_.Set("cxlpool_reserve_below_low_seconds", Labels{{"pool", p.name}},
+             static_cast<double>(p.reserve_below_low_ms.value_or(0)) / 1000.0);
   }
   for (const char* g : kReserveGauges) reg_.EndGaugeRefresh(g);
   auto gauges = leases.Gauges();

@@ -1,21 +1,20 @@
 // DaemonMetrics: cxlpoold's long-lived Prometheus registry. The handler feeds
 // it events as they happen (grants with their latency, warm or cold, by
 // pool); everything the lease manager already counts or can be read at any
-// time (pool gauges, refusals by reason, reclaims by cause, warm stock,
-// quota usage, process facts) is copied in when the text is rendered, so a
+// time (pool gauges, refusals by reason, reclaims by cause, the warm
+// reserve, quota usage, process facts) is copied in when the text is rendered, so a
 // scrape always shows the current state and nothing is counted twice.
 //
-// Families (all prefixed cxlpool_): pool_{capacity,leased,warm,free}_bytes
-// and pool_leases {pool,kind,tier}; leases, shared_leases, connections,
-// pending_builds; grants_total {pool,kind,source}; grant_latency_seconds
-// {pool,source} (histogram); refusals_total {reason}; reclaims_total
-// {cause}; releases_total, attaches_total; warm_{builds,build_failures,hits,
-// misses}_total; quota_{used,max}_{bytes,leases} {scope,subject,tier};
-// dumpable; memlock_limit_bytes; build_info {version,revision};
-// lease_events_total {event} for any other lease-manager counter. Every
-// counter is exported from the start, at 0 (a pool's grant series with the
-// first scrape); limits that are unlimited are +Inf. docs/daemon.md lists
-// them with their meaning.
+// Families (all prefixed cxlpool_): pool_{capacity,leased,free,reclaiming}_bytes
+// and pool_leases {pool,kind,tier}; reserve_bytes {pool,state},
+// reserve_watermark_bytes {pool,mark}, reserve_below_low_seconds {pool}; leases, shared_leases,
+// connections, pending_builds; grants_total {pool,kind,source}; grant_latency_seconds {pool,source}
+// (histogram); refusals_total {reason}; reclaims_total {cause}; releases_total, attaches_total;
+// warm_{builds,build_failures,hits, misses}_total (the warm reserve's);
+// quota_{used,max}_{bytes,leases} {scope,subject,tier}; dumpable; memlock_limit_bytes; build_info
+// {version,revision}; lease_events_total {event} for any other lease-manager counter. Every counter
+// is exported from the start, at 0 (a pool's grant series with the first scrape); limits that are
+// unlimited are +Inf. docs/daemon.md lists them with their meaning.
 //
 // Thread safety: none; the event-loop thread owns it (as it owns the lease
 // manager it reads).

@@ -46,7 +46,6 @@ void ToProto(const PoolSnapshot& s, proto::PoolInfo* out) {
   if (s.memory_tier) out->set_memory_tier(*s.memory_tier);
   out->set_capacity_bytes(s.capacity_bytes);
   out->set_leased_bytes(s.leased_bytes);
-  out->set_warm_bytes(s.warm_bytes);
   out->set_free_bytes(s.free_bytes);
   out->set_page_size(s.page_size);
   out->set_backing(s.backing);
@@ -64,6 +63,7 @@ void ToProto(const PoolSnapshot& s, proto::PoolInfo* out) {
     r->set_retiring_bytes(s.reserve_retiring_bytes);
     r->set_low_bytes(s.reserve_low_bytes);
     r->set_high_bytes(s.reserve_high_bytes);
+    if (s.reserve_below_low_ms) r->set_below_low_ms(*s.reserve_below_low_ms);
   }
 }
 

@@ -43,12 +43,6 @@ std::string PoolRoom(const Pool* p) {
   return p->name() + ": " + HumanBytes(p->free_bytes()) + " free of " + HumanBytes(p->capacity());
 }
 
-std::vector<std::unique_ptr<Backing>> OneExtent(std::unique_ptr<Backing> b) {
-  std::vector<std::unique_ptr<Backing>> v;
-  v.push_back(std::move(b));
-  return v;
-}
-
 // Where the kernel says the pages of every extent are (each extent's share
 // of `max_samples` by its size, at least one), added up.
 Result<PageCensus> CensusExtents(const std::vector<std::unique_ptr<Backing>>& extents,
@@ -80,7 +74,7 @@ Result<std::vector<std::unique_ptr<Backing>>> BuildExtents(const Pool* pool, uin
   const bool cut = step > 0 && size > step && std::string(pool->backing()) == "memfd";
   for (uint64_t at = 0; at < size;) {
     const uint64_t piece = cut ? std::min(step, size - at) : size;
-    auto b = pool->Build(piece, hugetlb, Pool::BuildFor::kRequest);
+    auto b = pool->Build(piece, hugetlb);
     if (!b.ok()) return b.status();  // the pieces built so far reclaim themselves
     out.push_back(std::move(*b));
     at += piece;
@@ -99,7 +93,10 @@ LeaseManager::LeaseManager(const Topology* topo, std::vector<std::unique_ptr<Poo
       clock_(clock),
       reclaims_(loop_, workers_,
                 [this](Pool* pool, uint64_t size) { BackingReclaimed(pool, size); }) {
-  for (auto& p : pools_) pool_ptrs_.push_back(p.get());
+  for (auto& p : pools_) {
+    pool_ptrs_.push_back(p.get());
+    if (ExtentReserve* r = p->reserve()) r->set_clock(clock_);
+  }
 }
 
 LeaseManager::~LeaseManager() {
@@ -191,7 +188,7 @@ void LeaseManager::BackingReclaimed(Pool* pool, uint64_t size) {
 }
 
 void LeaseManager::RetryWaiting() {
-  // Waiting allocations first (in arrival order), so new warm stock cannot
+  // Waiting allocations first (in arrival order), so reserve refills cannot
   // take the room they waited for; one that still only fits after the
   // remaining reclaims waits again.
   if (!waiting_.empty() && !stopping_) {
@@ -270,9 +267,8 @@ void LeaseManager::Allocate(ConnId conn, AllocParams p, AllocDone done) {
     std::optional<uint64_t> size = Admit(tenant, p, pool, &why);
     if (!size) continue;
     // A long-term pin on a mixed node: built fresh, then moved into the
-    // node's kernel zones (warm stock sits in ZONE_MOVABLE).
+    // node's kernel zones (reserve extents sit in ZONE_MOVABLE).
     const FileSystem* settle = cand.settle ? settle_fs_ : nullptr;
-    if (settle == nullptr && GrantFromWarm(conn, p, pool, *size, reason, done)) return;
     std::shared_ptr<ExtentReserve::Taken> taken =
         settle == nullptr ? TakeFromReserve(pool, p, *size) : nullptr;
     if (!pool->TryReserve(*size)) {
@@ -360,28 +356,12 @@ std::optional<uint64_t> LeaseManager::Admit(const Tenant& tenant, const AllocPar
   return *size;
 }
 
-bool LeaseManager::GrantFromWarm(ConnId conn, const AllocParams& p, Pool* pool, uint64_t size,
-                                 const std::string& reason, const AllocDone& done) {
-  std::unique_ptr<Backing> b = pool->TakeWarm(size, p.hugetlb);
-  if (b == nullptr) return false;
-  quotas_.Charge(TenantOf(conns_.at(conn).caller), pool->quota_tier(), size);
-  Count("warm_hits");
-  uint64_t id = Insert(conn, p, pool, size, OneExtent(std::move(b)), true, reason);
-  if (!PersistGrant(id, done)) return true;
-  const Lease& l = table_.leases().at(id);
-  done(Granted{Snapshot(l), l.GrantedExtents()});
-  // Only now (the reply is on the socket): a worker prefaulting the
-  // replacement must not compete with sending it.
-  Refill(pool);
-  return true;
-}
-
 std::shared_ptr<ExtentReserve::Taken> LeaseManager::TakeFromReserve(Pool* pool,
                                                                     const AllocParams& p,
                                                                     uint64_t size) {
   ExtentReserve* r = pool->reserve();
   if (r == nullptr || r->ready_bytes() == 0 || stopping_) return nullptr;
-  if (p.hugetlb && !pool->stock_is_hugetlb()) return nullptr;  // the reserve is not hugetlb
+  if (p.hugetlb && !r->hugetlb()) return nullptr;  // the reserve is not hugetlb
   // A dry run first: nothing is taken (or shrunk) that the request cannot use.
   auto plan = r->Plan(p.size_bytes);
   if (!plan.ok() || plan->lease_bytes != size || plan->reserve_pieces() == 0) return nullptr;
@@ -444,6 +424,7 @@ ReserveRefiller* LeaseManager::RefillerOf(Pool* pool) {
   o.on_freed = [this] {
     if (!stopping_) RetryWaiting();
   };
+  o.on_built = [this](bool ok) { Count(ok ? "reserve_builds" : "reserve_build_failures"); };
   auto rf = std::make_unique<ReserveRefiller>(pool->reserve(), std::move(o));
   ReserveRefiller* raw = rf.get();
   refillers_.emplace(pool, std::move(rf));
@@ -735,7 +716,7 @@ std::vector<QuotaUsage> LeaseManager::QuotasVisibleTo(ConnId conn) const {
 
 Status LeaseManager::CheckDaemonLimits() const {
   // Fds: leases, builds, connections, plus the listening socket, journal,
-  // warm stock and libraries' own. Maps: the same leases, plus the
+  // reserve extents and libraries' own. Maps: the same leases, plus the
   // process's ordinary mappings.
   constexpr uint64_t kFdReserve = 128, kMapReserve = 1024;
   uint64_t reserve_extents = 0;  // ready, building and retiring reserve extents
@@ -918,7 +899,6 @@ std::vector<PoolSnapshot> LeaseManager::Pools() const {
     s.memory_tier = p->memory_tier();
     s.capacity_bytes = p->capacity();
     s.leased_bytes = p->leased_bytes() + p->reserved_bytes();
-    s.warm_bytes = p->warm_bytes();
     s.free_bytes = p->free_bytes();
     s.page_size = p->page_size();
     s.backing = p->backing();
@@ -931,6 +911,10 @@ std::vector<PoolSnapshot> LeaseManager::Pools() const {
       s.reserve_retiring_bytes = r->retiring_bytes();
       s.reserve_low_bytes = r->settings().low_bytes;
       s.reserve_high_bytes = r->settings().high_bytes;
+      if (auto since = r->below_low_since_ns()) {
+        s.reserve_below_low_ms =
+            static_cast<uint64_t>(std::max<int64_t>(0, clock_->MonotonicNs() - *since) / 1000000);
+      }
     }
     s.long_term_pin_policy = LongTermPinPolicyName(p->long_term_pin_policy());
     if (const NumaNode* n = topo_->FindNode(p->numa_node());
@@ -959,18 +943,16 @@ std::map<std::string, uint64_t> LeaseManager::Gauges() const {
   g["pending_reclaims"] = reclaims_.pending() + reserve_retires;
   g["waiting_allocs"] = waiting_.size();
   g["shared_leases"] = table_.names();
-  uint64_t leased = 0, warm = 0, cap = 0, reclaiming = 0, ready = 0, reserve = 0;
+  uint64_t leased = 0, cap = 0, reclaiming = 0, ready = 0, reserve = 0;
   for (const Pool* p : pool_ptrs_) {
     if (const ExtentReserve* r = p->reserve()) ready += r->ready_bytes();
     reserve += p->reserve_bytes();
     leased += p->leased_bytes() + p->reserved_bytes();
-    warm += p->warm_bytes();
     cap += p->capacity();
     reclaiming += p->reclaiming_bytes();
   }
   g["leased_bytes"] = leased;
   g["reclaiming_bytes"] = reclaiming;
-  g["warm_bytes"] = warm;
   g["reserve_bytes"] = reserve;  // ready + building + retiring
   g["reserve_ready_bytes"] = ready;
   g["capacity_bytes"] = cap;
@@ -982,7 +964,7 @@ std::map<std::string, uint64_t> LeaseManager::Gauges() const {
   return g;
 }
 
-void LeaseManager::StartWarmStock() {
+void LeaseManager::StartRefills() {
   for (Pool* p : pool_ptrs_) Refill(p);
 }
 
@@ -990,28 +972,6 @@ void LeaseManager::Refill(Pool* pool) {
   // Allocations waiting for reclaims come first: stock is built once they
   // are served (BackingReclaimed).
   if (stopping_ || retrying_waiters_ || !waiting_.empty()) return;
-  for (uint64_t size : pool->PlanRefill()) {
-    ++pending_builds_;
-    std::weak_ptr<bool> alive = alive_;
-    boost::asio::post(stock_ ? *stock_ : workers_, [this, alive, pool, size] {
-      auto built = pool->Build(size, false, Pool::BuildFor::kStock);
-      boost::asio::post(loop_, [this, alive, pool, size, built = std::move(built)]() mutable {
-        auto a = alive.lock();
-        if (!a || !*a) return;
-        --pending_builds_;
-        if (!built.ok()) {
-          CXLPOOL_LOG(kWarning) << pool->name() << ": warm stock build of " << HumanBytes(size)
-                                << " failed: " << built.status().ToString();
-          pool->WarmBuildFailed(size);
-          Count("warm_build_failures");
-          return;
-        }
-        Count("warm_builds");
-        pool->AddWarm(std::move(*built));
-        if (stopping_) pool->DropAllWarm();
-      });
-    });
-  }
   if (ReserveRefiller* rf = RefillerOf(pool)) rf->Kick();
 }
 
@@ -1026,7 +986,6 @@ void LeaseManager::Shutdown() {
   std::vector<uint64_t> ids;
   for (const auto& [id, l] : table_.leases()) ids.push_back(id);
   for (uint64_t id : ids) Free(id, "shutdown_frees");
-  for (Pool* p : pool_ptrs_) p->DropAllWarm();
   StopReserves();
 }
 

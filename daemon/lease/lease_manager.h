@@ -1,8 +1,8 @@
 // LeaseManager: the daemon's lease state. It places allocations on pools,
 // enforces capacity and quotas, builds backings on a worker pool, serves
-// exact-size requests from warm stock, shares named leases under a uid/gid
-// ACL with reference counts, and releases everything a connection held when
-// it goes away. It decides; its parts remember and run:
+// requests of any size from each pool's warm reserve of extents, shares named leases under a
+// uid/gid ACL with reference counts, and releases everything a connection held when it goes away.
+// It decides; its parts remember and run:
 //   - LeaseTable (lease_table.h): the leases, indexed by owner and name,
 //     and the revocations;
 //   - AllocWaitQueue (wait_queue.h): allocations waiting for reclaims;
@@ -26,7 +26,7 @@
 // only fits once those reclaims finish waits for them instead of being
 // refused.
 //
-// Warm-stock refills run on the `stock` executor when one is set
+// Reserve refills run on the `stock` executor when one is set
 // (SetStockExecutor; the daemon gives it low-priority threads), else on
 // `workers`.
 //
@@ -92,7 +92,7 @@ class LeaseManager {
   // the connection waiting for reclaims are answered UNAVAILABLE.
   void Disconnect(ConnId conn);
 
-  // Calls `done` exactly once: now (warm stock, refusal) or later on the
+  // Calls `done` exactly once: now (wholly from the warm reserve, refusal) or later on the
   // loop (after a build, or after reclaims in flight made room). Errors: INVALID_ARGUMENT (size 0,
   // bad tier, ...), NOT_FOUND (GPU/node), ALREADY_EXISTS (name), RESOURCE_EXHAUSTED (capacity or
   // quota, naming the limit and usage), and build errors.
@@ -153,11 +153,12 @@ class LeaseManager {
   bool HoldsLeases(ConnId conn) const;
   const Topology& topology() const { return *topo_; }
 
-  // Starts filling every pool's warm stock in the background.
-  void StartWarmStock();
+  // Starts refilling every pool's warm reserve in the background (what
+  // is below its low watermark; cheap when nothing is).
+  void StartRefills();
 
   // The kernel resources the daemon spends per lease: one fd and one memory
-  // mapping each (leases, builds in flight, warm stock). Allocate refuses
+  // mapping each (leases, builds in flight, reserve extents). Allocate refuses
   // with RESOURCE_EXHAUSTED, naming the limit, before either runs out, so a
   // client gets a clear error instead of a reply that cannot carry its fd.
   struct DaemonLimits {
@@ -171,7 +172,7 @@ class LeaseManager {
   // Null (the default; a topology that is not this machine's): built as any
   // other lease.
   void SetPinSettle(const FileSystem* proc) { settle_fs_ = proc; }
-  // Where warm-stock refills run from now on (default: the workers).
+  // Where reserve refills run from now on (default: the workers).
   void SetStockExecutor(Executor stock) { stock_ = std::move(stock); }
   // Leases up to `bytes` are built and reclaimed on the loop thread itself
   // (their completion is still posted, as from a worker). Default 0: never.
@@ -216,7 +217,7 @@ class LeaseManager {
     uint64_t dropped = 0;   // every holder gone, or unplaceable
     uint64_t orphans = 0;   // fd-store leases the journal did not know, accounted again
   };
-  // At start, before StartWarmStock: takes the journalled leases back. They
+  // At start, before StartRefills: takes the journalled leases back. They
   // are accounted at once (pool, quota, name). `stored` fds (by lease id,
   // from the fd store) are checked and adopted now; the rest await RECLAIM.
   // Holders that died meanwhile are struck off; a lease with none left is
@@ -332,8 +333,8 @@ class LeaseManager {
   };
 
   // Allocate's steps: check the request, plan the candidate pools, and for
-  // each admit it (size, quota, priority reserve), grant from warm stock,
-  // wait for reclaims, or start a build; else refuse, naming every pool's
+  // each admit it (size, quota, priority reserve), take what the warm
+  // reserve has, wait for reclaims, or start a build; else refuse, naming every pool's
   // reason.
   struct PoolRefusals {
     std::string text;
@@ -362,9 +363,6 @@ class LeaseManager {
   // The lease's size in `pool`, or nullopt with why not added to `why`.
   std::optional<uint64_t> Admit(const Tenant& tenant, const AllocParams& p, Pool* pool,
                                 PoolRefusals* why) const;
-  // True when `pool` had warm stock of `size` and `done` was called.
-  bool GrantFromWarm(ConnId conn, const AllocParams& p, Pool* pool, uint64_t size,
-                     const std::string& reason, const AllocDone& done);
   // The pool's reserve extents for a lease of `size`, when the reserve
   // covers some of it and the request may take them (null otherwise).
   std::shared_ptr<ExtentReserve::Taken> TakeFromReserve(Pool* pool, const AllocParams& p,
@@ -395,7 +393,7 @@ class LeaseManager {
   // the manager is gone by then).
   void Free(uint64_t id, const char* counter, std::function<void()> then = nullptr);
   // Back on the loop after a reclaim: the bytes are free; waiting
-  // allocations run again, then warm stock refills.
+  // allocations run again, then reserve refills.
   void BackingReclaimed(Pool* pool, uint64_t size);
   // Refuses every waiting allocation (shutdown, hand-over).
   void RefuseWaiting(const Status& why);

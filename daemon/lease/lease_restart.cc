@@ -957,7 +957,6 @@ void LeaseManager::HandOver() {
   table_.Clear();
   extra_extents_ = 0;
   for (auto& [conn, c] : conns_) c.held.clear();
-  for (Pool* p : pool_ptrs_) p->DropAllWarm();
   StopReserves();
   restart_.watches.clear();
   if (restart_.grace_timer)

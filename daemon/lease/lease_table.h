@@ -43,7 +43,7 @@ struct LeaseRecord {
   // Its memory: the extents in mapping order, each mapped at the sum of the
   // sizes before it. One for devdax and for a lease built whole.
   std::vector<std::unique_ptr<Backing>> extents;
-  bool from_warm = false;
+  bool from_warm = false;  // granted wholly from the warm reserve
   std::string placement_reason;
   std::unordered_map<ConnId, uint32_t> holders;  // connection -> references
   uint32_t refs = 0;

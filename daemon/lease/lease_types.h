@@ -84,7 +84,7 @@ struct LeaseSnapshot {
   // A lease of several extents: each one's size, in mapping order (empty
   // for one).
   std::vector<uint64_t> extent_bytes;
-  bool from_warm_stock = false;
+  bool from_warm_stock = false;  // every extent came from the warm reserve
   std::string placement_reason;
   std::string pool;
   bool long_term_pin = false;
@@ -125,7 +125,6 @@ struct PoolSnapshot {
   std::optional<int> memory_tier;
   uint64_t capacity_bytes = 0;
   uint64_t leased_bytes = 0;
-  uint64_t warm_bytes = 0;
   uint64_t free_bytes = 0;
   uint64_t page_size = 0;
   std::string backing;
@@ -140,6 +139,8 @@ struct PoolSnapshot {
   uint64_t reserve_retiring_bytes = 0;
   uint64_t reserve_low_bytes = 0;
   uint64_t reserve_high_bytes = 0;
+  // Set while ready bytes are below the low watermark: for how long.
+  std::optional<uint64_t> reserve_below_low_ms;
   uint64_t reserve_bytes() const {
     return reserve_ready_bytes + reserve_building_bytes + reserve_retiring_bytes;
   }

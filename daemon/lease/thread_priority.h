@@ -1,4 +1,4 @@
-// Thread priority for the daemon's background threads: the warm-stock
+// Thread priority for the daemon's background threads: the warm reserve's
 // refills run on their own boost::asio::thread_pool whose threads are
 // reniced, so the work a client is waiting for wins the CPU over restocking.
 //

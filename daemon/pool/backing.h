@@ -72,7 +72,7 @@ struct MemfdSpec {
   // never touched: a production pool always prefaults.
   bool prefault = true;
   std::string name = "cxlpool";
-  // Background builds (warm stock): prefault in steps and sched_yield()
+  // Background builds (reserve refills): prefault in steps and sched_yield()
   // between them. A low-priority thread inside one long prefault is not
   // preempted for a task that was already runnable when it was picked (on a
   // PREEMPT_NONE kernel, not before the next tick): a client sharing its CPU

@@ -33,6 +33,7 @@ ExtentReserve::ExtentReserve(std::string pool_name, ReserveSettings settings, Me
   for (uint64_t g : settings_.ladder.granules()) levels_.push_back(Level{g, {}, 0, 0});
   MakeSmall({});
   ComputeTargets();
+  NoteLevel();
 }
 
 void ExtentReserve::MakeSmall(std::deque<Level> old) {
@@ -67,6 +68,21 @@ ExtentReserve::Level* ExtentReserve::LevelOf(uint64_t bytes) {
 }
 
 ExtentReserve::~ExtentReserve() = default;  // extents left retire as they go
+
+void ExtentReserve::set_clock(const Clock* clock) {
+  clock_ = clock;
+  below_low_since_ns_.reset();  // a time of the old clock means nothing to the new one
+  NoteLevel();
+}
+
+void ExtentReserve::NoteLevel() {
+  const bool below = settings_.low_bytes > 0 && ready_bytes_ < settings_.low_bytes && !stopped_;
+  if (!below) {
+    below_low_since_ns_.reset();
+  } else if (!below_low_since_ns_) {
+    below_low_since_ns_ = clock_->MonotonicNs();
+  }
+}
 
 void ExtentReserve::ComputeTargets() {
   const auto& g = settings_.ladder.granules();
@@ -163,6 +179,7 @@ Result<ExtentReserve::Taken> ExtentReserve::Take(uint64_t requested) {
     t.extents.push_back(std::move(e));
   }
   t.plan = std::move(*plan);
+  NoteLevel();
   return t;
 }
 
@@ -186,6 +203,7 @@ void ExtentReserve::Return(std::vector<std::unique_ptr<Extent>> extents) {
     ready_bytes_ += e->size_bytes();
     level->ready.push_front(std::move(e));
   }
+  NoteLevel();
 }
 
 std::vector<uint64_t> ExtentReserve::PlanRefill(uint64_t room) {
@@ -253,6 +271,7 @@ void ExtentReserve::Built(std::unique_ptr<Extent> extent) {
   l.failures = 0;
   ready_bytes_ += bytes;
   l.ready.push_back(std::move(extent));
+  NoteLevel();
 }
 
 void ExtentReserve::BuildFailed(uint64_t granule) {
@@ -294,6 +313,7 @@ uint64_t ExtentReserve::Evict(uint64_t bytes) {
       Retire(std::move(e));
     }
   }
+  NoteLevel();
   return queued;
 }
 
@@ -349,6 +369,7 @@ void ExtentReserve::Reconfigure(ReserveSettings settings) {
   ComputeTargets();
   refilling_ = false;
   TrimAboveHigh();
+  NoteLevel();
 }
 
 void ExtentReserve::DropAll() {
@@ -363,6 +384,7 @@ void ExtentReserve::DropAll() {
       l.ready.clear();
     }
   }
+  NoteLevel();
 }
 
 // ---- ReserveRefiller -----------------------------------------------------------
@@ -416,9 +438,11 @@ void ReserveRefiller::Kick() {
           CXLPOOL_LOG(kWarning) << reserve_->pool_name() << ": reserve build of "
                                 << HumanBytes(granule) << " failed: " << built.status().ToString();
           reserve_->BuildFailed(granule);
+          if (options_.on_built) options_.on_built(false);
           return;
         }
         reserve_->Built(std::move(*built));
+        if (options_.on_built) options_.on_built(true);
         Kick();
       });
     });

@@ -53,10 +53,12 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "config/config.h"
+#include "cxlpool/common/clock.h"
 #include "cxlpool/common/status.h"
 #include "pool/backing.h"
 #include "pool/extent.h"
@@ -91,6 +93,7 @@ class ExtentReserve {
   const std::string& pool_name() const { return name_; }
   const ReserveSettings& settings() const { return settings_; }
   uint64_t page_size() const { return base_.hugetlb ? (2ull << 20) : 4096; }
+  bool hugetlb() const { return base_.hugetlb; }
 
   // ---- what is there ----
   uint64_t ready_bytes() const { return ready_bytes_; }
@@ -109,6 +112,14 @@ class ExtentReserve {
   // Ready extents of every size.
   uint64_t ready_extents() const;
   bool refilling() const { return refilling_; }
+  // Since when (the clock's MonotonicNs) ready bytes have been below the low
+  // watermark without a break; nullopt while they are not (or there is no
+  // low watermark). A long stretch means refills cannot keep up with
+  // grants, keep failing, or the pool has no room for them.
+  std::optional<int64_t> below_low_since_ns() const { return below_low_since_ns_; }
+  // The time source of below_low_since_ns (default: SystemClock); must
+  // outlive the reserve.
+  void set_clock(const Clock* clock);
 
   // ---- grants ----
   struct Taken {
@@ -160,6 +171,9 @@ class ExtentReserve {
   // The ladder level or small class of extents of `bytes`; null if none.
   Level* LevelOf(uint64_t bytes);
   void MakeSmall(std::deque<Level> old);
+  // After every change of ready bytes or watermarks: starts or ends the
+  // stretch below the low watermark.
+  void NoteLevel();
 
   std::string name_;
   ReserveSettings settings_;
@@ -175,6 +189,8 @@ class ExtentReserve {
   uint64_t retiring_bytes_ = 0;
   bool refilling_ = false;
   bool stopped_ = false;
+  const Clock* clock_ = &SystemClock::Get();
+  std::optional<int64_t> below_low_since_ns_;
 };
 
 // Builds one extent (a seam: tests wrap Extent::Create to watch which
@@ -191,8 +207,9 @@ class ReserveRefiller {
     // The bytes the pool may still commit (capacity - used); called on the
     // loop before each refill plan.
     std::function<uint64_t()> room;
-    ExtentFactory factory;           // default Extent::Create
-    std::function<void()> on_freed;  // after retired bytes were given back
+    ExtentFactory factory;                  // default Extent::Create
+    std::function<void()> on_freed;         // after retired bytes were given back
+    std::function<void(bool ok)> on_built;  // after each refill build, ok or failed
   };
   ReserveRefiller(ExtentReserve* reserve, Options options);
   ~ReserveRefiller();

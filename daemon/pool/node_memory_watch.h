@@ -39,7 +39,7 @@ struct MemoryWatchReport {
   std::vector<std::string> applied;
   // Refusals and unreadable meminfo files (each reported once per change).
   std::vector<std::string> warnings;
-  bool resized = false;  // some capacity changed: the owner restarts warm-stock refills
+  bool resized = false;  // some capacity changed: the owner restarts reserve refills
   bool grew = false;     // ... and some grew
 };
 
@@ -53,8 +53,8 @@ class NodeMemoryWatch {
   // resize was refused), resolves that node's configured capacity in
   // `config` against the new MemTotal and applies it. Logs every line of
   // the report (info / warning). When a capacity changed (report.resized)
-  // the caller restarts warm-stock refills: growth leaves room to stock, and
-  // a shrink may have dropped ready stock.
+  // the caller restarts reserve refills: growth leaves room for them, and a
+  // shrink may have retired ready extents.
   MemoryWatchReport Check(const DaemonConfig& config, const std::vector<Pool*>& pools);
 
   // For a config reload: resolves `spec` for `pool` against its node's
@@ -62,7 +62,7 @@ class NodeMemoryWatch {
   // it even when MemTotal did not change. Appends "node1 capacity A -> B"
   // (with the MemTotal change, if any) to `applied`, refusals and read
   // errors to `kept`. True when the capacity changed (the caller restarts
-  // warm stock). Devdax pools: false, nothing done.
+  // reserve refills). Devdax pools: false, nothing done.
   bool ApplyForReload(Pool* pool, const CapacitySpec& spec, std::vector<std::string>* applied,
                       std::vector<std::string>* kept);
 

@@ -10,7 +10,6 @@ namespace cxlpool {
 namespace {
 constexpr uint64_t kSmallPage = 4096;
 constexpr uint64_t kHugePage2M = 2ull << 20;
-constexpr uint32_t kMaxWarmFailures = 3;
 
 Result<uint64_t> RoundUp(uint64_t v, uint64_t align) {
   if (v == 0) return Status(Code::kInvalidArgument, "size must be greater than 0");
@@ -83,29 +82,8 @@ bool Pool::FitsAfterReclaims(uint64_t bytes) const {
   const ExtentReserve* r = reserve();
   const uint64_t retiring = r == nullptr ? 0 : r->retiring_bytes();
   if ((reclaiming_ == 0 && retiring == 0) || bytes > capacity_) return false;
-  uint64_t ready = 0;  // stock MakeRoom may drop; stock being built stays
-  for (const auto& [size, slot] : slots_) ready += size * slot.ready.size();
   const uint64_t reserve_kept = r == nullptr ? 0 : r->building_bytes();
-  return leased_ + reserved_ + (warm_ - ready) + reserve_kept + bytes <= capacity_;
-}
-
-void Pool::SetWarmClasses(std::vector<WarmClass> classes) {
-  warm_classes_ = std::move(classes);
-  for (auto& [size, slot] : slots_) slot.target = 0;
-  for (const auto& c : warm_classes_) {
-    auto& slot = slots_[c.size_bytes];
-    slot.target = c.count;
-    slot.failures = 0;  // a new setting re-arms a disabled class
-  }
-  // Ready stock beyond the new targets is freed now (builds in flight land
-  // and are trimmed at the next change or used up by grants).
-  for (auto& [size, slot] : slots_) {
-    while (slot.ready.size() > slot.target) {
-      slot.ready.back()->Reclaim();
-      slot.ready.pop_back();
-      warm_ -= size;
-    }
-  }
+  return leased_ + reserved_ + reserve_kept + bytes <= capacity_;
 }
 
 bool Pool::SetCapacity(uint64_t capacity) {
@@ -120,81 +98,13 @@ bool Pool::SetCapacity(uint64_t capacity) {
   return true;
 }
 
-std::unique_ptr<Backing> Pool::TakeWarm(uint64_t size, bool hugetlb) {
-  auto it = slots_.find(size);
-  if (it == slots_.end() || it->second.ready.empty()) return nullptr;
-  if (hugetlb && !stock_is_hugetlb()) return nullptr;
-  std::unique_ptr<Backing> b = std::move(it->second.ready.front());
-  it->second.ready.pop_front();
-  CXLPOOL_CHECK(warm_ >= size);
-  warm_ -= size;
-  leased_ += size;
-  ++lease_count_;
-  return b;
-}
-
-std::vector<uint64_t> Pool::PlanRefill() {
-  std::vector<uint64_t> out;
-  for (auto& [size, slot] : slots_) {
-    if (slot.failures >= kMaxWarmFailures) continue;
-    if (size > capacity_) {
-      // Can never be built at this capacity; say so once, and go on with
-      // the classes that may fit.
-      if (!slot.said_unfit) {
-        CXLPOOL_LOG(kWarning) << name_ << ": warm stock class " << HumanBytes(size)
-                              << " exceeds the pool's capacity of " << HumanBytes(capacity_)
-                              << "; not built";
-      }
-      slot.said_unfit = true;
-      continue;
-    }
-    slot.said_unfit = false;
-    while (slot.ready.size() + slot.building < slot.target) {
-      if (used_bytes() + size > capacity_) break;  // never evict for stock
-      warm_ += size;
-      ++slot.building;
-      out.push_back(size);
-    }
-  }
-  return out;
-}
-
-void Pool::AddWarm(std::unique_ptr<Backing> backing) {
-  uint64_t size = backing->size_bytes();
-  auto& slot = slots_[size];
-  CXLPOOL_CHECK(slot.building > 0);
-  --slot.building;
-  slot.failures = 0;
-  slot.ready.push_back(std::move(backing));
-}
-
-void Pool::WarmBuildFailed(uint64_t size) {
-  auto& slot = slots_[size];
-  CXLPOOL_CHECK(slot.building > 0 && warm_ >= size);
-  --slot.building;
-  ++slot.failures;
-  warm_ -= size;
-  if (slot.failures == kMaxWarmFailures) {
-    CXLPOOL_LOG(kWarning) << name_ << ": warm stock class " << HumanBytes(size)
-                          << " disabled after " << kMaxWarmFailures << " failed builds";
-  }
-}
-
 bool Pool::MakeRoom(uint64_t bytes) {
   if (bytes > capacity_) return false;
   if (ExtentReserve* r = reserve(); r != nullptr && used_bytes() + bytes > capacity_) {
     // Ready reserve extents never left the daemon: retired here, on the
-    // loop, as dropped warm stock is (their pages go back at once).
+    // loop (their pages go back at once).
     r->Evict(used_bytes() + bytes - capacity_);
     RetireReserveNow();
-  }
-  for (auto it = slots_.rbegin(); it != slots_.rend() && used_bytes() + bytes > capacity_; ++it) {
-    auto& ready = it->second.ready;
-    while (!ready.empty() && used_bytes() + bytes > capacity_) {
-      ready.back()->Reclaim();
-      ready.pop_back();
-      warm_ -= it->first;
-    }
   }
   return used_bytes() + bytes <= capacity_;
 }
@@ -209,19 +119,6 @@ void Pool::RetireReserveNow() {
   }
 }
 
-void Pool::DropAllWarm() {
-  for (auto& [size, slot] : slots_) {
-    for (auto& b : slot.ready) b->Reclaim();
-    warm_ -= size * slot.ready.size();
-    slot.ready.clear();
-  }
-}
-
-uint32_t Pool::warm_ready(uint64_t size) const {
-  auto it = slots_.find(size);
-  return it == slots_.end() ? 0 : static_cast<uint32_t>(it->second.ready.size());
-}
-
 // ---- MemfdPool ----------------------------------------------------------------
 
 MemfdPool::MemfdPool(const NumaNode& node, uint64_t capacity, const PoolConfig& cfg, Options opts)
@@ -229,7 +126,6 @@ MemfdPool::MemfdPool(const NumaNode& node, uint64_t capacity, const PoolConfig& 
            capacity, NodeKindName(node.kind)),
       cfg_(cfg),
       opts_(opts) {
-  SetWarmClasses(cfg.warm_stock);
   MemfdSpec base;
   base.numa_node = opts_.bind ? numa_node() : -1;
   base.pin = cfg_.pin;
@@ -280,10 +176,9 @@ uint64_t MemfdPool::FreeHugepages() const {
   return ParseU64(*text).value_or(0);
 }
 
-Result<std::unique_ptr<Backing>> MemfdPool::Build(uint64_t size, bool hugetlb, BuildFor why) const {
+Result<std::unique_ptr<Backing>> MemfdPool::Build(uint64_t size, bool hugetlb) const {
   MemfdSpec spec;
   spec.size_bytes = size;
-  spec.yield_between_steps = why == BuildFor::kStock;
   spec.numa_node = opts_.bind ? numa_node() : -1;
   spec.pin = cfg_.pin;
   spec.prefault = opts_.prefault;
@@ -355,7 +250,7 @@ uint64_t DeviceNumberOf(DaxControl* control, int fd) {
 }
 }  // namespace
 
-Result<std::unique_ptr<Backing>> DevdaxPool::Build(uint64_t size, bool, BuildFor) const {
+Result<std::unique_ptr<Backing>> DevdaxPool::Build(uint64_t size, bool) const {
   if (!dynamic_) {
     if (device_.empty()) return Status(Code::kNotFound, name() + ": region has no device");
     auto fd = control_->Open(device_);

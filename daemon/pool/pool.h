@@ -1,24 +1,21 @@
 // Pools: one per NUMA node with memory (GPU memory, and memory of unknown kind
 // unless enabled, excluded: BuildPools) and one per
 // configured devdax region. A pool knows its capacity, does the accounting
-// for admission control, builds backings, and keeps a warm stock of
-// prefaulted memfds in a few size classes.
+// for admission control, builds backings, and (memfd pools) owns a warm
+// reserve of prefaulted extents (pool/extent_reserve.h).
 //
-// Accounting: used = reserved (builds in flight for leases) + leased + warm
-// (ready stock plus stock being built) + the extent reserve's bytes (ready,
-// building, retiring: pool/extent_reserve.h; memfd pools only) +
+// Accounting: used = reserved (builds in flight for leases) + leased + the
+// extent reserve's bytes (ready, building, retiring; memfd pools only) +
 // reclaiming (ended leases whose memory a worker is still truncating and
 // unmapping). Admission never lets used exceed capacity; it retires ready
-// reserve extents (and drops ready warm stock) to make room for a lease.
+// reserve extents to make room for a lease.
 //
-// Thread safety: accounting and warm-stock methods belong to the event-loop
+// Thread safety: accounting and reserve methods belong to the event-loop
 // thread. RoundSize/Build and the getters of fixed facts are const and safe
 // on worker threads; Build never touches accounting.
 #pragma once
 
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,30 +56,24 @@ class Pool {
   // rounding). INVALID_ARGUMENT on 0 or overflow, RESOURCE_EXHAUSTED when it
   // can never fit.
   virtual Result<uint64_t> RoundSize(uint64_t requested, bool hugetlb) const = 0;
-  // Builds one backing of `size` (already rounded). Worker threads.
-  // kStock: a warm-stock refill on a low-priority thread, which gives the
-  // CPU away between prefault steps (MemfdSpec::yield_between_steps).
-  enum class BuildFor { kRequest, kStock };
-  virtual Result<std::unique_ptr<Backing>> Build(uint64_t size, bool hugetlb,
-                                                 BuildFor why) const = 0;
+  // Builds one backing of `size` (already rounded) for a request. Worker
+  // threads.
+  virtual Result<std::unique_ptr<Backing>> Build(uint64_t size, bool hugetlb) const = 0;
 
   // ---- accounting (event-loop thread) ----
   uint64_t capacity() const { return capacity_; }
   uint64_t leased_bytes() const { return leased_; }
-  uint64_t warm_bytes() const { return warm_; }
   uint64_t reserved_bytes() const { return reserved_; }
   uint64_t reclaiming_bytes() const { return reclaiming_; }
   // The extent reserve's own bytes (ready + building + retiring); 0 without one.
   uint64_t reserve_bytes() const;
-  uint64_t used_bytes() const {
-    return leased_ + warm_ + reserved_ + reclaiming_ + reserve_bytes();
-  }
+  uint64_t used_bytes() const { return leased_ + reserved_ + reclaiming_ + reserve_bytes(); }
   // 0 when a moved-in lease (MoveLeaseIn) took the pool past its capacity.
   uint64_t free_bytes() const { return used_bytes() >= capacity_ ? 0 : capacity_ - used_bytes(); }
   uint32_t lease_count() const { return lease_count_; }
 
   // Reserves room for a lease being built. False (nothing changed) if it
-  // would exceed capacity even after dropping ready warm stock.
+  // would exceed capacity even after retiring ready reserve extents.
   bool TryReserve(uint64_t bytes);
   void CancelReserve(uint64_t bytes);
   void CommitReserve(uint64_t bytes);  // the build succeeded: reserved -> leased
@@ -97,39 +88,19 @@ class Pool {
   void MoveLeaseOut(uint64_t bytes);
   void MoveLeaseIn(uint64_t bytes);
   // Does a build of `bytes` that TryReserve just refused fit once every
-  // reclaim in flight has finished (and ready warm stock is dropped)? False
+  // reclaim in flight has finished (and ready reserve extents are retired)? False
   // when nothing is being reclaimed: waiting would not help.
   bool FitsAfterReclaims(uint64_t bytes) const;
   // A new capacity (config reload). False, nothing changed, when leases,
-  // builds and reclaims in flight already use more; ready warm stock is dropped to fit.
+  // builds and reclaims in flight already use more; ready reserve extents are retired to fit.
   bool SetCapacity(uint64_t capacity);
 
-  // ---- warm stock (event-loop thread) ----
-  // Replaces the size classes: classes not listed get a target of 0 and
-  // ready stock beyond a target is freed. PlanRefill builds what is missing.
-  void SetWarmClasses(std::vector<WarmClass> classes);
-  const std::vector<WarmClass>& warm_classes() const { return warm_classes_; }
-  // A ready backing of exactly `size` (moved from warm to leased), or null.
-  // `hugetlb`: only a hugetlb backing will do.
-  std::unique_ptr<Backing> TakeWarm(uint64_t size, bool hugetlb);
-  // Sizes to build now to bring every class to its count; the bytes are
-  // already counted as warm. Classes that failed three builds in a row are
-  // skipped (a success or ResetWarmFailures re-arms them).
-  std::vector<uint64_t> PlanRefill();
-  void AddWarm(std::unique_ptr<Backing> backing);  // a stock build finished
-  void WarmBuildFailed(uint64_t size);             // ... or failed
-  // Frees ready stock (largest first) until `bytes` fit; true if they do.
+  // ---- the extent reserve (event-loop thread) ----
+  // Retires ready reserve extents (largest first) until `bytes` fit; true if they do.
   bool MakeRoom(uint64_t bytes);
   // Retires, here on the loop, the reserve extents queued for retirement
   // (never exposed ones: stock, or a grant's extents that did not go out).
   void RetireReserveNow();
-  void DropAllWarm();
-  uint32_t warm_ready(uint64_t size) const;
-
-  // For warm stock builds: the pool's own default (no hugetlb request).
-  virtual bool stock_is_hugetlb() const { return false; }
-
-  // ---- the extent reserve (event-loop thread) ----
   // The pool's warm reserve of extents, or null (devdax pools).
   virtual ExtentReserve* reserve() { return nullptr; }
   virtual const ExtentReserve* reserve() const { return nullptr; }
@@ -139,14 +110,6 @@ class Pool {
   virtual void CapacityChanged() {}
 
  private:
-  struct WarmSlot {
-    uint32_t target = 0;
-    uint32_t building = 0;
-    uint32_t failures = 0;
-    bool said_unfit = false;  // warned that the class exceeds the capacity
-    std::deque<std::unique_ptr<Backing>> ready;
-  };
-
   std::string name_;
   int numa_node_;
   std::string kind_;
@@ -154,12 +117,9 @@ class Pool {
   std::string quota_tier_;
   uint64_t capacity_;
   uint64_t leased_ = 0;
-  uint64_t warm_ = 0;
   uint64_t reserved_ = 0;
   uint64_t reclaiming_ = 0;
   uint32_t lease_count_ = 0;
-  std::vector<WarmClass> warm_classes_;
-  std::map<uint64_t, WarmSlot> slots_;  // size -> slot
 };
 
 // A NUMA node's pool of memfds.
@@ -176,8 +136,7 @@ class MemfdPool final : public Pool {
   const char* backing() const override { return "memfd"; }
   uint64_t page_size() const override { return cfg_.hugetlb ? (2ull << 20) : 4096; }
   Result<uint64_t> RoundSize(uint64_t requested, bool hugetlb) const override;
-  Result<std::unique_ptr<Backing>> Build(uint64_t size, bool hugetlb, BuildFor why) const override;
-  bool stock_is_hugetlb() const override { return cfg_.hugetlb; }
+  Result<std::unique_ptr<Backing>> Build(uint64_t size, bool hugetlb) const override;
   ExtentReserve* reserve() override { return reserve_.get(); }
   const ExtentReserve* reserve() const override { return reserve_.get(); }
   // New watermarks (config reload); INVALID_ARGUMENT (nothing changed) when
@@ -208,7 +167,7 @@ class DevdaxPool final : public Pool {
   uint64_t page_size() const override { return align_; }
   bool dynamic_region() const override { return dynamic_; }
   Result<uint64_t> RoundSize(uint64_t requested, bool hugetlb) const override;
-  Result<std::unique_ptr<Backing>> Build(uint64_t size, bool hugetlb, BuildFor why) const override;
+  Result<std::unique_ptr<Backing>> Build(uint64_t size, bool hugetlb) const override;
 
   // ---- restart (lease/lease_restart.cc) ----
   // The device a journalled lease of this pool holds: `journalled` for a

@@ -7,14 +7,6 @@ namespace cxlpool {
 
 namespace {
 
-bool SameWarm(const std::vector<WarmClass>& a, const std::vector<WarmClass>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].size_bytes != b[i].size_bytes || a[i].count != b[i].count) return false;
-  }
-  return true;
-}
-
 const NumaNode* FindNode(const Topology& topo, int id) {
   for (const auto& n : topo.numa_nodes) {
     if (n.id == id) return &n;
@@ -104,13 +96,8 @@ ReloadReport ApplyConfig(const DaemonConfig& next, const Topology& topo, LeaseMa
         r.kept.push_back(pool->name() + " reserve refused: " + st.message());
       }
     }
-    if (!SameWarm(now.warm_stock, pool->warm_classes())) {
-      pool->SetWarmClasses(now.warm_stock);
-      r.applied.push_back(pool->name() + " warm stock");
-      refill = true;
-    }
   }
-  if (refill) leases->StartWarmStock();
+  if (refill) leases->StartRefills();
 
   // What was not applied stays as it runs.
   DaemonConfig merged = next;

@@ -3,7 +3,7 @@
 // directory's live changes kept on top), priority reserves, pool capacities
 // (resolved against each node's MemTotal now when a NodeMemoryWatch is
 // given, else the one discovered at start; refused for a pool whose leases
-// already use more), warm stock classes, the memory watch interval and the
+// already use more), reserve watermarks, the memory watch interval and the
 // log level. Everything else (socket, groups, workers, state directory,
 // pinning/THP/hugetlb, enabled nodes, devdax, metrics endpoint) needs a
 // restart: a changed value is reported and the running one kept. A config

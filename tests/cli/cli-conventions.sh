@@ -22,6 +22,8 @@
 #     sits in / with stdio on /dev/null;
 #   - a metrics.http_listen that cannot be bound exits 2 (which the unit does
 #     not restart); the metrics socket passed by systemd is served;
+#   - a config with the removed warm_stock key is refused (exit 2) naming
+#     the key and its replacement;
 #   - man pages render without a warning (mandoc -Tlint, groff -ww) and have
 #     ENVIRONMENT and EXIT STATUS sections; every cxlpoolctl command and
 #     option is in cxlpoolctl(8), every cxlpoold option in cxlpoold(8).
@@ -120,7 +122,6 @@ socket_mode = "0600"
 [pools]
 capacity = "64M"
 pin = false
-warm_stock = []
 [[quota]]
 uid = 4242
 max_leases = 3
@@ -241,7 +242,7 @@ fi
 port=""
 for try in $(seq 20); do
   p=$((20000 + RANDOM % 40000))
-  printf '[pools]\ncapacity = "16M"\npin = false\nwarm_stock = []\n[metrics]\nhttp_listen = "127.0.0.1:%s"\n' "$p" >"$work/http.toml"
+  printf '[pools]\ncapacity = "16M"\npin = false\n[metrics]\nhttp_listen = "127.0.0.1:%s"\n' "$p" >"$work/http.toml"
   "$daemon" --foreground --config "$work/http.toml" --socket "$work/h1.sock" >"$work/h1.log" 2>&1 &
   h1=$!
   for _ in $(seq 100); do [[ -S $work/h1.sock ]] && break; kill -0 $h1 2>/dev/null || break; sleep 0.05; done
@@ -257,7 +258,7 @@ else
 fi
 if command -v systemd-socket-activate >/dev/null && [[ -n $port ]]; then
   kill "$h1"; wait "$h1" 2>/dev/null
-  printf '[pools]\ncapacity = "16M"\npin = false\nwarm_stock = []\n' >"$work/sa.toml"
+  printf '[pools]\ncapacity = "16M"\npin = false\n' >"$work/sa.toml"
   systemd-socket-activate -l "$work/sa.sock" -l "127.0.0.1:$port" --fdname=cxlpoold.socket:metrics \
     "$daemon" --foreground --config "$work/sa.toml" >"$work/sa.log" 2>&1 &
   pids+=($!)
@@ -267,6 +268,17 @@ if command -v systemd-socket-activate >/dev/null && [[ -n $port ]]; then
   grep -q '^cxlpool_build_info' <<<"$resp" && ok "the metrics socket from systemd is served" ||
     bad "metrics over the passed socket: $(head -c 300 <<<"$resp"); $(tail -3 "$work/sa.log")"
 fi
+
+# ---- a removed config key ----------------------------------------------------
+# warm_stock was replaced by the reserve: refused at start (exit 2), naming the
+# file, the key and what to set instead.
+printf '[pools]\ncapacity = "16M"\nwarm_stock = [{ size = "2M", count = 1 }]\n' >"$work/warm.toml"
+expect_rc 2 "cxlpoold --check-config refuses warm_stock" \
+  "$daemon" --check-config --config "$work/warm.toml"
+has "$work/warm.toml: pools.warm_stock: removed; set reserve_low and reserve_high" &&
+  ok "  the message names the file, the key and the replacement" || bad "  $(cat "$work/out")"
+expect_rc 2 "cxlpoold refuses to start with warm_stock" \
+  "$daemon" --foreground --config "$work/warm.toml" --socket "$work/warm.sock"
 
 # ---- man pages ----------------------------------------------------------------
 man=$src/docs/man

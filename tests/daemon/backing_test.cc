@@ -90,7 +90,7 @@ TEST_F(BackingTest, PagesAreOnTheBoundNodeInDaemonAndClientMappings) {
   ::munmap(client, kSize);
 }
 
-// Warm-stock builds prefault step by step (yielding between steps). Sizes
+// Background (reserve refill) builds prefault step by step (yielding between steps). Sizes
 // that are no multiple of a step, smaller than one, and of many steps: every
 // page must still be resident on the bound node.
 TEST_F(BackingTest, StepwisePrefaultLeavesEveryPageResidentOnTheNode) {

@@ -15,7 +15,6 @@ TEST(ConfigTest, EmbeddedDefaultParsesAndMatchesShippedFile) {
   EXPECT_TRUE(cfg->pool_defaults.capacity.is_percent);
   EXPECT_DOUBLE_EQ(cfg->pool_defaults.capacity.percent, 90.0);
   EXPECT_TRUE(cfg->pool_defaults.pin);
-  EXPECT_TRUE(cfg->pool_defaults.warm_stock.empty());
   EXPECT_FALSE(cfg->pool_defaults.reserve_low.is_percent);
   EXPECT_EQ(cfg->pool_defaults.reserve_low.bytes, 256ull << 20);
   EXPECT_EQ(cfg->pool_defaults.reserve_high.bytes, 512ull << 20);
@@ -59,7 +58,6 @@ TEST(ConfigTest, NodeOverridesStartFromDefaults) {
 [pools]
 capacity = "80%"
 pin = false
-warm_stock = []
 [pools.node.1]
 capacity = "32G"
 [pools.node.2]
@@ -177,8 +175,6 @@ TEST(ConfigTest, BadKeysAndValuesNameTheKey) {
   ExpectError("[daemon]\nsocket_mode = \"999\"\n", "daemon.socket_mode");
   ExpectError("[daemon]\nadmin_group = \"no-such-group-xyz\"\n", "daemon.admin_group");
   ExpectError("[pools]\ncapacity = \"150%\"\n", "pools.capacity");
-  ExpectError("[pools]\nwarm_stock = [{ size = \"3K\", count = 1 }]\n", "pools.warm_stock[0].size");
-  ExpectError("[pools]\nwarm_stock = [{ size = \"2M\", cnt = 1 }]\n", "pools.warm_stock[0].cnt");
   ExpectError("[pools.node.x]\ncapacity = \"1G\"\n", "pools.node.x");
   ExpectError("[pools.node.1]\nbogus = 1\n", "pools.node.1.bogus");
   ExpectError("[pools.node.1]\nlong_term_pins = \"maybe\"\n", "pools.node.1.long_term_pins");
@@ -191,6 +187,39 @@ TEST(ConfigTest, BadKeysAndValuesNameTheKey) {
   ExpectError("[[devdax]]\nregion = \"r\"\nalign = \"3M\"\n", "devdax[0].align");
   ExpectError("[nonsense]\n", "nonsense: unknown key");
   ExpectError("[pools\n", "t.toml:1");  // TOML syntax error: position
+}
+
+// warm_stock (per-size classes) was replaced by the byte reserve: a config
+// that still has it, even empty, is refused at load, naming the file, the
+// table, the key and what to set instead.
+TEST(ConfigTest, RemovedWarmStockIsRefusedNamingTheReplacement) {
+  const std::string want =
+      "warm_stock: removed; set reserve_low and reserve_high (bytes or a percentage) instead";
+  for (const char* text :
+       {"[pools]\nwarm_stock = [{ size = \"2M\", count = 2 }]\n", "[pools]\nwarm_stock = []\n"}) {
+    auto cfg = ParseConfig(text, "/etc/cxlpool/cxlpoold.toml");
+    ASSERT_FALSE(cfg.ok()) << text;
+    EXPECT_EQ(cfg.status().code(), Code::kInvalidArgument);
+    EXPECT_EQ(cfg.status().message(), "/etc/cxlpool/cxlpoold.toml: pools." + want);
+  }
+  auto node = ParseConfig("[pools.node.1]\ncapacity = \"1G\"\nwarm_stock = []\n", "t.toml");
+  ASSERT_FALSE(node.ok());
+  EXPECT_EQ(node.status().message(), "t.toml: pools.node.1." + want);
+  // The same through a file.
+  const std::string path = ::testing::TempDir() + "/warm-stock.toml";
+  {
+    std::ofstream f(path);
+    f << "[pools]\nreserve_low = \"64M\"\nreserve_high = \"128M\"\n"
+      << "warm_stock = [{ size = \"64M\", count = 1 }]\n";
+  }
+  auto loaded = LoadConfigFile(path);
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().message(), path + ": pools." + want);
+  std::remove(path.c_str());
+  // Its replacement loads.
+  auto reserve = ParseConfig("[pools]\nreserve_low = \"5%\"\nreserve_high = \"10%\"\n", "t.toml");
+  ASSERT_TRUE(reserve.ok()) << reserve.status().ToString();
+  EXPECT_TRUE(reserve->pool_defaults.reserve_high.is_percent);
 }
 
 TEST(ConfigTest, MemoryWatchInterval) {

@@ -1,6 +1,6 @@
 // DaemonMetrics through the handler (no sockets): grants by pool and source
 // with their latency (a clock that steps 3 ms per read makes it exact),
-// refusals by reason, reclaims by cause, warm stock, quota usage, pool
+// refusals by reason, reclaims by cause, the warm reserve, quota usage, pool
 // gauges, the doctor's dumpable/memlock gauges in STATS and in the text, a
 // registry that lives across scrapes, and promtool on the whole text.
 #include <gtest/gtest.h>
@@ -35,7 +35,7 @@ class StepClock final : public Clock {
 };
 
 DaemonConfig Config() {
-  DaemonConfig c = TestConfig({{2 * kMiB, 1}});
+  DaemonConfig c = TestConfig(2 * kMiB);  // a warm reserve of one 2 MiB extent per pool
   c.quotas.push_back(testing::UidQuota(1000, 1 * kMiB, "cxl"));
   return c;
 }
@@ -48,7 +48,7 @@ class DaemonMetricsTest : public ::testing::Test {
     o.topology_is_local = false;
     o.clock = &clock_;
     handler_ = std::make_unique<DaemonHandler>(h_.mgr.get(), &proc_, o);
-    h_.mgr->StartWarmStock();
+    h_.mgr->StartRefills();
     h_.Drain();
     PeerInfo p;
     p.pid = 200;
@@ -92,9 +92,9 @@ class DaemonMetricsTest : public ::testing::Test {
 };
 
 TEST_F(DaemonMetricsTest, GrantsRefusalsReclaimsAndGauges) {
-  proto::LeaseInfo warm = Alloc(2 * kMiB, 0);  // exactly the warm class
+  proto::LeaseInfo warm = Alloc(2 * kMiB, 0);  // the reserve's extent
   ASSERT_TRUE(warm.from_warm_stock());
-  proto::LeaseInfo cold = Alloc(3 * kMiB, 0);
+  proto::LeaseInfo cold = Alloc(3 * kMiB, 0);  // the refilled extent and 1 MiB built
   ASSERT_NE(cold.id(), 0u);
   ASSERT_FALSE(cold.from_warm_stock());
   EXPECT_EQ(Alloc(2 * kMiB, 2, "cxl").id(), 0u);  // quota (1 MiB on cxl)
@@ -123,12 +123,15 @@ TEST_F(DaemonMetricsTest, GrantsRefusalsReclaimsAndGauges) {
   EXPECT_TRUE(Has(text, R"(cxlpool_reclaims_total{cause="disconnect"} 0)"));
   EXPECT_TRUE(Has(text, "cxlpool_warm_hits_total 1"));
   EXPECT_TRUE(Has(text, "cxlpool_warm_misses_total 1"));
-  EXPECT_TRUE(Has(text, "cxlpool_warm_builds_total 5")) << "4 pools + 1 refill";
+  EXPECT_TRUE(Has(text, "cxlpool_warm_builds_total 6"))
+      << "4 pools + a refill after each grant that took from the reserve";
+  EXPECT_TRUE(Has(text, "cxlpool_warm_build_failures_total 0"));
   EXPECT_TRUE(Has(text, "cxlpool_leases 1"));
   EXPECT_TRUE(
       Has(text, R"(cxlpool_pool_leased_bytes{kind="dram",pool="node0",tier="unknown"} 2097152)"));
-  EXPECT_TRUE(
-      Has(text, R"(cxlpool_pool_warm_bytes{kind="dram",pool="node0",tier="unknown"} 2097152)"));
+  EXPECT_TRUE(Has(text, R"(cxlpool_reserve_bytes{pool="node0",state="ready"} 2097152)"));
+  EXPECT_TRUE(Has(text, R"(cxlpool_reserve_below_low_seconds{pool="node0"} 0)"));
+  EXPECT_EQ(text.find("cxlpool_pool_warm_bytes"), std::string::npos) << "removed with warm stock";
   EXPECT_TRUE(
       Has(text, R"(cxlpool_pool_capacity_bytes{kind="cxl",pool="node2",tier="unknown"} 67108864)"));
   EXPECT_TRUE(
@@ -204,7 +207,7 @@ TEST(DaemonMetricsReserveTest, ReserveBytesByStateAndWatermarks) {
   o.topology_is_local = false;
   o.clock = &clock;
   DaemonHandler handler(h.mgr.get(), &proc, o);
-  h.mgr->StartWarmStock();
+  h.mgr->StartRefills();
   h.Drain();
   std::string text = handler.MetricsText();
   auto has = [&](const std::string& line) { return text.find(line + "\n") != std::string::npos; };

@@ -1,6 +1,6 @@
 // LeaseManager on fake topologies: admission never exceeds capacity, quotas
 // refuse with the limit and usage, shared leases are reference counted,
-// disconnect releases everything, revoke, warm stock accounting, devdax.
+// disconnect releases everything, revoke, warm reserve accounting, devdax.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -41,11 +41,9 @@ Result<std::vector<ConnId>> RevokeNow(Harness& h, ConnId conn, uint64_t id) {
 void ExpectNoOvercommit(Harness& h) {
   for (const auto& p : h.mgr->Pools()) {
     EXPECT_EQ(p.capacity_bytes,
-              p.leased_bytes + p.warm_bytes + p.reserve_bytes() + p.reclaiming_bytes + p.free_bytes)
+              p.leased_bytes + p.reserve_bytes() + p.reclaiming_bytes + p.free_bytes)
         << p.name;
-    EXPECT_LE(p.leased_bytes + p.warm_bytes + p.reserve_bytes() + p.reclaiming_bytes,
-              p.capacity_bytes)
-        << p.name;
+    EXPECT_LE(p.leased_bytes + p.reserve_bytes() + p.reclaiming_bytes, p.capacity_bytes) << p.name;
   }
 }
 
@@ -344,43 +342,6 @@ TEST(LeaseManagerTest, QuotasOfOtherTenantsAreForAdmins) {
   EXPECT_EQ(other[0].rule.id, 2000u);
 }
 
-TEST(LeaseManagerTest, WarmStockServesExactSizesAndCountsAgainstCapacity) {
-  Harness h(TwoSocketCxl(16 * kMiB), TestConfig({{2 * kMiB, 2}, {4 * kMiB, 1}}));
-  h.Connect(1);
-  h.mgr->StartWarmStock();
-  h.Drain();
-  auto pool = h.Pool("node0");
-  EXPECT_EQ(pool.warm_bytes, 8 * kMiB);
-  EXPECT_EQ(pool.free_bytes, 8 * kMiB);
-  EXPECT_EQ(h.mgr->pending_builds(), 0u);
-  // Exact size: served from stock without a build.
-  auto out = h.AllocOnRequestPath(1, 2 * kMiB, 0);
-  ASSERT_TRUE(out.has_value()) << "a warm hit answers on the request path";
-  ASSERT_TRUE(out->ok());
-  EXPECT_TRUE((*out)->lease.from_warm_stock);
-  pool = h.Pool("node0");
-  EXPECT_EQ(pool.leased_bytes, 2 * kMiB);
-  EXPECT_EQ(pool.warm_bytes, 8 * kMiB) << "refill already reserved";
-  h.Drain();  // refill completes
-  EXPECT_EQ(h.Pool("node0").warm_bytes, 8 * kMiB);
-  // Not an exact class: built, not from stock.
-  auto g = h.Alloc(1, 3 * kMiB, 0);
-  ASSERT_TRUE(g.ok());
-  EXPECT_FALSE(g->lease.from_warm_stock);
-  EXPECT_LE(h.Pool("node0").leased_bytes + h.Pool("node0").warm_bytes, 16 * kMiB);
-  // A request that only fits if stock is dropped: stock makes room.
-  auto big = h.Alloc(1, 10 * kMiB, 0);
-  ASSERT_TRUE(big.ok()) << big.status().ToString();
-  pool = h.Pool("node0");
-  EXPECT_LE(pool.leased_bytes + pool.warm_bytes, pool.capacity_bytes);
-  h.mgr->Disconnect(1);
-  h.Drain();
-  pool = h.Pool("node0");
-  EXPECT_EQ(pool.leased_bytes, 0u);
-  EXPECT_EQ(pool.warm_bytes, 8 * kMiB);
-  EXPECT_GE(h.mgr->Counters()["warm_hits"], 1u);
-}
-
 DaemonConfig ReserveConfig(uint64_t low, uint64_t high) {
   DaemonConfig c = TestConfig();
   c.pool_defaults.reserve_low = CapacitySpec{false, 0, low};
@@ -401,7 +362,7 @@ bool AllBytesAre(int fd, uint64_t size, unsigned char value) {
 TEST(LeaseManagerReserveTest, AnySizeIsServedFromTheReserveWithoutABuild) {
   Harness h(TwoSocketCxl(64 * kMiB), ReserveConfig(8 * kMiB, 16 * kMiB));
   h.Connect(1);
-  h.mgr->StartWarmStock();
+  h.mgr->StartRefills();
   h.Drain();
   auto pool = h.Pool("node0");
   EXPECT_EQ(pool.reserve_ready_bytes, 16 * kMiB);
@@ -457,7 +418,7 @@ TEST(LeaseManagerReserveTest, AnySizeIsServedFromTheReserveWithoutABuild) {
 TEST(LeaseManagerReserveTest, SmallLeaseIsAPrebuiltSmallExtentShrunkOnTheRequestPath) {
   Harness h(TwoSocketCxl(128 * kMiB), ReserveConfig(32 * kMiB, 64 * kMiB));
   h.Connect(1);
-  h.mgr->StartWarmStock();
+  h.mgr->StartRefills();
   h.Drain();
   const uint64_t ready = h.Pool("node0").reserve_ready_bytes;
   ASSERT_GT(ready, 60 * kMiB);
@@ -492,11 +453,41 @@ TEST(LeaseManagerReserveTest, SmallLeaseIsAPrebuiltSmallExtentShrunkOnTheRequest
   ExpectNoOvercommit(h);
 }
 
+// POOLS says how long a reserve has been below its low watermark (what the
+// doctor warns about): from the first moment ready bytes fall below it, on
+// the manager's clock, until a refill brings them back.
+TEST(LeaseManagerReserveTest, PoolsSayHowLongTheReserveWasBelowLow) {
+  Harness h(TwoSocketCxl(64 * kMiB), ReserveConfig(4 * kMiB, 8 * kMiB));
+  h.Connect(1);
+  ASSERT_TRUE(h.Pool("node0").reserve_below_low_ms.has_value()) << "empty at start";
+  EXPECT_EQ(*h.Pool("node0").reserve_below_low_ms, 0u);
+  h.clock.AdvanceNs(90'000'000'000);
+  EXPECT_EQ(h.Pool("node0").reserve_below_low_ms.value_or(0), 90'000u);
+  h.mgr->StartRefills();
+  h.Drain();
+  ASSERT_EQ(h.Pool("node0").reserve_ready_bytes, 8 * kMiB);
+  EXPECT_FALSE(h.Pool("node0").reserve_below_low_ms.has_value()) << "refilled";
+  // Above low after a grant (8 - 2 = 6 MiB): still fine.
+  auto a = h.AllocOnRequestPath(1, 2 * kMiB, 0);
+  ASSERT_TRUE(a.has_value() && a->ok());
+  EXPECT_FALSE(h.Pool("node0").reserve_below_low_ms.has_value());
+  // Below it (6 - 4 = 2 MiB) until the refill lands; the clock starts again.
+  auto b = h.AllocOnRequestPath(1, 4 * kMiB, 0);
+  ASSERT_TRUE(b.has_value() && b->ok());
+  h.clock.AdvanceNs(1'500'000'000);
+  EXPECT_EQ(h.Pool("node0").reserve_below_low_ms.value_or(0), 1'500u);
+  h.Drain();
+  EXPECT_FALSE(h.Pool("node0").reserve_below_low_ms.has_value());
+  // A reserve with no low watermark is never below it.
+  Harness none(TwoSocketCxl(64 * kMiB), TestConfig());
+  EXPECT_FALSE(none.Pool("node0").reserve_below_low_ms.has_value());
+}
+
 TEST(LeaseManagerReserveTest, NoByteOfOneTenantReachesTheNext) {
   Harness h(TwoSocketCxl(32 * kMiB), ReserveConfig(16 * kMiB, 16 * kMiB));
   h.Connect(1, 1000);
   h.Connect(2, 2000);
-  h.mgr->StartWarmStock();
+  h.mgr->StartRefills();
   h.Drain();
   ASSERT_EQ(h.Pool("node0").reserve_ready_bytes, 16 * kMiB);
   auto a = h.Alloc(1, 16 * kMiB, 0);
@@ -529,7 +520,7 @@ TEST(LeaseManagerReserveTest, NoByteOfOneTenantReachesTheNext) {
 TEST(LeaseManagerReserveTest, AdmissionRetiresReadyReserveToMakeRoom) {
   Harness h(TwoSocketCxl(16 * kMiB), ReserveConfig(8 * kMiB, 8 * kMiB));
   h.Connect(1);
-  h.mgr->StartWarmStock();
+  h.mgr->StartRefills();
   h.Drain();
   ASSERT_EQ(h.Pool("node0").reserve_ready_bytes, 8 * kMiB);
   // One built lease that needs all 16 MiB with one_extent: the reserve makes room.
@@ -544,20 +535,6 @@ TEST(LeaseManagerReserveTest, AdmissionRetiresReadyReserveToMakeRoom) {
   h.Drain();
   EXPECT_EQ(h.Pool("node0").reserve_ready_bytes, 8 * kMiB) << "refilled once the room is back";
   ExpectNoOvercommit(h);
-}
-
-TEST(LeaseManagerTest, WarmClassLargerThanThePoolIsSkippedOthersAreBuilt) {
-  // 16 MiB pools: the 32 MiB class can never be built; the 2 MiB one must.
-  Harness h(TwoSocketCxl(16 * kMiB), TestConfig({{2 * kMiB, 1}, {32 * kMiB, 1}}));
-  h.Connect(1);
-  h.mgr->StartWarmStock();
-  h.Drain();
-  EXPECT_EQ(h.Pool("node0").warm_bytes, 2 * kMiB);
-  EXPECT_EQ(h.mgr->pending_builds(), 0u);
-  EXPECT_EQ(h.mgr->Counters()["warm_build_failures"], 0u) << "skipped, not tried";
-  h.mgr->StartWarmStock();  // asked again: still nothing for the big class
-  h.Drain();
-  EXPECT_EQ(h.Pool("node0").warm_bytes, 2 * kMiB);
 }
 
 TEST(LeaseManagerTest, DisconnectDuringBuildReleasesTheResult) {
@@ -819,32 +796,32 @@ TEST(LeaseManagerReclaimTest, RevokeAnswersOnlyAfterTheTruncate) {
 }
 
 TEST(LeaseManagerReclaimTest, WarmRefillStartsAfterTheGrantIsAnswered) {
-  Harness h(TwoSocketCxl(16 * kMiB), TestConfig({{2 * kMiB, 1}}));
+  Harness h(TwoSocketCxl(16 * kMiB), TestConfig(2 * kMiB));
   h.Connect(1);
-  h.mgr->StartWarmStock();
+  h.mgr->StartRefills();
   h.Drain();
-  ASSERT_EQ(h.Pool("node0").warm_bytes, 2 * kMiB);
-  std::optional<uint32_t> builds_at_reply;
+  ASSERT_EQ(h.Pool("node0").reserve_ready_bytes, 2 * kMiB);
+  std::optional<uint64_t> builds_at_reply;
   AllocParams p;
   p.size_bytes = 2 * kMiB;
   p.numa_node = 0;
   h.mgr->Allocate(1, p, [&](Result<Granted> g) {
     ASSERT_TRUE(g.ok());
     EXPECT_TRUE(g->lease.from_warm_stock);
-    builds_at_reply = h.mgr->pending_builds();
+    builds_at_reply = h.Pool("node0").reserve_building_bytes;
   });
   ASSERT_TRUE(builds_at_reply.has_value());
   EXPECT_EQ(*builds_at_reply, 0u) << "no refill posted before the reply";
-  EXPECT_EQ(h.mgr->pending_builds(), 1u) << "refill posted right after";
+  EXPECT_EQ(h.Pool("node0").reserve_building_bytes, 2 * kMiB) << "refill posted right after";
   h.Drain();
-  EXPECT_EQ(h.Pool("node0").warm_bytes, 2 * kMiB);
+  EXPECT_EQ(h.Pool("node0").reserve_ready_bytes, 2 * kMiB);
 }
 
-TEST(LeaseManagerReclaimTest, WarmStockWaitsForWaitingAllocs) {
+TEST(LeaseManagerReclaimTest, ReserveRefillWaitsForWaitingAllocs) {
   // A refill must not take the room an allocation is waiting for.
-  Harness h(TwoSocketCxl(16 * kMiB), TestConfig({{4 * kMiB, 1}}));
+  Harness h(TwoSocketCxl(16 * kMiB), TestConfig(4 * kMiB));
   h.Connect(1);
-  h.mgr->StartWarmStock();
+  h.mgr->StartRefills();
   h.Drain();
   auto a = h.Alloc(1, 4 * kMiB, 0);  // the warm one; its refill lands
   ASSERT_TRUE(a.ok());
@@ -854,7 +831,7 @@ TEST(LeaseManagerReclaimTest, WarmStockWaitsForWaitingAllocs) {
   EXPECT_EQ(h.Pool("node0").free_bytes, 0u);
   ASSERT_TRUE(h.mgr->Release(1, a->lease.id).ok());
   ASSERT_TRUE(h.mgr->Release(1, b->lease.id).ok());
-  // Needs the whole pool: the ready stock is dropped and both reclaims must
+  // Needs the whole pool: the ready reserve is retired and both reclaims must
   // finish. After the first one a refill would fit, and would take the room.
   std::optional<Result<Granted>> out;
   h.mgr->Allocate(1, AllocParams{.size_bytes = 16 * kMiB, .numa_node = 0, .strict = true},

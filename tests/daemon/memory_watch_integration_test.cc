@@ -54,8 +54,7 @@ class MemoryWatchIntegrationTest : public ::testing::Test {
   void Start(const std::string& interval) {
     daemon_.set_log_to_file(true);
     Status st = daemon_.Start("[daemon]\nmemory_watch_interval = \"" + interval +
-                                  "\"\n[pools]\ncapacity = \"50%\"\npin = false\nthp = false\n"
-                                  "warm_stock = []\n",
+                                  "\"\n[pools]\ncapacity = \"50%\"\npin = false\nthp = false\n",
                               {"--sysfs-root", root_});
     ASSERT_TRUE(st.ok()) << st.ToString() << "\n" << daemon_.Log();
     auto c = RawClient::Connect(daemon_.socket(), "memwatch");

@@ -1,6 +1,6 @@
 // NodeMemoryWatch on a FakeFileSystem tree and real pools (a LeaseManager
 // harness): memory onlined after start raises a pool's capacity and restarts
-// warm stock; a shrink below use is refused (warned once per change) and
+// the warm reserve; a shrink below use is refused (warned once per change) and
 // retried once leases are released; a shrink above use applies; a byte
 // capacity is clamped to the new MemTotal; a garbled or unreadable meminfo
 // leaves the pool alone; an unchanged MemTotal does nothing; devdax pools are
@@ -32,11 +32,11 @@ std::string Joined(const std::vector<std::string>& lines) {
   return out;
 }
 
-// What the daemon does on every tick: check, and restart warm stock when a
-// capacity changed.
+// What the daemon does on every tick: check, and restart reserve refills
+// when a capacity changed.
 MemoryWatchReport CheckAndRestock(NodeMemoryWatch& watch, const DaemonConfig& cfg, Harness& h) {
   MemoryWatchReport r = watch.Check(cfg, h.mgr->pools());
-  if (r.resized) h.mgr->StartWarmStock();
+  if (r.resized) h.mgr->StartRefills();
   return r;
 }
 
@@ -78,9 +78,9 @@ class NodeMemoryWatchTest : public ::testing::Test {
 
 TEST_F(NodeMemoryWatchTest, UnchangedMemTotalDoesNothing) {
   SetUpTree(16 * kMiB);
-  Harness h(TwoSocketCxl(16 * kMiB), TestConfig({{2 * kMiB, 1}}));
+  Harness h(TwoSocketCxl(16 * kMiB), TestConfig(2 * kMiB));
   NodeMemoryWatch watch(&fs_, h.topo);
-  DaemonConfig cfg = TestConfig({{2 * kMiB, 1}});
+  DaemonConfig cfg = TestConfig(2 * kMiB);
   for (int i = 0; i < 2; ++i) {
     auto r = CheckAndRestock(watch, cfg, h);
     EXPECT_TRUE(r.applied.empty()) << Joined(r.applied);
@@ -88,19 +88,20 @@ TEST_F(NodeMemoryWatchTest, UnchangedMemTotalDoesNothing) {
     EXPECT_FALSE(r.resized);
   }
   EXPECT_EQ(h.Pool("node0").capacity_bytes, 16 * kMiB);
-  EXPECT_EQ(h.mgr->pending_builds(), 0u) << "warm stock was not restarted";
+  EXPECT_EQ(h.Pool("node0").reserve_building_bytes, 0u) << "refills were not restarted";
 }
 
-TEST_F(NodeMemoryWatchTest, GrowthRaisesCapacityAndRefillsWarmStock) {
+TEST_F(NodeMemoryWatchTest, GrowthRaisesCapacityAndRefillsTheReserve) {
   SetUpTree(16 * kMiB);
-  // 50 % of 16 MiB: the 16 MiB warm class can never be built yet.
-  DaemonConfig cfg = TestConfig({{16 * kMiB, 1}});
+  // 50 % of 16 MiB: a 16 MiB reserve is held to the pool's 8 MiB for now.
+  DaemonConfig cfg = TestConfig(16 * kMiB);
   cfg.pool_defaults.capacity.percent = 50;
   Harness h(TwoSocketCxl(16 * kMiB), cfg);
-  h.mgr->StartWarmStock();
+  h.mgr->StartRefills();
   h.Drain();
   ASSERT_EQ(h.Pool("node0").capacity_bytes, 8 * kMiB);
-  ASSERT_EQ(h.Pool("node0").warm_bytes, 0u);
+  ASSERT_EQ(h.Pool("node0").reserve_high_bytes, 8 * kMiB);
+  ASSERT_EQ(h.Pool("node0").reserve_ready_bytes, 8 * kMiB);
   NodeMemoryWatch watch(&fs_, h.topo);
 
   SetMemTotal(0, 64 * kMiB);  // memory onlined into node0
@@ -112,10 +113,11 @@ TEST_F(NodeMemoryWatchTest, GrowthRaisesCapacityAndRefillsWarmStock) {
   EXPECT_EQ(h.Pool("node0").capacity_bytes, 32 * kMiB);
   EXPECT_EQ(h.Pool("node1").capacity_bytes, 8 * kMiB) << "other nodes unchanged";
   EXPECT_EQ(watch.applied_total(0), 64 * kMiB);
-  h.Drain();  // the restarted refill builds the class that fits now
-  EXPECT_EQ(h.Pool("node0").warm_bytes, 16 * kMiB);
-  EXPECT_EQ(h.Pool("node1").warm_bytes, 0u);
-  // Served from that stock.
+  h.Drain();  // the restarted refill builds the reserve that fits now
+  EXPECT_EQ(h.Pool("node0").reserve_high_bytes, 16 * kMiB);
+  EXPECT_EQ(h.Pool("node0").reserve_ready_bytes, 16 * kMiB);
+  EXPECT_EQ(h.Pool("node1").reserve_ready_bytes, 8 * kMiB) << "other nodes unchanged";
+  // Served from that reserve.
   h.Connect(1);
   auto g = h.Alloc(1, 16 * kMiB, 0);
   ASSERT_TRUE(g.ok()) << g.status().ToString();

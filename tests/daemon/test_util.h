@@ -65,8 +65,6 @@ inline Topology TwoSocketCxl(uint64_t mem = 64ull << 20) {
   return t;
 }
 
-// A config with every pool at 100%, no pinning (unit tests run without
-// privilege), and no warm stock unless asked.
 // A per-uid quota rule: `max_bytes` on `tier` ("" = all tiers).
 inline QuotaRule UidQuota(uint32_t uid, uint64_t max_bytes, std::string tier = "") {
   QuotaRule q;
@@ -78,13 +76,17 @@ inline QuotaRule UidQuota(uint32_t uid, uint64_t max_bytes, std::string tier = "
   return q;
 }
 
-inline DaemonConfig TestConfig(std::vector<WarmClass> warm = {}) {
+// Pools of the whole node, unpinned, 4 KiB pages; a warm reserve refilled
+// from `reserve_low` up to `reserve_high` bytes (default: `reserve_low`; 0:
+// no reserve).
+inline DaemonConfig TestConfig(uint64_t reserve_low = 0, uint64_t reserve_high = 0) {
   DaemonConfig c;
   c.pool_defaults.capacity.is_percent = true;
   c.pool_defaults.capacity.percent = 100;
   c.pool_defaults.pin = false;
   c.pool_defaults.thp = false;
-  c.pool_defaults.warm_stock = std::move(warm);
+  c.pool_defaults.reserve_low = CapacitySpec{false, 0, reserve_low};
+  c.pool_defaults.reserve_high = CapacitySpec{false, 0, std::max(reserve_low, reserve_high)};
   return c;
 }
 
@@ -236,7 +238,7 @@ struct Harness {
     return Alloc(c, std::move(p));
   }
   // Allocate without running the io_context: the answer when it came on the
-  // request path (a warm-stock hit), nullopt when it waits for a build (that
+  // request path (a grant wholly from the reserve), nullopt when it waits for a build (that
   // later answer is dropped).
   std::optional<Result<Granted>> AllocOnRequestPath(ConnId c, uint64_t size,
                                                     std::optional<int> node = std::nullopt) {

@@ -1,8 +1,8 @@
-// The daemon's warm-stock threads run reniced and SCHED_IDLE
+// The daemon's stock threads (reserve refills) run reniced and SCHED_IDLE
 // (daemon/lease/thread_priority), checked by asking the kernel for every
 // thread of the pool (/proc/self/task/<tid>/stat, found by name, and
 // getpriority / sched_getscheduler from inside); and the lease
-// manager sends warm-stock refills to the stock executor, not the workers.
+// manager sends reserve refills to the stock executor, not the workers.
 #include "lease/thread_priority.h"
 
 #include <gtest/gtest.h>
@@ -131,23 +131,25 @@ TEST(ThreadPriorityTest, OutOfRangeIsRefused) {
   EXPECT_EQ(SetThreadNice(-21).code(), Code::kInvalidArgument);
 }
 
-// Refills go to the stock executor: while it does not run, no stock appears,
-// however long the loop and the workers run; once it runs, the stock lands.
-TEST(ThreadPriorityTest, WarmStockRefillsRunOnTheStockExecutor) {
-  Harness h(TwoSocketCxl(16 * kMiB), TestConfig({{2 * kMiB, 2}}));
+// Reserve refills go to the stock executor: while it does not run, no
+// extent appears, however long the loop and the workers run; once it runs,
+// the extents land.
+TEST(ThreadPriorityTest, ReserveRefillsRunOnTheStockExecutor) {
+  Harness h(TwoSocketCxl(16 * kMiB), TestConfig(4 * kMiB));
   boost::asio::io_context stock;
   h.mgr->SetStockExecutor(stock.get_executor());
   h.Connect(1);
-  h.mgr->StartWarmStock();
+  h.mgr->StartRefills();
   h.Drain();
-  EXPECT_EQ(h.Pool("node0").warm_bytes, 4 * kMiB) << "reserved for the builds";
-  EXPECT_GT(h.mgr->pending_builds(), 0u) << "nothing built on the workers";
-  auto g = h.Alloc(1, 2 * kMiB, 0);  // not from stock: it is not built yet
+  EXPECT_EQ(h.Pool("node0").reserve_building_bytes, 4 * kMiB) << "reserved for the builds";
+  EXPECT_EQ(h.Pool("node0").reserve_ready_bytes, 0u) << "nothing built on the workers";
+  auto g = h.Alloc(1, 2 * kMiB, 0);  // not from the reserve: it is not built yet
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   EXPECT_FALSE(g->lease.from_warm_stock);
   stock.run();
   h.Drain();
-  EXPECT_EQ(h.mgr->pending_builds(), 0u);
+  EXPECT_EQ(h.Pool("node0").reserve_building_bytes, 0u);
+  EXPECT_EQ(h.Pool("node0").reserve_ready_bytes, 4 * kMiB);
   auto out = h.AllocOnRequestPath(1, 2 * kMiB, 0);
   ASSERT_TRUE(out.has_value() && out->ok());
   EXPECT_TRUE((*out)->lease.from_warm_stock);

@@ -45,7 +45,7 @@ struct Fixture {
 TEST(DoctorTest, HealthyNodeIsAllOk) {
   Fixture f;
   auto out = RunDoctor(f.fs, f.topo, f.in);
-  EXPECT_EQ(out.size(), 11u);
+  EXPECT_EQ(out.size(), 12u);
   for (const auto& x : out) EXPECT_EQ(x.severity, Severity::kOk) << x.check << ": " << x.summary;
   EXPECT_EQ(WorstSeverity(out), Severity::kOk);
 }
@@ -134,6 +134,49 @@ TEST(DoctorTest, ReserveTooBigOrStarvedIsAWarning) {
   EXPECT_NE(starved.summary.find("not refilling"), std::string::npos) << starved.summary;
   (*f.in.reserves)[0].building_bytes = g / 2;  // refilling: fine
   EXPECT_EQ(Get(RunDoctor(f.fs, f.topo, f.in), "reserve").severity, Severity::kOk);
+}
+
+// A reserve below its low watermark for over 60 s is a warning that says
+// why: refills not keeping up (extents being built), the pool full (no room
+// to refill), or no refill running (failed builds).
+TEST(DoctorTest, ReserveBelowLowForAMinuteIsAWarningWithTheReason) {
+  Fixture f;
+  EXPECT_EQ(Get(RunDoctor(f.fs, f.topo, f.in), "reserve_below_low").severity, Severity::kOk)
+      << "no daemon";
+  const uint64_t m = 1ull << 20;
+  DoctorInputs::Reserve r{"node0", 64 * m * 1024, 64 * m, 0, 256 * m, 512 * m};
+  r.free_bytes = 32 * m * 1024;
+  f.in.reserves = std::vector<DoctorInputs::Reserve>{r};
+  auto check = [&] { return Get(RunDoctor(f.fs, f.topo, f.in), "reserve_below_low"); };
+  EXPECT_EQ(check().severity, Severity::kOk)
+      << "below low, but the daemon does not say for how long";
+  (*f.in.reserves)[0].below_low_ms = 59'000;
+  (*f.in.reserves)[0].building_bytes = 32 * m;
+  EXPECT_EQ(check().severity, Severity::kOk) << "a refill under way, for less than a minute";
+  (*f.in.reserves)[0].below_low_ms = 61'000;
+  Finding slow = check();
+  EXPECT_EQ(slow.severity, Severity::kWarning);
+  EXPECT_NE(slow.summary.find("node0"), std::string::npos) << slow.summary;
+  EXPECT_NE(slow.summary.find("for 61 s"), std::string::npos) << slow.summary;
+  EXPECT_NE(slow.summary.find("cannot keep up"), std::string::npos) << slow.summary;
+  EXPECT_NE(slow.remedy.find("stock_workers"), std::string::npos) << slow.remedy;
+  // Nothing being built and no room: the pool is full.
+  (*f.in.reserves)[0].building_bytes = 0;
+  (*f.in.reserves)[0].free_bytes = 16 * m;
+  Finding full = check();
+  EXPECT_EQ(full.severity, Severity::kWarning);
+  EXPECT_NE(full.summary.find("pool is full"), std::string::npos) << full.summary;
+  EXPECT_NE(full.remedy.find("capacity"), std::string::npos) << full.remedy;
+  // Nothing being built though there is room: refills are not running.
+  (*f.in.reserves)[0].free_bytes = 32 * m * 1024;
+  Finding stuck = check();
+  EXPECT_EQ(stuck.severity, Severity::kWarning);
+  EXPECT_NE(stuck.summary.find("not running"), std::string::npos) << stuck.summary;
+  EXPECT_NE(stuck.remedy.find("log"), std::string::npos) << stuck.remedy;
+  // Back above low: the daemon stops reporting the time.
+  (*f.in.reserves)[0].below_low_ms.reset();
+  (*f.in.reserves)[0].ready_bytes = 512 * m;
+  EXPECT_EQ(check().severity, Severity::kOk);
 }
 
 TEST(DoctorTest, SocketPermissions) {

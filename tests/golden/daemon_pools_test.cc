@@ -90,8 +90,8 @@ TEST_P(DaemonPools, PoolsExactlyTheNodesTheTopologyPoolsByDefault) {
 
   Daemon d;
   d.set_log_to_file(true);
-  Status st = d.Start("[pools]\npin = false\nthp = false\nwarm_stock = []\n",
-                      {"--sysfs-root", (dir / "root").string()});
+  Status st =
+      d.Start("[pools]\npin = false\nthp = false\n", {"--sysfs-root", (dir / "root").string()});
   ASSERT_TRUE(st.ok()) << st.ToString() << "\n" << d.Log();
   auto c = RawClient::Connect(d.socket(), "golden-pools");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -131,9 +131,8 @@ TEST(DaemonPoolsConfig, UnknownNodeIsPooledWhenItsTableEnablesIt) {
   ScopedEnv e1("CXLPOOL_NVML_LIBRARY", nullptr);
   Daemon d;
   d.set_log_to_file(true);
-  Status st = d.Start(
-      "[pools]\npin = false\nthp = false\nwarm_stock = []\n[pools.node.1]\nenabled = true\n",
-      {"--sysfs-root", root.string()});
+  Status st = d.Start("[pools]\npin = false\nthp = false\n[pools.node.1]\nenabled = true\n",
+                      {"--sysfs-root", root.string()});
   ASSERT_TRUE(st.ok()) << st.ToString() << "\n" << d.Log();
   auto c = RawClient::Connect(d.socket(), "golden-pools");
   ASSERT_TRUE(c.ok()) << c.status().ToString();

@@ -31,7 +31,6 @@ socket_mode = "0600"
 log_level = "warning"
 [pools]
 capacity = "128M"
-warm_stock = []
 )");
     ASSERT_TRUE(st.ok()) << st.ToString();
   }

@@ -52,7 +52,6 @@ socket_mode = "0666"
 log_level = "warning"
 [pools]
 capacity = "64M"
-warm_stock = []
 [[quota]]
 uid = 4321
 max_leases = 2
@@ -105,7 +104,6 @@ stock_nice = 12
 stock_idle = true
 [pools]
 capacity = "64M"
-warm_stock = []
 )");
   ASSERT_TRUE(st.ok()) << st.ToString();
   struct Task {

@@ -47,8 +47,8 @@ class PlacementVerifyTest : public ::testing::Test {
                                 std::to_string(id) + " MemFree:  262144 kB\n");
     }
     daemon_.set_log_to_file(true);
-    Status st = daemon_.Start("[pools]\npin = false\nthp = false\nwarm_stock = []\n" + Extra(),
-                              {"--sysfs-root", root_});
+    Status st =
+        daemon_.Start("[pools]\npin = false\nthp = false\n" + Extra(), {"--sysfs-root", root_});
     ASSERT_TRUE(st.ok()) << st.ToString() << "\n" << daemon_.Log();
   }
   // More of the daemon's config (after its [pools] table).

@@ -57,7 +57,6 @@ socket_mode = "0600"
 log_level = "warning"
 [pools]
 capacity = "128M"
-warm_stock = []
 )" + extra);
     ASSERT_TRUE(st.ok()) << st.ToString();
   }

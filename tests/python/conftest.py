@@ -31,7 +31,6 @@ socket_mode = "0666"
 log_level = "warning"
 [pools]
 capacity = "256M"
-warm_stock = []
 """
 
 

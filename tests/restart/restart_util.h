@@ -36,7 +36,6 @@ log_level = "warning"
 max_extent = "2M"
 [pools]
 capacity = "256M"
-warm_stock = []
 )";
 
 // A helper process. Its body gets the command it was sent and returns the

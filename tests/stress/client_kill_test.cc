@@ -2,7 +2,7 @@
 //
 // A real cxlpoold runs on a temp socket. kWorkers client processes loop
 // forever over random operations: allocate private leases (some from the
-// warm class), create shared named leases, attach to other workers' named
+// warm reserve), create shared named leases, attach to other workers' named
 // leases, write and verify the memory, release. The parent kills one worker
 // at a random moment (SIGKILL, a random delay into its work), then pauses the
 // others at their next operation boundary, and checks that the daemon's
@@ -37,7 +37,9 @@ constexpr int kWorkers = 6;
 constexpr int kMaxHeld = 8;
 constexpr int kBatches = 4;
 constexpr int kKillsPerBatch = 260;  // 4 x 260 = 1040 random kills
-constexpr uint64_t kWarmClass = 64 * kKiB;
+// A size the warm reserve serves from one shrunk 2 MiB extent.
+constexpr uint64_t kReserveSize = 768 * kKiB;
+constexpr uint64_t kReserveBytes = 4 * kMiB;
 // The node's Shmem may move for reasons outside this test (other processes
 // on the machine); a leak of the leases churned here would be far larger.
 constexpr uint64_t kShmemTolerance = 32 * kMiB;
@@ -118,7 +120,7 @@ std::string NameOf(uint64_t token) { return "kill-" + std::to_string(token); }
     if (dice < 50) {  // allocate, private or shared
       bool named = dice >= 35 && std::none_of(held.begin(), held.end(),
                                               [](const Held& h) { return h.token != 0; });
-      uint64_t size = (rng() % 4 == 0) ? kWarmClass : 4 * kKiB * (1 + rng() % 256);
+      uint64_t size = (rng() % 4 == 0) ? kReserveSize : 4 * kKiB * (1 + rng() % 256);
       uint64_t token = named ? sh->next_token.fetch_add(1) : 0;
       slot.phase = named ? kAllocatingNamed : kAllocating;
       Held h;
@@ -214,7 +216,8 @@ socket_mode = "0666"
 log_level = "warning"
 [pools]
 capacity = "512M"
-warm_stock = [{ size = "64K", count = 4 }]
+reserve_low = "4M"
+reserve_high = "4M"
 )")
                     .ok());
   }
@@ -347,17 +350,18 @@ TEST_F(ClientKillTest, AccountingAndMemoryReturnAfterEveryKill) {
   ASSERT_TRUE(admin->hello().is_admin()) << "the checker needs admin (run as root)";
   pid_t dpid = daemon_.pid();
 
-  // Baseline: warm stock built, nothing leased.
+  // Baseline: the warm reserve built, nothing leased.
   uint64_t warm = 0;
   ASSERT_TRUE(PollUntil(
       [&] {
         auto a = ReadAccounting(*admin);
         if (!a.ok() || a->Gauge("pending_builds") != 0) return false;
-        warm = a->Gauge("warm_bytes");
-        return warm == 4 * kWarmClass && a->leases.empty();
+        warm = a->Gauge("reserve_bytes");
+        return warm == kReserveBytes && a->Gauge("reserve_ready_bytes") == warm &&
+               a->leases.empty();
       },
       20000, 5))
-      << "warm stock never settled";
+      << "the warm reserve never settled";
   auto base_shmem = NodeMeminfoBytes("Shmem");
   auto base_vmlck = ProcStatusBytes(dpid, "VmLck");
   auto base_fds = CountFds(dpid);
@@ -404,12 +408,14 @@ TEST_F(ClientKillTest, AccountingAndMemoryReturnAfterEveryKill) {
         [&] {
           auto a = ReadAccounting(*admin);
           if (!a.ok()) return false;
-          last = "warm " + std::to_string(a->Gauge("warm_bytes")) + " pending " +
+          last = "reserve " + std::to_string(a->Gauge("reserve_bytes")) + " (ready " +
+                 std::to_string(a->Gauge("reserve_ready_bytes")) + ") pending " +
                  std::to_string(a->Gauge("pending_builds")) + " reclaiming " +
                  std::to_string(a->Gauge("reclaiming_bytes")) + " connections " +
                  std::to_string(a->Gauge("connections"));
-          return a->Gauge("pending_builds") == 0 && a->Gauge("warm_bytes") == warm &&
-                 a->Gauge("reclaiming_bytes") == 0 && a->Gauge("connections") == 1;
+          return a->Gauge("pending_builds") == 0 && a->Gauge("reserve_bytes") == warm &&
+                 a->Gauge("reserve_ready_bytes") == warm && a->Gauge("reclaiming_bytes") == 0 &&
+                 a->Gauge("connections") == 1;
         },
         20000, 5);
     ASSERT_TRUE(settled) << "daemon did not settle after batch " << batch << ": " << last;
@@ -443,11 +449,11 @@ TEST_F(ClientKillTest, AccountingAndMemoryReturnAfterEveryKill) {
   ASSERT_TRUE(a.ok());
   std::printf(
       "client-kill: %d random kills (+%d at batch ends), %llu worker ops; daemon: grants %llu, "
-      "warm_hits %llu, attaches %llu, releases %llu, frees %llu, disconnect_reclaims %llu; "
+      "reserve_hits %llu, attaches %llu, releases %llu, frees %llu, disconnect_reclaims %llu; "
       "worst node Shmem delta at batch end %.1f MiB (tolerance %llu MiB)\n",
       kills, end_kills, static_cast<unsigned long long>(ops_done),
       static_cast<unsigned long long>(a->Counter("grants")),
-      static_cast<unsigned long long>(a->Counter("warm_hits")),
+      static_cast<unsigned long long>(a->Counter("reserve_hits")),
       static_cast<unsigned long long>(a->Counter("attaches")),
       static_cast<unsigned long long>(a->Counter("releases")),
       static_cast<unsigned long long>(a->Counter("frees")),

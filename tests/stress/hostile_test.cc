@@ -56,7 +56,6 @@ socket_mode = "0666"
 log_level = "error"
 [pools]
 capacity = "256M"
-warm_stock = []
 [limits]
 max_connections = 1024
 max_connections_per_uid = 1000

@@ -9,7 +9,10 @@
 //     above what the daemon has really granted; every raise checks it against
 //     the capacity, and a per-uid counter against the quota;
 //   * the parent, which polls Pools, Stats and Quotas throughout and checks
-//     every reply (leased + warm <= capacity, used <= quota).
+//     every reply (leased + reserve + reclaiming <= capacity, used <= quota).
+// A third of the requests are of a size the warm reserve (2-4 MiB of 2 MiB
+// extents) serves from one shrunk extent, so grants from it, its refills
+// and its retirements run in the middle of the load.
 // Every refusal must be RESOURCE_EXHAUSTED and name the limit.
 // The parent's Stats round trip during the load is the event-loop stall
 // measure: its maximum (and p50/p99) is printed, not asserted: absolute
@@ -39,7 +42,7 @@ constexpr int kMaxHeld = 3;
 constexpr uint64_t kCapacity = 40 * kMiB;
 constexpr uint64_t kQuotaBytes = 16 * kMiB;
 constexpr uint64_t kQuotaLeases = 48;
-constexpr uint64_t kWarmClass = 128 * kKiB;
+constexpr uint64_t kReserveSize = 768 * kKiB;  // one 2 MiB reserve extent, shrunk
 
 struct Shared {
   std::atomic<int> connected;
@@ -106,7 +109,7 @@ int ClientMain(Shared* sh, int index, const std::string& socket, uint64_t seed) 
       if (int rc = release(rng() % held.size()); rc != 0) return rc;
       continue;
     }
-    uint64_t want = rng() % 3 == 0 ? kWarmClass : 64 * kKiB * (1 + rng() % 16);
+    uint64_t want = rng() % 3 == 0 ? kReserveSize : 64 * kKiB * (1 + rng() % 16);
     H h;
     auto l = c->Alloc(want, &h.fd);
     if (!l.ok()) {
@@ -165,8 +168,7 @@ TEST(LoadTest, ManyClientsNearCapacityNeverOvercommit) {
   std::string config =
       "[daemon]\nsocket_mode = \"0666\"\nlog_level = \"error\"\n"
       "[pools]\ncapacity = " +
-      std::to_string(kCapacity) + "\nwarm_stock = [{ size = " + std::to_string(kWarmClass) +
-      ", count = 4 }]\n";
+      std::to_string(kCapacity) + "\nreserve_low = \"2M\"\nreserve_high = \"4M\"\n";
   for (int u = 0; u < kUids; ++u) {
     config += "[[quota]]\nuid = " + std::to_string(kFirstUid + u) +
               "\nmax_bytes = " + std::to_string(kQuotaBytes) +

@@ -68,7 +68,7 @@ bool NoLimitsTable() { return std::getenv("CXLPOOL_STRESS_NO_LIMITS") != nullptr
 std::string DaemonConfig(const std::string& extra_limits) {
   std::ostringstream c;
   c << "[daemon]\nsocket_mode = \"0666\"\nlog_level = \"error\"\n"
-    << "[pools]\ncapacity = \"512M\"\nwarm_stock = []\n";
+    << "[pools]\ncapacity = \"512M\"\n";
   if (!NoLimitsTable()) {
     c << "[limits]\nmax_connections = " << kMaxConnections
       << "\nmax_connections_per_uid = " << kConnsPerUid

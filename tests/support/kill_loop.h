@@ -24,14 +24,13 @@
 
 namespace cxlpool::testsupport {
 
-// A small pool, no warm stock, a socket anyone may use.
+// A small pool, no warm reserve, a socket anyone may use.
 inline constexpr const char* kRestartConfig = R"(
 [daemon]
 socket_mode = "0666"
 log_level = "warning"
 [pools]
 capacity = "256M"
-warm_stock = []
 )";
 
 // The pattern written into a lease: `tag` at every 4 KiB.

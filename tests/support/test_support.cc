@@ -137,17 +137,20 @@ uint64_t Accounting::LeaseBytes() const {
 std::string Accounting::Overcommit() const {
   std::ostringstream why;
   for (const auto& p : pools) {
-    // Released leases still being reclaimed are used too.
-    if (p.leased_bytes() + p.warm_bytes() + p.reclaiming_bytes() > p.capacity_bytes()) {
-      why << "pool " << p.name() << " overcommitted: leased " << p.leased_bytes() << " + warm "
-          << p.warm_bytes() << " + reclaiming " << p.reclaiming_bytes() << " > capacity "
+    // Released leases still being reclaimed are used too, and so is the
+    // warm reserve (ready, building, retiring).
+    const proto::PoolReserve& r = p.reserve();
+    const uint64_t reserve = r.ready_bytes() + r.building_bytes() + r.retiring_bytes();
+    if (p.leased_bytes() + reserve + p.reclaiming_bytes() > p.capacity_bytes()) {
+      why << "pool " << p.name() << " overcommitted: leased " << p.leased_bytes() << " + reserve "
+          << reserve << " + reclaiming " << p.reclaiming_bytes() << " > capacity "
           << p.capacity_bytes() << "; ";
     }
   }
-  if (Gauge("leased_bytes") + Gauge("warm_bytes") + Gauge("reclaiming_bytes") >
+  if (Gauge("leased_bytes") + Gauge("reserve_bytes") + Gauge("reclaiming_bytes") >
       Gauge("capacity_bytes")) {
-    why << "gauges overcommitted: leased " << Gauge("leased_bytes") << " + warm "
-        << Gauge("warm_bytes") << " + reclaiming " << Gauge("reclaiming_bytes") << " > capacity "
+    why << "gauges overcommitted: leased " << Gauge("leased_bytes") << " + reserve "
+        << Gauge("reserve_bytes") << " + reclaiming " << Gauge("reclaiming_bytes") << " > capacity "
         << Gauge("capacity_bytes") << "; ";
   }
   for (const auto& q : quotas) {

@@ -1,7 +1,8 @@
 // Config reload (what SIGHUP runs) on a lease manager with live leases: a
-// good file changes quotas, reserves, capacities and warm stock without
-// dropping a lease; a capacity below what is leased is refused and kept; a
-// restart-only key is reported and kept; a bad file changes nothing.
+// good file changes quotas, priority reserves, capacities and the warm
+// reserve without dropping a lease; a capacity below what is leased is
+// refused and kept; a restart-only key is reported and kept; a bad file
+// (the removed warm_stock key among them) changes nothing.
 #include "reload/reload.h"
 
 #include <gtest/gtest.h>
@@ -57,7 +58,8 @@ log_level = "debug"
 capacity = "100%"
 pin = false
 thp = false
-warm_stock = [{ size = "2M", count = 1 }]
+reserve_low = "2M"
+reserve_high = "2M"
 [pools.node.1]
 capacity = "16M"
 [[quota]]
@@ -75,11 +77,11 @@ TEST_F(ReloadTest, GoodConfigAppliesWithoutDroppingLeases) {
 
   auto r = Reload(kGood);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  h_.Drain();  // warm stock builds
+  h_.Drain();  // reserve refills
   EXPECT_EQ(h_.mgr->Gauges()["live_leases"], 1u) << "the lease survived";
   EXPECT_EQ(h_.Pool("node0").leased_bytes, 6 * kMiB);
   EXPECT_EQ(h_.Pool("node1").capacity_bytes, 16 * kMiB);
-  EXPECT_EQ(h_.Pool("node0").warm_bytes, 2 * kMiB);
+  EXPECT_EQ(h_.Pool("node0").reserve_ready_bytes, 2 * kMiB);
   EXPECT_EQ(GetLogLevel(), LogLevel::kDebug);
   // New quota (32 MiB) and class 2, which no reserve binds.
   EXPECT_EQ(h_.mgr->mutable_quotas()->PriorityOf(Tenant{1000, 1000, ""}), 2);
@@ -144,7 +146,6 @@ stock_idle = false
 capacity = "100%"
 pin = false
 thp = false
-warm_stock = []
 [pools.node.1]
 capacity = "4M"
 [limits]
@@ -181,6 +182,62 @@ TEST_F(ReloadTest, BadConfigChangesNothing) {
   EXPECT_EQ(h_.mgr->Quotas()[0].rule.max_bytes, 8 * kMiB);
   EXPECT_EQ(h_.mgr->Quotas()[0].used_bytes, 6 * kMiB);
   EXPECT_EQ(h_.Pool("node0").capacity_bytes, 64 * kMiB);
+  EXPECT_EQ(h_.mgr->Gauges()["live_leases"], 1u);
+}
+
+// A file that still has warm_stock is refused as a whole: the error names
+// the file, the key and its replacement, and the daemon keeps running on
+// what it had (reserve watermarks, quotas, leases), even the keys of that
+// file that were fine.
+TEST_F(ReloadTest, RemovedWarmStockIsRefusedAndTheRunningConfigKept) {
+  ASSERT_TRUE(h_.Alloc(1, 6 * kMiB, 0).ok());
+  auto first = Reload(R"(
+[pools]
+capacity = "100%"
+pin = false
+thp = false
+reserve_low = "4M"
+reserve_high = "8M"
+[[quota]]
+uid = 1000
+max_bytes = "8M"
+)");
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  h_.Drain();
+  ASSERT_EQ(h_.Pool("node0").reserve_ready_bytes, 8 * kMiB);
+  for (const std::string key : {"pools", "pools.node.1"}) {
+    const std::string warm = "warm_stock = [{ size = \"2M\", count = 1 }]\n";
+    auto r = Reload(R"(
+[daemon]
+log_level = "debug"
+[pools]
+capacity = "100%"
+pin = false
+thp = false
+reserve_low = "2M"
+reserve_high = "2M"
+)" + (key == "pools" ? warm : "[pools.node.1]\n" + warm) +
+                    R"(
+[[quota]]
+uid = 1000
+max_bytes = "32M"
+)");
+    ASSERT_FALSE(r.ok()) << key;
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+    EXPECT_EQ(r.status().message(),
+              path_ + ": " + key +
+                  ".warm_stock: removed; set reserve_low and reserve_high (bytes or a "
+                  "percentage) instead");
+  }
+  h_.Drain();
+  EXPECT_EQ(current_.pool_defaults.reserve_low.bytes, 4 * kMiB) << "the running config is kept";
+  EXPECT_EQ(current_.pool_defaults.reserve_high.bytes, 8 * kMiB);
+  EXPECT_EQ(h_.Pool("node0").reserve_low_bytes, 4 * kMiB);
+  EXPECT_EQ(h_.Pool("node0").reserve_high_bytes, 8 * kMiB);
+  EXPECT_EQ(h_.Pool("node0").reserve_ready_bytes, 8 * kMiB);
+  EXPECT_NE(GetLogLevel(), LogLevel::kDebug);
+  ASSERT_EQ(h_.mgr->Quotas().size(), 1u);
+  EXPECT_EQ(h_.mgr->Quotas()[0].rule.max_bytes, 8 * kMiB);
   EXPECT_EQ(h_.mgr->Gauges()["live_leases"], 1u);
 }
 

@@ -84,7 +84,7 @@ class TenantsDaemonTest : public ::testing::Test {
     c << "[daemon]\nsocket_mode = \"0600\"\nlog_level = \"info\"\n"
       << "admin_group = \"" << ::getegid() << "\"\n"
       << "state_dir = \"" << dir_ << "/state\"\n"
-      << "[pools]\ncapacity = \"64M\"\npin = false\nwarm_stock = []\n"
+      << "[pools]\ncapacity = \"64M\"\npin = false\n"
       << "[metrics]\nhttp_listen = \"127.0.0.1:" << port_ << "\"\n"
       << extra;
     return c.str();

@@ -35,7 +35,6 @@ log_level = "info"
 [pools]
 capacity = "64M"
 pin = false
-warm_stock = []
 [tiering]
 interval = "50ms"
 )");

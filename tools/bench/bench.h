@@ -108,8 +108,6 @@ struct DaemonConfig {
   bool hugetlb = false;
   bool pin = true;
   std::string capacity = "90%";
-  // size bytes -> count
-  std::vector<std::pair<uint64_t, int>> warm_stock;
   // The pool's warm reserve in bytes, for the figures that measure a warm or
   // an exhausted reserve (P1u, P2any, P2_4k, P2cold, recycled, P5). How it
   // reaches the daemon's config is ReserveToml (common.cc), the one place
@@ -127,7 +125,7 @@ class DaemonProc {
   DaemonProc& operator=(const DaemonProc&) = delete;
 
   // Writes the config into a fresh temp dir, starts `binary --config F
-  // --socket S --foreground`, waits until it accepts and its warm stock is
+  // --socket S --foreground`, waits until it accepts and its warm reserve is
   // built. UNAVAILABLE (did not come up; its log tail is in the message), IO.
   Status Start(const std::string& binary, const DaemonConfig& cfg);
   // SIGTERM, wait up to 10 s, then SIGKILL; removes the temp dir.
@@ -159,7 +157,7 @@ class WireClient {
   Status Release(uint64_t id);
   Result<proto::StatsReply> GetStats();
   Result<proto::PoolsReply> GetPools();
-  // Waits (polling STATS) until no backing is being built (warm stock ready)
+  // Waits (polling STATS) until no backing is being built (the warm reserve ready)
   // and no released lease is still being reclaimed.
   Status WaitIdle(int timeout_ms = 120000);
   int fd() const { return client_.fd(); }

@@ -249,16 +249,10 @@ std::string MakeTempDir(const char* prefix) {
 
 // The daemon's warm reserve of `bytes`, as [pools] keys: the one place that
 // knows how the daemon is told. Refilled after every grant (low = high), so
-// each sample finds it full once the daemon is idle; warm-stock classes, if
-// any, beside it.
+// each sample finds it full once the daemon is idle.
 std::string ReserveToml(const DaemonConfig& c) {
   std::ostringstream t;
-  t << "warm_stock = [";
-  for (size_t i = 0; i < c.warm_stock.size(); ++i) {
-    t << (i ? ", " : "") << "{ size = \"" << c.warm_stock[i].first / kKiB
-      << "K\", count = " << c.warm_stock[i].second << " }";
-  }
-  t << "]\nreserve_low = " << c.reserve_bytes << "\nreserve_high = " << c.reserve_bytes << "\n";
+  t << "reserve_low = " << c.reserve_bytes << "\nreserve_high = " << c.reserve_bytes << "\n";
   return t.str();
 }
 
@@ -446,7 +440,7 @@ Status WireClient::WaitIdle(int timeout_ms) {
     if (it->second == 0 && !reclaiming) return Status();
     if (NowNs() > deadline) {
       return Status(Code::kUnavailable,
-                    "warm stock still building or leases still reclaiming after " +
+                    "warm reserve still building or leases still reclaiming after " +
                         std::to_string(timeout_ms / 1000) + " s");
     }
     ::usleep(2000);

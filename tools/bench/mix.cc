@@ -129,10 +129,8 @@ void RunMix(const Options& o, const MixSpec& spec, Report* r) {
     c[0] = 1;
     c[size - 1] = 1;
     auto after = ctl->GetStats();
-    // A grant wholly from warm stock or from the warm reserve.
-    auto hits = [](const proto::StatsReply& x) {
-      return CounterOf(x, "warm_hits") + CounterOf(x, "reserve_hits");
-    };
+    // A grant wholly from the warm reserve.
+    auto hits = [](const proto::StatsReply& x) { return CounterOf(x, "reserve_hits"); };
     if (after.ok() && hits(*after) > hits(*before)) ++warm;
     if (thp && size >= 2 * kMiB) {
       ++huge_sized;
@@ -335,7 +333,7 @@ void RunP1u(const Options& o, Report* r) {
   if (Status s = ctl->WaitIdle(); s.ok()) {
     auto st = ctl->GetStats();
     if (st.ok()) {
-      warm = static_cast<int>(CounterOf(*st, "warm_hits") + CounterOf(*st, "reserve_hits"));
+      warm = static_cast<int>(CounterOf(*st, "reserve_hits"));
     }
   }
   cxlpool_disconnect(c);
@@ -365,10 +363,11 @@ void RunP1u(const Options& o, Report* r) {
 
 namespace {
 
+// The reserve's ready bytes on `node`.
 uint64_t WarmBytes(const proto::PoolsReply& p, int node) {
   uint64_t v = 0;
   for (const auto& pool : p.pools()) {
-    if (pool.numa_node() == node) v += pool.warm_bytes();
+    if (pool.numa_node() == node) v += pool.reserve().ready_bytes();
   }
   return v;
 }

@@ -1,4 +1,4 @@
-// P1: grant latency p50/p99/p999 of alloc (+release) from warm stock and
+// P1: grant latency p50/p99/p999 of alloc (+release) from the warm reserve and
 // cold, against a bare AF_UNIX round trip that passes one fd, sampled
 // interleaved with the daemon's samples on the same socket type.
 #include <vector>
@@ -147,8 +147,8 @@ void RunP1(const Options& o, Report* r) {
     }
     if (res.warm.size() == 0) {
       r->Skip("P1", "grant " + sz + " warm",
-              "no grant came from warm stock (" + std::to_string(res.warm_misses) +
-                  " misses): the daemon has no warm class of exactly this size");
+              "no grant came wholly from the warm reserve (" + std::to_string(res.warm_misses) +
+                  " misses): the daemon's reserve is too small");
     } else {
       auto row = [&](const std::string& what, double v, double b, const std::string& op,
                      double goal, const std::string& note) {

@@ -73,8 +73,7 @@ void RunVariant(const Options& o, Pages b, uint64_t size, int samples, Report* r
     if (!lease.ok()) return r->Skip("P2", metric, "allocate: " + lease.status().ToString());
     auto after = ctl->GetStats();
     if (!after.ok()) return r->Skip("P2", metric, after.status().ToString());
-    if (CounterOf(*after, "warm_hits") > CounterOf(*before, "warm_hits") ||
-        CounterOf(*after, "reserve_hits") > CounterOf(*before, "reserve_hits")) {
+    if (CounterOf(*after, "reserve_hits") > CounterOf(*before, "reserve_hits")) {
       ++warm;
     }
     backing = lease->info().backing;
@@ -160,7 +159,6 @@ void RunP4(const Options& o, Report* r) {
   int reps = o.quick ? 3 : 7;
   DaemonConfig cfg;
   cfg.thp = false;  // 4 KiB pages on both sides: malloc'd memory below gets MADV_NOHUGEPAGE
-  cfg.warm_stock = {};
   DaemonProc daemon;
   auto sock = PhaseSocket(o, cfg, &daemon);
   if (!sock.ok()) return r->Skip("P4", "bandwidth", sock.status().ToString());

@@ -119,7 +119,6 @@ void RunP3(const Options& o, Report* r) {
   std::vector<int> levels = o.quick ? std::vector<int>{1, 8} : std::vector<int>{1, 8, 32, 128};
   int total = o.quick ? 400 : 8000;
   DaemonConfig cfg;
-  cfg.warm_stock = {};
   DaemonProc daemon;
   auto sock = PhaseSocket(o, cfg, &daemon);
   if (!sock.ok()) return r->Skip("P3", "throughput", sock.status().ToString());

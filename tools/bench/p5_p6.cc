@@ -85,7 +85,9 @@ void RunP5(const Options& o, Report* r) {
   }
   uint64_t reserve = 0;
   for (const auto& pool : p0->pools()) {
-    if (pool.numa_node() == o.node) reserve += pool.warm_bytes();
+    if (pool.numa_node() != o.node) continue;
+    const proto::PoolReserve& pr = pool.reserve();
+    reserve += pr.ready_bytes() + pr.building_bytes() + pr.retiring_bytes();
   }
   std::optional<std::map<std::string, uint64_t>> d0;
   if (cred.ok()) {
@@ -227,7 +229,6 @@ void RunP6(const Options& o, Report* r) {
   ::getrlimit(RLIMIT_NOFILE, &rl);
   std::string max_map = ReadFirstLine("/proc/sys/vm/max_map_count");
   DaemonConfig cfg;
-  cfg.warm_stock = {};
   DaemonProc daemon;
   auto sock = PhaseSocket(o, cfg, &daemon);
   if (!sock.ok()) return r->Skip("P6", "scale", sock.status().ToString());

@@ -74,7 +74,6 @@ void RunP7(const Options& o, Report* r) {
                           " requested)";
 
   DaemonConfig cfg;
-  cfg.warm_stock = {};
   DaemonProc daemon;
   auto sock = PhaseSocket(o, cfg, &daemon);
   if (!sock.ok()) return r->Skip("P7", "pinned committed / requested", sock.status().ToString());

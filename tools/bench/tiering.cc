@@ -354,7 +354,6 @@ void RunT2(const Options& o, Report* r) {
   }
   DaemonConfig cfg;
   cfg.pin = o.pin;
-  cfg.warm_stock = {};
   cfg.extra_toml =
       "[tiering]\ninterval = \"10ms\"\nmin_residency = \"0s\"\nrate_limit_mbps = 0\n"
       "cooperative_deadline = \"10s\"\nmax_pause = \"60s\"\n";

@@ -66,8 +66,11 @@ int RunDoctor(const DoctorOptions& o) {
       for (const auto& p : pools.pools()) {
         if (p.has_reserve()) {
           const proto::PoolReserve& r = p.reserve();
-          in.reserves->push_back({p.name(), p.capacity_bytes(), r.ready_bytes(), r.building_bytes(),
-                                  r.low_bytes(), r.high_bytes()});
+          DoctorInputs::Reserve d{p.name(),           p.capacity_bytes(), r.ready_bytes(),
+                                  r.building_bytes(), r.low_bytes(),      r.high_bytes()};
+          if (r.has_below_low_ms()) d.below_low_ms = r.below_low_ms();
+          d.free_bytes = p.free_bytes();
+          in.reserves->push_back(std::move(d));
         }
         if (p.backing() != "devdax") in.pool_capacity_bytes += p.capacity_bytes();
         if (p.backing() != "devdax") in.pooled_nodes->push_back(p.numa_node());

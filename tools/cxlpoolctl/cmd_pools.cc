@@ -1,5 +1,5 @@
 // `cxlpoolctl pools [--json]`: each pool's node, kind, tier, capacity, leased,
-// warm stock, free bytes, page size and backing, and what a long-term pin
+// warm reserve, free bytes, page size and backing, and what a long-term pin
 // does on its node (the node's zones).
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -20,7 +20,6 @@ nlohmann::ordered_json PoolJson(const proto::PoolInfo& p) {
   j["memory_tier"] = p.has_memory_tier() ? nlohmann::ordered_json(p.memory_tier()) : nullptr;
   j["capacity_bytes"] = p.capacity_bytes();
   j["leased_bytes"] = p.leased_bytes();
-  j["warm_bytes"] = p.warm_bytes();
   j["free_bytes"] = p.free_bytes();
   j["page_size"] = p.page_size();
   j["backing"] = p.backing();
@@ -41,7 +40,9 @@ nlohmann::ordered_json PoolJson(const proto::PoolInfo& p) {
                     {"building_bytes", r.building_bytes()},
                     {"retiring_bytes", r.retiring_bytes()},
                     {"low_bytes", r.low_bytes()},
-                    {"high_bytes", r.high_bytes()}};
+                    {"high_bytes", r.high_bytes()},
+                    {"below_low_ms", r.has_below_low_ms() ? nlohmann::ordered_json(r.below_low_ms())
+                                                          : nlohmann::ordered_json(nullptr)}};
   } else {
     j["reserve"] = nullptr;
   }
@@ -81,15 +82,15 @@ int RunPools(const ConnOptions& o) {
     std::cout << JsonText(out) << "\n";
     return kExitOk;
   }
-  Table t({"POOL", "NODE", "KIND", "TIER", "CAPACITY", "LEASED", "WARM", "RESERVE", "FREE", "PAGE",
+  Table t({"POOL", "NODE", "KIND", "TIER", "CAPACITY", "LEASED", "RESERVE", "FREE", "PAGE",
            "BACKING", "LEASES", "MOVABLE", "LT-PINS"});
   for (const auto& p : rep.pools()) {
     std::string backing = p.backing();
     if (p.backing() == "devdax") backing += p.dynamic_region() ? " (dynamic)" : " (static, whole)";
     t.Add({p.name(), p.numa_node() >= 0 ? std::to_string(p.numa_node()) : "-", p.kind(),
            p.has_memory_tier() ? std::to_string(p.memory_tier()) : "-",
-           HumanBytes(p.capacity_bytes()), HumanBytes(p.leased_bytes()), HumanBytes(p.warm_bytes()),
-           ReserveCell(p), HumanBytes(p.free_bytes()), HumanBytes(p.page_size()), backing,
+           HumanBytes(p.capacity_bytes()), HumanBytes(p.leased_bytes()), ReserveCell(p),
+           HumanBytes(p.free_bytes()), HumanBytes(p.page_size()), backing,
            std::to_string(p.lease_count()),
            p.has_movable_bytes() ? HumanBytes(p.movable_bytes()) : "-", PinsCell(p)});
   }
@@ -105,7 +106,7 @@ int RunPools(const ConnOptions& o) {
 }  // namespace
 
 Command MakePoolsCommand() {
-  return {"pools", "Show the daemon's pools: capacity, leased, warm stock, reserve, free",
+  return {"pools", "Show the daemon's pools: capacity, leased, warm reserve, free",
           [](CLI::App* app) -> std::function<int()> {
             auto o = std::make_shared<ConnOptions>();
             AddConnOptions(app, o.get());

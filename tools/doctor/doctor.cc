@@ -343,6 +343,55 @@ Finding CheckReserve(const DoctorInputs& in) {
   return f;
 }
 
+// A reserve that stays below its low watermark serves grants from the
+// request path: say which pools, for how long, and the likely reason.
+Finding CheckReserveBelowLow(const DoctorInputs& in) {
+  Finding f{"reserve_below_low", Severity::kOk, "", ""};
+  if (!in.reserves) {
+    f.summary = "daemon not reachable: warm reserve levels not checked";
+    return f;
+  }
+  const uint64_t limit = DoctorInputs::kReserveBelowLowWarnMs;
+  std::vector<std::string> slow, full, failing;
+  for (const auto& r : *in.reserves) {
+    if (!r.below_low_ms || *r.below_low_ms < limit) continue;
+    std::string what = r.pool + " (" + HumanBytes(r.ready_bytes) + " ready, low " +
+                       HumanBytes(r.low_bytes) + ", for " + std::to_string(*r.below_low_ms / 1000) +
+                       " s";
+    if (r.building_bytes > 0) {
+      slow.push_back(what + ", " + HumanBytes(r.building_bytes) + " being built)");
+    } else if (r.free_bytes < r.low_bytes - std::min(r.low_bytes, r.ready_bytes)) {
+      full.push_back(what + ", " + HumanBytes(r.free_bytes) + " free in the pool)");
+    } else {
+      failing.push_back(what + ", nothing being built)");
+    }
+  }
+  std::vector<std::string> parts, remedies;
+  if (!slow.empty()) {
+    parts.push_back("refills cannot keep up with grants: " + Join(slow, ", "));
+    remedies.push_back(
+        "give refills more CPU (daemon.stock_workers, stock_idle = false) or raise reserve_low");
+  }
+  if (!full.empty()) {
+    parts.push_back("the pool is full, so the reserve cannot refill: " + Join(full, ", "));
+    remedies.push_back("raise the pool's capacity, or lower reserve_low and reserve_high");
+  }
+  if (!failing.empty()) {
+    parts.push_back("refills are not running (failed builds?): " + Join(failing, ", "));
+    remedies.push_back("check the daemon log for failed reserve builds");
+  }
+  if (!parts.empty()) {
+    f.severity = Severity::kWarning;
+    f.summary = "warm reserve below its low watermark for over " + std::to_string(limit / 1000) +
+                " s; grants build on the request path. " + Join(parts, "; ");
+    f.remedy = Join(remedies, "; ");
+  } else {
+    f.summary =
+        "no warm reserve below its low watermark for over " + std::to_string(limit / 1000) + " s";
+  }
+  return f;
+}
+
 }  // namespace
 
 const char* SeverityName(Severity s) {
@@ -370,7 +419,8 @@ std::vector<Finding> RunDoctor(const FileSystem& fs, const Topology& topo, const
           CheckJournal(in),
           CheckSocket(in),
           CheckNvidiaDriver(fs),
-          CheckReserve(in)};
+          CheckReserve(in),
+          CheckReserveBelowLow(in)};
 }
 
 Severity WorstSeverity(const std::vector<Finding>& findings) {

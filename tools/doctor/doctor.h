@@ -65,7 +65,14 @@ struct DoctorInputs {
     uint64_t building_bytes = 0;
     uint64_t low_bytes = 0;
     uint64_t high_bytes = 0;
+    // PoolReserve.below_low_ms: how long ready bytes have been below the
+    // low watermark (nullopt: not below, or a daemon that does not say).
+    std::optional<uint64_t> below_low_ms;
+    uint64_t free_bytes = 0;  // the pool's (PoolInfo.free_bytes)
   };
+  // A reserve below its low watermark for longer than this is a warning
+  // (check "reserve_below_low").
+  static constexpr uint64_t kReserveBelowLowWarnMs = 60'000;
   std::optional<std::vector<Reserve>> reserves;
 };
 

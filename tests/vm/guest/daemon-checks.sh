@@ -37,7 +37,7 @@ vm_lease_count() {
     jq '(if type == "array" then . else .leases end) | length' 2>/dev/null
 }
 
-# Guest configuration: no warm stock (prefaulting under TCG is slow and the
+# Guest configuration: no warm reserve (prefaulting under TCG is slow and the
 # nodes are small); the memory-only node's pool is capped at 16 MiB so a
 # strict request beyond that meets a full pool; every CPU-less node enabled
 # (QEMU's memory-only nodes have no CXL, hmem or nvdimm behind them, so their
@@ -46,7 +46,6 @@ vm_lease_count() {
 vm_daemon_config() {
   cat <<CONF
 [pools]
-warm_stock = []
 
 [pools.node.$TOPO_FAR_NODE]
 capacity = "16M"
@@ -150,7 +149,7 @@ vm_unknown_node_not_pooled() {  # node
     return
   fi
   mkdir -p /run/cxlpool
-  printf '[pools]\nwarm_stock = []\n' >/out/cxlpoold-default.toml
+  printf '[pools]\n' >/out/cxlpoold-default.toml
   cxlpoold --foreground --config /out/cxlpoold-default.toml --socket /run/cxlpool/default.sock \
     >/out/cxlpoold-default.log 2>&1 &
   _p=$!
@@ -188,7 +187,8 @@ vm_no_leak_between_tenants() {  # node
 socket_mode = "0666"
 
 [pools]
-warm_stock = [{ size = "2M", count = 2 }]
+reserve_low = "4M"
+reserve_high = "4M"
 
 [pools.node.$1]
 capacity = "32M"

@@ -29,7 +29,6 @@ vm_tier_config() {  # rate_limit_mbps [max_extent]
 grace_period = 120
 ${2:+max_extent = \"$2\"}
 [pools]
-warm_stock = []
 [tiering]
 interval = "200ms"
 min_residency = "0s"

@@ -59,7 +59,7 @@ pin_start_daemon() {  # label [extra config lines]
   _label=$1
   shift
   mkdir -p /run/cxlpool
-  { printf '[pools]\nwarm_stock = []\n'; for _l in "$@"; do printf '%s\n' "$_l"; done; } \
+  { printf '[pools]\n'; for _l in "$@"; do printf '%s\n' "$_l"; done; } \
     >/out/cxlpoold-$_label.toml
   cxlpoold --foreground --config /out/cxlpoold-$_label.toml --socket "$PIN_SOCK" \
     >/out/cxlpoold-$_label.log 2>&1 &
