@@ -31,6 +31,16 @@ std::pair<uint64_t, uint64_t> QuotaUse(Harness& h, const std::string& tier) {
   return h.mgr->mutable_quotas()->Usage(QuotaScope::kUid, "1000", tier);
 }
 
+// The test config with node2 (the CXL node) cut to 2 MiB: a restart finds
+// no room there for a move that was under way.
+DaemonConfig Node2Of2MiB() {
+  DaemonConfig cfg = TestConfig();
+  cfg.node_pools[2] = cfg.pool_defaults;
+  cfg.node_pools[2].capacity.is_percent = false;
+  cfg.node_pools[2].capacity.bytes = 2 * kMiB;
+  return cfg;
+}
+
 TEST(LeaseAdapterTest, TargetsFollowTheGpuAndReasonsSayWhyNot) {
   Harness h(TwoSocketCxl());
   h.Connect(1);
@@ -267,11 +277,7 @@ TEST(LeaseAdapterTest, TheJournalKeepsAnUnfinishedMoveAndARestartAccountsItAgain
   }
   // A restart where node2 has no room left: the move is finished backwards.
   {
-    DaemonConfig cfg = TestConfig();
-    cfg.node_pools[2] = cfg.pool_defaults;
-    cfg.node_pools[2].capacity.is_percent = false;
-    cfg.node_pools[2].capacity.bytes = 2 * kMiB;
-    Harness h(TwoSocketCxl(16 * kMiB), cfg);
+    Harness h(TwoSocketCxl(16 * kMiB), Node2Of2MiB());
     h.mgr->EnableRestart(&store, &probe, 200);
     h.mgr->Recover(store.Journalled(), {}, std::chrono::seconds(0));
     LeaseManagerTable table(h.mgr.get(), true);
@@ -400,11 +406,7 @@ TEST(LeaseAdapterTest, AHalfMovedMultiExtentLeaseWithNoRoomAfterARestartMovesBac
     EXPECT_EQ(store.leases.at(id).extent_pools, (std::vector<std::string>{"node2", "node2", ""}));
     h.mgr->HandOver();
   }
-  DaemonConfig cfg = TestConfig();
-  cfg.node_pools[2] = cfg.pool_defaults;
-  cfg.node_pools[2].capacity.is_percent = false;
-  cfg.node_pools[2].capacity.bytes = 2 * kMiB;
-  Harness h(TwoSocketCxl(16 * kMiB), cfg);
+  Harness h(TwoSocketCxl(16 * kMiB), Node2Of2MiB());
   h.mgr->EnableRestart(&store, &probe, 200);
   h.mgr->Recover(store.Journalled(), {}, std::chrono::seconds(0));
   LeaseManagerTable table(h.mgr.get(), true);
