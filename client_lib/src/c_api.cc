@@ -450,6 +450,33 @@ CXLPOOL_EXPORT int cxlpool_lease_device_chunk(const cxlpool_lease* l, uint32_t i
   });
 }
 
+// ---- extents ----
+
+CXLPOOL_EXPORT int cxlpool_lease_extent_count(const cxlpool_lease* l) {
+  return Guard([&]() -> int {
+    if (l == nullptr) return Invalid("lease is NULL");
+    t_last_error.clear();
+    return static_cast<int>(l->lease.extents().size());
+  });
+}
+
+CXLPOOL_EXPORT int cxlpool_lease_extent(const cxlpool_lease* l, uint32_t index, uint64_t* offset,
+                                        uint64_t* length, uint64_t* page_size) {
+  return Guard([&]() -> int {
+    if (l == nullptr) return Invalid("lease is NULL");
+    std::vector<cxlpool::LeaseExtent> extents = l->lease.extents();
+    if (index >= extents.size()) {
+      t_last_error = "extent " + std::to_string(index) + " of " + std::to_string(extents.size());
+      return CXLPOOL_ENOT_FOUND;
+    }
+    if (offset != nullptr) *offset = extents[index].offset;
+    if (length != nullptr) *length = extents[index].length;
+    if (page_size != nullptr) *page_size = extents[index].page_size;
+    t_last_error.clear();
+    return CXLPOOL_OK;
+  });
+}
+
 // ---- tiering ----
 
 CXLPOOL_EXPORT int cxlpool_lease_copy_in(cxlpool_lease* l, uint64_t offset, const void* src,

@@ -53,6 +53,15 @@ std::vector<DeviceChunk> Lease::device_chunks() const {
   return out;
 }
 
+std::vector<LeaseExtent> Lease::extents() const {
+  std::vector<LeaseExtent> out;
+  if (!state_) return out;
+  for (const ExtentMapping::Extent& e : state_->mapping().extents()) {
+    out.push_back(LeaseExtent{e.offset, e.size, e.page_size != 0 ? e.page_size : 4096});
+  }
+  return out;
+}
+
 ClientStatus Lease::CudaRegister(int device) {
   if (!state_) return ClientStatus(ErrorCode::kInvalidArgument, "empty lease");
   return detail::ToClientStatus(state_->CudaRegister(device));

@@ -111,6 +111,11 @@ class PyLease {
     }
     return out;
   }
+  std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> Extents() const {
+    std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> out;
+    for (const LeaseExtent& e : lease_.extents()) out.emplace_back(e.offset, e.length, e.page_size);
+    return out;
+  }
   void CudaRegister(int device) {
     RequireValid();
     ClientStatus s;
@@ -612,6 +617,9 @@ block releases it, or defers that until the last export is gone.)");
                              "CUDA device pointer of the whole lease (raises when not registered).")
       .def_property_readonly("device_chunks", &PyLease::DeviceChunks,
                              "Registered chunks as (device_ptr, offset, length); [] if none.")
+      .def_property_readonly("extents", &PyLease::Extents,
+                             "The lease's extents as (offset, length, page_size), in order, back\n"
+                             "to back; pin one io_uring buffer per extent.")
       .def("cuda_register", &PyLease::CudaRegister, py::arg("device") = 0,
            "Registers the mapping with CUDA on `device` (cuMemHostRegister, DEVICEMAP|PORTABLE).")
       .def("cuda_unregister", &PyLease::CudaUnregister)

@@ -83,6 +83,7 @@ def test_cuda_errors_without_a_driver(daemon, monkeypatch):
     with pytest.raises(cxlpool.NotFoundError):
         lease.device_ptr  # never registered
     assert lease.device_chunks == []
+    assert lease.extents == [(0, MiB, 4096)]  # one file: one extent
     # Registration failure does not fail the allocation; device_ptr says why.
     reg = c.allocate(MiB, cuda_register=True)
     with pytest.raises(cxlpool.Error) as e:

@@ -12,6 +12,8 @@
 //     the client gets the whole lease or a clear error, and after the
 //     restart the accounting is back to zero once that client is gone;
 //   * RECLAIM requests whose extents do not add up are refused, naming why;
+//   * both APIs list a lease's extents (Lease::extents, cxlpool_lease_extent),
+//     each exactly one mapping of its own file in /proc/self/maps;
 //   * a lease of more extents than one frame carries (131, against 64 fds a
 //     frame) survives a SIGKILL and is handed back whole, its RECLAIM split
 //     over EXTENT_FDS frames; a split RECLAIM whose frames do not add up, or
@@ -23,8 +25,12 @@
 #include <sys/wait.h>
 
 #include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
 
 #include "cxlpool/client.hpp"
+#include "cxlpool/cxlpool.h"
 #include "cxlpool/proto/extents.h"
 #include "cxlpool/proto/ipc.h"
 #include "cxlpool/proto/socket.h"
@@ -162,6 +168,75 @@ TEST_F(MultiExtentTest, OneRangeAcrossExtentsSurvivesASigkill) {
   ASSERT_TRUE(back) << last;
   EXPECT_EQ(w.Ask('v'), 1u);  // same mapping, same data across the boundaries
   EXPECT_EQ(w.Ask('x'), 1u);
+  ExpectBaseline();
+}
+
+// The file (device:inode) mapped at exactly [start, end) in this process;
+// "" when no mapping has those bounds.
+std::string FileMappedAt(uintptr_t start, uintptr_t end) {
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    std::istringstream in(line);
+    std::string range, perms, offset, dev, inode;
+    in >> range >> perms >> offset >> dev >> inode;
+    const size_t dash = range.find('-');
+    if (std::stoull(range.substr(0, dash), nullptr, 16) == start &&
+        std::stoull(range.substr(dash + 1), nullptr, 16) == end) {
+      return dev + ":" + inode;
+    }
+  }
+  return "";
+}
+
+TEST_F(MultiExtentTest, BothApisListTheExtentsAsTheyAreMapped) {
+  cxlpool_client* c = nullptr;
+  ASSERT_EQ(cxlpool_connect(daemon_.socket().c_str(), &c), CXLPOOL_OK)
+      << cxlpool_last_error_message();
+  cxlpool_alloc_opts o;
+  cxlpool_alloc_opts_init(&o);
+  o.size_bytes = kLeaseBytes;
+  cxlpool_lease* l = nullptr;
+  ASSERT_EQ(cxlpool_alloc(c, &o, &l), CXLPOOL_OK) << cxlpool_last_error_message();
+  const auto base = reinterpret_cast<uintptr_t>(cxlpool_lease_ptr(l));
+  ASSERT_EQ(cxlpool_lease_extent_count(l), 4);  // 2M + 2M + 2M + (1M + 8K)
+  const uint64_t lengths[] = {2 * kMiB, 2 * kMiB, 2 * kMiB, kMiB + 8192};
+  std::set<std::string> files;
+  uint64_t next = 0;
+  for (uint32_t i = 0; i < 4; ++i) {
+    uint64_t off = 1, len = 0, page = 0;
+    ASSERT_EQ(cxlpool_lease_extent(l, i, &off, &len, &page), CXLPOOL_OK)
+        << cxlpool_last_error_message();
+    EXPECT_EQ(off, next) << "extent " << i << " is right behind the one before";
+    EXPECT_EQ(len, lengths[i]) << "extent " << i;
+    EXPECT_EQ(page, 4096u);
+    const std::string file = FileMappedAt(base + off, base + off + len);
+    EXPECT_FALSE(file.empty()) << "extent " << i << " is one mapping of exactly its bounds";
+    files.insert(file);
+    next = off + len;
+  }
+  EXPECT_EQ(files.size(), 4u) << "each extent is its own file";
+  EXPECT_EQ(next, (kLeaseBytes + 4095) / 4096 * 4096);
+  EXPECT_EQ(cxlpool_lease_extent(l, 4, nullptr, nullptr, nullptr), CXLPOOL_ENOT_FOUND);
+  EXPECT_NE(std::string(cxlpool_last_error_message()).find("extent 4 of 4"), std::string::npos);
+  EXPECT_EQ(cxlpool_lease_extent(nullptr, 0, nullptr, nullptr, nullptr), CXLPOOL_EINVALID_ARGUMENT);
+  EXPECT_EQ(cxlpool_lease_extent_count(nullptr), CXLPOOL_EINVALID_ARGUMENT);
+  ASSERT_EQ(cxlpool_release(l), CXLPOOL_OK);
+
+  // The C++ API says the same of a lease of one file.
+  auto client = cxlpool::Client::Connect(daemon_.socket());
+  ASSERT_TRUE(client.ok());
+  cxlpool::AllocOptions ao;
+  ao.size_bytes = kMiB;
+  auto one = client->Allocate(ao);
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  std::vector<cxlpool::LeaseExtent> extents = one->extents();
+  ASSERT_EQ(extents.size(), 1u);
+  EXPECT_EQ(extents[0].offset, 0u);
+  EXPECT_EQ(extents[0].length, kMiB);
+  EXPECT_TRUE(cxlpool::Lease().extents().empty());
+  ASSERT_TRUE(one->Release().ok());
+  cxlpool_disconnect(c);
   ExpectBaseline();
 }
 

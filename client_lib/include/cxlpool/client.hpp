@@ -187,6 +187,14 @@ struct DeviceChunk {
   uint64_t length = 0;
 };
 
+// One extent of a lease (cxlpool.h, cxlpool_lease_extent): a separate file,
+// mapped at data() + offset.
+struct LeaseExtent {
+  uint64_t offset = 0;  // in the lease
+  uint64_t length = 0;
+  uint64_t page_size = 4096;
+};
+
 // Tiering (cxlpool.h, "tiering"): hints and a lease's migration record.
 enum class TierHint : int { kHot = 1, kCold = 2, kWillNeed = 3, kDontNeed = 4 };
 enum class MigrationPhase : int { kPrepare = 1, kResume = 2 };
@@ -237,6 +245,9 @@ class CXLPOOL_EXPORT Lease {
   ClientResult<uint64_t> device_ptr() const;
   // Empty when not registered.
   std::vector<DeviceChunk> device_chunks() const;
+  // The lease's extents in order, back to back from data(); one for a lease
+  // of one file. Empty for an empty lease.
+  std::vector<LeaseExtent> extents() const;
   // Registers the mapping with CUDA on `device` (see cxlpool.h); then
   // checks where the pages are, as Verify() does.
   ClientStatus CudaRegister(int device);

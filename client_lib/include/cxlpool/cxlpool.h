@@ -304,6 +304,24 @@ CXLPOOL_EXPORT int cxlpool_lease_device_chunk(const cxlpool_lease* l, uint32_t i
                                               uint64_t* device_ptr, uint64_t* offset,
                                               uint64_t* length);
 
+/* ---- extents ----
+ * A lease is one contiguous range made of one or more extents, each its own
+ * file mapped back to back from cxlpool_lease_ptr(). CUDA registration
+ * (cxlpool_lease_cuda_register) and the library's own checks cover every
+ * extent. Code that pins the lease by other means may need one pin per
+ * extent: io_uring, for example, refuses one fixed buffer that spans
+ * several files (EINVAL), so register one buffer per extent. */
+
+/* Number of extents (at least 1 for a mapped lease), or EINVALID_ARGUMENT
+ * (NULL). */
+CXLPOOL_EXPORT int cxlpool_lease_extent_count(const cxlpool_lease* l);
+
+/* The index-th extent: its offset and length in the lease and its page
+ * size in bytes. Any out pointer may be NULL. Errors: EINVALID_ARGUMENT
+ * (NULL), ENOT_FOUND (index out of range). */
+CXLPOOL_EXPORT int cxlpool_lease_extent(const cxlpool_lease* l, uint32_t index, uint64_t* offset,
+                                        uint64_t* length, uint64_t* page_size);
+
 /* ---- tiering ----
  * The daemon keeps hot ranges of leases in DRAM near the holder's GPU and
  * cold ones in CXL memory, moving pages in place: the lease's pointer and
