@@ -5,7 +5,9 @@
 #   vm_qemu_run DIR TIMEOUT SHELL VERBOSE QEMU-ARGV...
 #     writes DIR/qemu-cmdline, runs QEMU with its serial console in
 #     DIR/console.log (SHELL=1: on the terminal, no timeout; VERBOSE=1: also
-#     streamed), leaves DIR/console.txt (no CRs) and sets VM_QEMU_RC.
+#     streamed), leaves DIR/console.txt (no CRs) and sets VM_QEMU_RC: 200
+#     when the guest printed its result line but did not power off within
+#     $VM_POWEROFF_GRACE seconds (default 90) and was stopped.
 #
 #   vm_verdict NAME DIR TIMEOUT SHELL
 #     prints the guest's CXLPOOL-VM-CHECK lines, sets VM_RESULT (its
@@ -27,8 +29,30 @@ vm_qemu_run() {
     VM_QEMU_RC=${PIPESTATUS[0]}
   else
     timeout -k 10 "$timeout_s" "$@" -chardev "file,id=con,path=$dir/console.log" \
-      -serial chardev:con </dev/null >"$dir/qemu.log" 2>&1
-    VM_QEMU_RC=$?
+      -serial chardev:con </dev/null >"$dir/qemu.log" 2>&1 &
+    local qpid=$! result_at=0 stopped=0 grace=${VM_POWEROFF_GRACE:-90}
+    # A guest that printed its result and then does not power off within
+    # `grace` seconds is stopped: its checks are over, only the result disk
+    # is left (QEMU's virtio-blk can hang on it; see guest/init).
+    while kill -0 "$qpid" 2>/dev/null; do
+      if ((result_at == 0)) && grep -aq 'CXLPOOL-VM-RESULT topology=' "$dir/console.log" 2>/dev/null; then
+        result_at=$SECONDS
+      fi
+      if ((result_at > 0 && SECONDS - result_at > grace)); then
+        kill -TERM "$qpid" 2>/dev/null
+        wait "$qpid" 2>/dev/null
+        stopped=1
+        echo "guest printed its result but did not power off within ${grace}s; stopped" >>"$dir/qemu.log"
+        break
+      fi
+      sleep 1
+    done
+    if ((stopped)); then
+      VM_QEMU_RC=200
+    else
+      wait "$qpid"
+      VM_QEMU_RC=$?
+    fi
   fi
   tr -d '\r' <"$dir/console.log" >"$dir/console.txt" 2>/dev/null
 }
@@ -38,6 +62,13 @@ vm_verdict() {
   VM_RESULT=$(grep -a "^CXLPOOL-VM-RESULT topology=$name " "$dir/console.txt" | tail -n1)
   grep -a '^CXLPOOL-VM-CHECK ' "$dir/console.txt" | sed "s/^CXLPOOL-VM-CHECK /  [$name] /"
   VM_STATUS=fail VM_WHY=""
+  if [[ $rc -eq 200 ]]; then
+    # Stopped after its result line (vm_qemu_run): judged on that line; the
+    # files it meant to leave on the result disk are missing.
+    vm_log "$name: the guest printed its result but did not power off; stopped" \
+      "(its result disk, $dir/out, may be incomplete; qemu: $(tail -n 2 "$dir/qemu.log" | tr '\n' ' '))"
+    rc=0
+  fi
   if [[ $rc -eq 124 || $rc -eq 137 ]]; then
     VM_WHY="timed out after ${timeout_s}s"
   elif [[ -z $VM_RESULT ]]; then
