@@ -51,7 +51,8 @@ class ReloadTest : public ::testing::Test {
   std::string dir_, path_;
 };
 
-constexpr const char* kGood = R"(
+// The [daemon] and [pools] part that the configs below share.
+constexpr const char* kPoolsHead = R"(
 [daemon]
 log_level = "debug"
 [pools]
@@ -60,7 +61,9 @@ pin = false
 thp = false
 reserve_low = "2M"
 reserve_high = "2M"
-[pools.node.1]
+)";
+
+const std::string kGood = std::string(kPoolsHead) + R"([pools.node.1]
 capacity = "16M"
 [[quota]]
 uid = 1000
@@ -207,16 +210,7 @@ max_bytes = "8M"
   ASSERT_EQ(h_.Pool("node0").reserve_ready_bytes, 8 * kMiB);
   for (const std::string key : {"pools", "pools.node.1"}) {
     const std::string warm = "warm_stock = [{ size = \"2M\", count = 1 }]\n";
-    auto r = Reload(R"(
-[daemon]
-log_level = "debug"
-[pools]
-capacity = "100%"
-pin = false
-thp = false
-reserve_low = "2M"
-reserve_high = "2M"
-)" + (key == "pools" ? warm : "[pools.node.1]\n" + warm) +
+    auto r = Reload(kPoolsHead + (key == "pools" ? warm : "[pools.node.1]\n" + warm) +
                     R"(
 [[quota]]
 uid = 1000

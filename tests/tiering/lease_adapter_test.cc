@@ -31,6 +31,13 @@ std::pair<uint64_t, uint64_t> QuotaUse(Harness& h, const std::string& tier) {
   return h.mgr->mutable_quotas()->Usage(QuotaScope::kUid, "1000", tier);
 }
 
+// The next daemon: restart enabled on `store` and `probe` (ids from
+// `next_id`), the journal recovered with no grace period.
+void Restart(Harness& h, FakeStore& store, FakeProbe& probe, uint64_t next_id) {
+  h.mgr->EnableRestart(&store, &probe, next_id);
+  h.mgr->Recover(store.Journalled(), {}, std::chrono::seconds(0));
+}
+
 // The test config with node2 (the CXL node) cut to 2 MiB: a restart finds
 // no room there for a move that was under way.
 DaemonConfig Node2Of2MiB() {
@@ -261,8 +268,7 @@ TEST(LeaseAdapterTest, TheJournalKeepsAnUnfinishedMoveAndARestartAccountsItAgain
   // reserved again for the move that was under way.
   {
     Harness h(TwoSocketCxl(16 * kMiB));
-    h.mgr->EnableRestart(&store, &probe, 100);
-    h.mgr->Recover(store.Journalled(), {}, std::chrono::seconds(0));
+    Restart(h, store, probe, 100);
     LeaseManagerTable table(h.mgr.get(), true);
     auto f = table.Find(id);
     ASSERT_TRUE(f.has_value());
@@ -278,8 +284,7 @@ TEST(LeaseAdapterTest, TheJournalKeepsAnUnfinishedMoveAndARestartAccountsItAgain
   // A restart where node2 has no room left: the move is finished backwards.
   {
     Harness h(TwoSocketCxl(16 * kMiB), Node2Of2MiB());
-    h.mgr->EnableRestart(&store, &probe, 200);
-    h.mgr->Recover(store.Journalled(), {}, std::chrono::seconds(0));
+    Restart(h, store, probe, 200);
     LeaseManagerTable table(h.mgr.get(), true);
     auto f = table.Find(id);
     ASSERT_TRUE(f.has_value());
@@ -407,8 +412,7 @@ TEST(LeaseAdapterTest, AHalfMovedMultiExtentLeaseWithNoRoomAfterARestartMovesBac
     h.mgr->HandOver();
   }
   Harness h(TwoSocketCxl(16 * kMiB), Node2Of2MiB());
-  h.mgr->EnableRestart(&store, &probe, 200);
-  h.mgr->Recover(store.Journalled(), {}, std::chrono::seconds(0));
+  Restart(h, store, probe, 200);
   LeaseManagerTable table(h.mgr.get(), true);
   auto f = table.Find(id);
   ASSERT_TRUE(f.has_value());
