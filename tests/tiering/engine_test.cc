@@ -249,6 +249,15 @@ class FakeChannel final : public HolderChannel {
 
 class EngineTest : public ::testing::Test {
  protected:
+  // A holder's answer to a cooperative migration: moved to node 0, `bytes`.
+  static void ExpectMovedToNode0(const std::optional<Result<MigrationOutcome>>& answer,
+                                 uint64_t bytes) {
+    ASSERT_TRUE(answer.has_value());
+    ASSERT_TRUE(answer->ok()) << answer->status().ToString();
+    EXPECT_TRUE((*answer)->moved);
+    EXPECT_EQ((*answer)->numa_node, 0);
+    EXPECT_EQ((*answer)->bytes, bytes);
+  }
   void Make(TieringOptions o = Defaults()) {
     engine = std::make_unique<TieringEngine>(&table, &migrator, &channel, &clock, io.get_executor(),
                                              io.get_executor(), o);
@@ -618,11 +627,7 @@ TEST_F(EngineTest, CooperativeMoveWaitsForTheHolderAndAnswersAfterTheMove) {
                            [&](Result<MigrationOutcome> o) { answer.emplace(std::move(o)); });
   EXPECT_FALSE(answer.has_value());  // answered after the move
   Drain();
-  ASSERT_TRUE(answer.has_value());
-  ASSERT_TRUE(answer->ok()) << answer->status().ToString();
-  EXPECT_TRUE((*answer)->moved);
-  EXPECT_EQ((*answer)->numa_node, 0);
-  EXPECT_EQ((*answer)->bytes, 64 * kMiB);
+  ASSERT_NO_FATAL_FAILURE(ExpectMovedToNode0(answer, 64 * kMiB));
   ASSERT_EQ(migrator.requests.size(), 1u);
   EXPECT_EQ(migrator.requests[0].max_bytes_per_s, 0u);  // a pause: as fast as it goes
   EXPECT_EQ(table.PoolOf(1), "node0");
@@ -936,11 +941,7 @@ TEST_F(EngineTest, ACooperativeMultiExtentLeaseMovesEveryExtentInOnePause) {
   engine->OnMigrationReady(7, ask.migration_id, true, "",
                            [&](Result<MigrationOutcome> o) { answer.emplace(std::move(o)); });
   Drain();
-  ASSERT_TRUE(answer.has_value());
-  ASSERT_TRUE(answer->ok()) << answer->status().ToString();
-  EXPECT_TRUE((*answer)->moved);
-  EXPECT_EQ((*answer)->numa_node, 0);
-  EXPECT_EQ((*answer)->bytes, 64 * kMiB);
+  ASSERT_NO_FATAL_FAILURE(ExpectMovedToNode0(answer, 64 * kMiB));
   ASSERT_EQ(migrator.requests.size(), 4u);
   EXPECT_EQ(channel.asks.size(), 1u);  // one ask, one pause
   EXPECT_EQ(table.UnitsOn(1, "node0"), 4u);
