@@ -325,13 +325,8 @@ Result<wire::Frame> ClientCore::CallReclaim(const proto::ReclaimRequest& req,
   Result<std::vector<wire::PlannedFrame>> plan =
       wire::PlanReclaimRequest(req, fds.size(), request_fds_per_frame_, max_payload_bytes_);
   if (!plan.ok()) return plan.status();
-  if (plan->front().payload.size() > max_request_bytes_) {
-    return Status(Code::kInvalidArgument,
-                  "RECLAIM_REQUEST of " + std::to_string(fds.size()) + " extent(s) is " +
-                      std::to_string(plan->front().payload.size()) +
-                      " bytes, more than the daemon reads (" + std::to_string(max_request_bytes_) +
-                      ", limits.max_request_bytes)");
-  }
+  CXLPOOL_RETURN_IF_ERROR(
+      wire::CheckReclaimRequestBytes(plan->front(), fds.size(), max_request_bytes_));
   const uint64_t id = next_request_id_++;
   for (const wire::PlannedFrame& f : *plan) {
     Status s =

@@ -48,6 +48,7 @@ class BuildQueue {
   // waiting was refused by may_start: call Retry later.
   bool held() const { return held_; }
 
+  size_t max_running() const { return max_running_; }
   size_t running() const { return running_; }
   size_t waiting() const { return waiting_count_; }
 

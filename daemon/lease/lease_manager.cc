@@ -65,7 +65,8 @@ Result<PageCensus> CensusExtents(const std::vector<std::unique_ptr<Backing>>& ex
 // whole size, or pieces of at most `max_extent` (the last the rest) for a
 // memfd pool when `max_extent` is set. Worker threads (or the loop, inline).
 Result<std::vector<std::unique_ptr<Backing>>> BuildExtents(const Pool* pool, uint64_t size,
-                                                           bool hugetlb, uint64_t max_extent) {
+                                                           bool hugetlb, uint64_t max_extent,
+                                                           const FillOffer& offer = {}) {
   std::vector<std::unique_ptr<Backing>> out;
   // Every piece a whole number of the lease's pages.
   const uint64_t page =
@@ -74,7 +75,7 @@ Result<std::vector<std::unique_ptr<Backing>>> BuildExtents(const Pool* pool, uin
   const bool cut = step > 0 && size > step && std::string(pool->backing()) == "memfd";
   for (uint64_t at = 0; at < size;) {
     const uint64_t piece = cut ? std::min(step, size - at) : size;
-    auto b = pool->Build(piece, hugetlb);
+    auto b = pool->Build(piece, hugetlb, offer);
     if (!b.ok()) return b.status();  // the pieces built so far reclaim themselves
     out.push_back(std::move(*b));
     at += piece;
@@ -512,28 +513,69 @@ void LeaseManager::StartBuild(BuildJob job) {
     (*on_loop)(std::move(built));  // the grant: journal, reply
     if (busy_charge_) busy_charge_(uid, took + (std::chrono::steady_clock::now() - start));
   };
-  build_queue_.Submit(uid, [this, pool, sz, hugetlb, settle, max_extent, finish]() {
-    boost::asio::post(workers_, [this, pool, sz, hugetlb, settle, max_extent, finish]() mutable {
-      const auto start = std::chrono::steady_clock::now();
-      // A long-term pin on a mixed node: only where its
-      // kernel zones have room, then moved there.
-      Status zone_room =
-          settle != nullptr ? CheckKernelZoneRoom(sz, pool->numa_node(), *settle) : Status::Ok();
-      auto built = std::make_shared<Result<Extents>>(
-          zone_room.ok() ? BuildExtents(pool, sz, hugetlb, max_extent)
-                         : Result<Extents>(zone_room));
-      for (size_t i = 0; built->ok() && settle != nullptr && i < (*built)->size(); ++i) {
-        const Backing& b = *(**built)[i];
-        Status st =
-            SettleInKernelZones(b.daemon_addr(), b.size_bytes(), b.page_size(), pool->numa_node());
-        if (!st.ok()) *built = st;  // the extents reclaim themselves
-      }
-      const std::chrono::nanoseconds took = std::chrono::steady_clock::now() - start;
-      boost::asio::post(loop_,
-                        [finish, built, took]() mutable { finish(std::move(*built), took); });
+  // A large prefault is shared with idle workers (OfferFill): on the
+  // worker, handed to the loop.
+  FillOffer offer = [this, alive, uid](const std::shared_ptr<SharedFill>& fill) {
+    boost::asio::post(loop_, [this, alive, uid, fill]() {
+      auto a = alive.lock();
+      if (a && *a) OfferFill(uid, fill);
     });
+  };
+  build_queue_.Submit(uid, [this, pool, sz, hugetlb, settle, max_extent, finish, offer]() {
+    boost::asio::post(
+        workers_, [this, pool, sz, hugetlb, settle, max_extent, finish, offer]() mutable {
+          const auto start = std::chrono::steady_clock::now();
+          // A long-term pin on a mixed node: only where its
+          // kernel zones have room, then moved there.
+          Status zone_room = settle != nullptr ? CheckKernelZoneRoom(sz, pool->numa_node(), *settle)
+                                               : Status::Ok();
+          auto built = std::make_shared<Result<Extents>>(
+              zone_room.ok() ? BuildExtents(pool, sz, hugetlb, max_extent, offer)
+                             : Result<Extents>(zone_room));
+          for (size_t i = 0; built->ok() && settle != nullptr && i < (*built)->size(); ++i) {
+            const Backing& b = *(**built)[i];
+            Status st = SettleInKernelZones(b.daemon_addr(), b.size_bytes(), b.page_size(),
+                                            pool->numa_node());
+            if (!st.ok()) *built = st;  // the extents reclaim themselves
+          }
+          const std::chrono::nanoseconds took = std::chrono::steady_clock::now() - start;
+          boost::asio::post(loop_,
+                            [finish, built, took]() mutable { finish(std::move(*built), took); });
+        });
   });
   RetryHeldBuilds();
+}
+
+void LeaseManager::OfferFill(uid_t uid, const std::shared_ptr<SharedFill>& fill) {
+  // One helper per other worker, each taking one chunk per turn: a helper
+  // slot goes back to the BuildQueue after every chunk, so another uid's
+  // build waits for one chunk, not for this whole build. Offered even when
+  // the owner has taken every chunk by now (a helper then finds none).
+  const uint64_t others = build_queue_.max_running() - 1;
+  const uint64_t helpers = std::min<uint64_t>(others, fill->chunks() - 1);
+  for (uint64_t i = 0; i < helpers; ++i) SubmitFillHelper(uid, fill);
+}
+
+void LeaseManager::SubmitFillHelper(uid_t uid, const std::shared_ptr<SharedFill>& fill) {
+  Count("build_helpers");
+  std::weak_ptr<bool> alive = alive_;
+  build_queue_.Submit(uid, [this, alive, uid, fill]() {
+    boost::asio::post(workers_, [this, alive, uid, fill]() {
+      const auto start = std::chrono::steady_clock::now();
+      const bool took = fill->HelpOne();
+      const std::chrono::nanoseconds spent = std::chrono::steady_clock::now() - start;
+      boost::asio::post(loop_, [this, alive, uid, fill, took, spent]() {
+        auto a = alive.lock();
+        if (!a || !*a) return;
+        build_queue_.Done(uid);
+        if (took) Count("build_helper_chunks");
+        if (busy_charge_) busy_charge_(uid, spent);
+        // Its turn again, behind whatever waits now.
+        if (took && !stopping_ && !fill->exhausted()) SubmitFillHelper(uid, fill);
+        RetryHeldBuilds();
+      });
+    });
+  });
 }
 
 void LeaseManager::UndoBuildHold(const BuildJob& job) {

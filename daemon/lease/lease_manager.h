@@ -385,6 +385,11 @@ class LeaseManager {
   // kernel-zone settle), or undoes the hold and refuses.
   void FinishBuild(BuildJob job, Result<Extents> built);
   void UndoBuildHold(const BuildJob& job);
+  // A worker's build offers its prefault (pool/shared_fill.h): helpers for
+  // the other workers, through the BuildQueue under the owner's uid, one
+  // chunk per turn (counters build_helpers, build_helper_chunks).
+  void OfferFill(uid_t uid, const std::shared_ptr<SharedFill>& fill);
+  void SubmitFillHelper(uid_t uid, const std::shared_ptr<SharedFill>& fill);
   uint64_t Insert(ConnId conn, const AllocParams& p, Pool* pool, uint64_t size, Extents extents,
                   bool from_warm, std::string reason);
   // Ends a lease: bookkeeping now, memory reclaimed off the request path

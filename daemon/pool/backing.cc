@@ -225,7 +225,16 @@ Result<BuiltMemfd> BuildMemfd(const MemfdSpec& spec) {
       return pin_error(errno);
     }
   }
-  if (spec.prefault) CXLPOOL_RETURN_IF_ERROR(Prefault(addr, spec.size_bytes, page, step));
+  if (spec.prefault && step == 0 && spec.offer_fill &&
+      spec.size_bytes >= 2 * SharedFillChunk(spec.size_bytes)) {
+    auto fill = std::make_shared<SharedFill>(
+        addr, spec.size_bytes, SharedFillChunk(spec.size_bytes),
+        [page](char* at, uint64_t len) { return PrefaultRange(at, len, page); });
+    spec.offer_fill(fill);
+    CXLPOOL_RETURN_IF_ERROR(fill->Run());  // every chunk done: the mapping may go
+  } else if (spec.prefault) {
+    CXLPOOL_RETURN_IF_ERROR(Prefault(addr, spec.size_bytes, page, step));
+  }
   if (spec.pin && !locked && ::mlock(addr, spec.size_bytes) != 0) return pin_error(errno);
   if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SEAL) != 0) {
     return Status::FromErrno(errno, "seal memfd");

@@ -9,7 +9,9 @@
 //   mapping, so each page is locked as the prefault brings it in (one pass;
 //   plain mlock afterwards where the kernel lacks mlock2);
 //   madvise(MADV_POPULATE_WRITE) (fallback: touch every page), in steps
-//   with a sched_yield() between them for background builds;
+//   with a sched_yield() between them for background builds, or for a
+//   request-path build of at least two chunks cut into chunks that idle
+//   workers help with (MemfdSpec::offer_fill, pool/shared_fill.h);
 //   seal F_SEAL_GROW|F_SEAL_SEAL (shrinking stays possible for revoke).
 // Reclaim() returns the memory even if a client leaked the fd:
 // ftruncate(fd, 0), munmap, close. A backing is never reused afterwards.
@@ -19,12 +21,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "cxlpool/common/fs.h"
 #include "cxlpool/common/status.h"
 #include "cxlpool/common/unique_fd.h"
+#include "pool/shared_fill.h"
 
 namespace cxlpool {
 
@@ -79,6 +83,12 @@ struct MemfdSpec {
   // would wait for the whole build. A step is 64 KiB of small pages, or
   // one 2 MiB page for hugetlb and THP.
   bool yield_between_steps = false;
+  // Request-path builds: a prefault of at least two SharedFillChunk()s is
+  // shared (pool/shared_fill.h). This is called on the building thread with
+  // the fill before it fills its own share, so that idle workers can take
+  // chunks (SharedFill::HelpOne); the build returns only once every chunk is
+  // filled. Not with yield_between_steps. Empty: one thread prefaults all.
+  FillOffer offer_fill;
 };
 
 // Builds, places, prefaults, pins and seals one memfd. Errors: INVALID_ARGUMENT

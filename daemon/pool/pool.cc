@@ -176,8 +176,10 @@ uint64_t MemfdPool::FreeHugepages() const {
   return ParseU64(*text).value_or(0);
 }
 
-Result<std::unique_ptr<Backing>> MemfdPool::Build(uint64_t size, bool hugetlb) const {
+Result<std::unique_ptr<Backing>> MemfdPool::Build(uint64_t size, bool hugetlb,
+                                                  const FillOffer& offer) const {
   MemfdSpec spec;
+  spec.offer_fill = offer;
   spec.size_bytes = size;
   spec.numa_node = opts_.bind ? numa_node() : -1;
   spec.pin = cfg_.pin;
@@ -250,7 +252,7 @@ uint64_t DeviceNumberOf(DaxControl* control, int fd) {
 }
 }  // namespace
 
-Result<std::unique_ptr<Backing>> DevdaxPool::Build(uint64_t size, bool) const {
+Result<std::unique_ptr<Backing>> DevdaxPool::Build(uint64_t size, bool, const FillOffer&) const {
   if (!dynamic_) {
     if (device_.empty()) return Status(Code::kNotFound, name() + ": region has no device");
     auto fd = control_->Open(device_);

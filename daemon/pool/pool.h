@@ -57,8 +57,10 @@ class Pool {
   // can never fit.
   virtual Result<uint64_t> RoundSize(uint64_t requested, bool hugetlb) const = 0;
   // Builds one backing of `size` (already rounded) for a request. Worker
-  // threads.
-  virtual Result<std::unique_ptr<Backing>> Build(uint64_t size, bool hugetlb) const = 0;
+  // threads. A memfd pool hands a large build's prefault to `offer`
+  // (MemfdSpec::offer_fill) so idle workers can help; others ignore it.
+  virtual Result<std::unique_ptr<Backing>> Build(uint64_t size, bool hugetlb,
+                                                 const FillOffer& offer = {}) const = 0;
 
   // ---- accounting (event-loop thread) ----
   uint64_t capacity() const { return capacity_; }
@@ -136,7 +138,8 @@ class MemfdPool final : public Pool {
   const char* backing() const override { return "memfd"; }
   uint64_t page_size() const override { return cfg_.hugetlb ? (2ull << 20) : 4096; }
   Result<uint64_t> RoundSize(uint64_t requested, bool hugetlb) const override;
-  Result<std::unique_ptr<Backing>> Build(uint64_t size, bool hugetlb) const override;
+  Result<std::unique_ptr<Backing>> Build(uint64_t size, bool hugetlb,
+                                         const FillOffer& offer = {}) const override;
   ExtentReserve* reserve() override { return reserve_.get(); }
   const ExtentReserve* reserve() const override { return reserve_.get(); }
   // New watermarks (config reload); INVALID_ARGUMENT (nothing changed) when
@@ -167,7 +170,8 @@ class DevdaxPool final : public Pool {
   uint64_t page_size() const override { return align_; }
   bool dynamic_region() const override { return dynamic_; }
   Result<uint64_t> RoundSize(uint64_t requested, bool hugetlb) const override;
-  Result<std::unique_ptr<Backing>> Build(uint64_t size, bool hugetlb) const override;
+  Result<std::unique_ptr<Backing>> Build(uint64_t size, bool hugetlb,
+                                         const FillOffer& offer = {}) const override;
 
   // ---- restart (lease/lease_restart.cc) ----
   // The device a journalled lease of this pool holds: `journalled` for a

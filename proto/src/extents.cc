@@ -115,6 +115,15 @@ Result<std::vector<PlannedFrame>> PlanLeaseReply(proto::MsgType reply_type,
   return out;
 }
 
+Status CheckReclaimRequestBytes(const PlannedFrame& first, size_t fd_count,
+                                uint64_t max_request_bytes) {
+  if (max_request_bytes == 0 || first.payload.size() <= max_request_bytes) return Status::Ok();
+  return Status(Code::kInvalidArgument,
+                "RECLAIM_REQUEST of " + std::to_string(fd_count) + " extent(s) is " +
+                    std::to_string(first.payload.size()) + " bytes, more than the daemon reads (" +
+                    std::to_string(max_request_bytes) + ", limits.max_request_bytes)");
+}
+
 Result<std::vector<PlannedFrame>> PlanReclaimRequest(const proto::ReclaimRequest& request,
                                                      size_t fd_count, size_t fds_per_frame,
                                                      uint32_t max_payload_bytes) {

@@ -17,7 +17,9 @@
 #include <cstring>
 #include <fstream>
 #include <initializer_list>
+#include <memory>
 #include <string>
+#include <thread>
 
 #include "cxlpool/common/fs.h"
 
@@ -108,6 +110,49 @@ TEST_F(BackingTest, StepwisePrefaultLeavesEveryPageResidentOnTheNode) {
     ASSERT_EQ(nodes.size(), size / page) << size << ": every page is resident";
     for (int n : nodes) ASSERT_EQ(n, 0) << size;
   }
+}
+
+// A request-path build of at least two chunks offers its prefault
+// (MemfdSpec::offer_fill): a helper that takes a chunk at the offer and a
+// thread that takes the rest alongside the owner leave every page resident
+// on the bound node (move_pages); a build of one chunk is not offered.
+TEST_F(BackingTest, ASharedPrefaultLeavesEveryPageResidentOnTheNode) {
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t size = 12 * (2ull << 20) + 3 * page;  // 13 chunks of 2 MiB, the last 3 pages
+  std::shared_ptr<SharedFill> offered;
+  std::thread helper;
+  MemfdSpec spec;
+  spec.size_bytes = size;
+  spec.numa_node = 0;
+  spec.pin = false;
+  spec.offer_fill = [&](const std::shared_ptr<SharedFill>& fill) {
+    offered = fill;
+    EXPECT_TRUE(fill->HelpOne());  // the first chunk, before the owner starts
+    helper = std::thread([fill] {
+      while (fill->HelpOne()) {
+      }
+    });
+  };
+  auto b = CreateMemfdBacking(spec);
+  if (helper.joinable()) helper.join();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_NE(offered, nullptr) << "the prefault was offered";
+  EXPECT_EQ(offered->chunks(), 13u);
+  EXPECT_GE(offered->helped(), 1u);
+  EXPECT_TRUE(offered->exhausted());
+  auto nodes = PageNodes((*b)->daemon_addr(), size);
+  ASSERT_EQ(nodes.size(), size / page) << "every page is resident";
+  for (int n : nodes) ASSERT_EQ(n, 0);
+
+  bool small_offered = false;
+  spec.size_bytes = 3ull << 20;  // under two chunks
+  spec.offer_fill = [&](const std::shared_ptr<SharedFill>&) { small_offered = true; };
+  auto small = CreateMemfdBacking(spec);
+  ASSERT_TRUE(small.ok()) << small.status().ToString();
+  EXPECT_FALSE(small_offered);
+  nodes = PageNodes((*small)->daemon_addr(), spec.size_bytes);
+  ASSERT_EQ(nodes.size(), spec.size_bytes / page);
+  for (int n : nodes) ASSERT_EQ(n, 0);
 }
 
 // prefault = false (in-process harnesses): no page is resident after the

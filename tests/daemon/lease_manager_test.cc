@@ -994,6 +994,60 @@ TEST(LeaseManagerInlineTest, SmallLeasesNeverWaitForAWorker) {
   mgr.Shutdown();
 }
 
+// A cold build on a worker offers its prefault to the other workers: one
+// helper per other worker, through the BuildQueue under the owner's uid
+// (build_helpers), each taking one chunk per turn. Here the owner's worker
+// runs alone first, so it fills every chunk and the helper finds none; with
+// one worker, or a lease of one chunk, nothing is offered.
+TEST(LeaseManagerInlineTest, AColdBuildOffersItsPrefaultToTheOtherWorkers) {
+  InlineManager m;
+  LeaseManager& mgr = *m.mgr;
+  mgr.SetBuildConcurrency(2);
+  auto count = [&](const char* name) {
+    auto c = mgr.Counters();
+    return c.count(name) ? c.at(name) : 0;
+  };
+  auto build = [&]() -> Result<Granted> {
+    std::optional<Result<Granted>> out;
+    AllocParams p;
+    p.size_bytes = 8 * kMiB;  // 4 chunks of 2 MiB
+    p.numa_node = 0;
+    mgr.Allocate(1, p, [&](Result<Granted> g) { out.emplace(std::move(g)); });
+    m.RunLoop();
+    EXPECT_FALSE(out.has_value()) << "a worker builds it";
+    m.workers.restart();
+    EXPECT_EQ(m.workers.run_one(), 1u);  // the owner's build, alone
+    m.RunLoop();                         // the offer, then the grant
+    m.workers.restart();
+    m.workers.run();  // the helper
+    m.RunLoop();
+    CXLPOOL_CHECK(out.has_value());
+    return std::move(*out);
+  };
+  auto g = build();
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(count("build_helpers"), 1u);
+  EXPECT_EQ(count("build_helper_chunks"), 0u) << "the owner took every chunk first";
+  // The pages are there for the client: map the fd and check with mincore.
+  const size_t len = g->lease.size_bytes;
+  void* at = ::mmap(nullptr, len, PROT_READ, MAP_SHARED, g->fd(), 0);
+  ASSERT_NE(at, MAP_FAILED);
+  std::vector<unsigned char> in(len / 4096);
+  ASSERT_EQ(::mincore(at, len, in.data()), 0);
+  for (unsigned char c : in) ASSERT_TRUE(c & 1);
+  ::munmap(at, len);
+  ASSERT_TRUE(mgr.Release(1, g->lease.id).ok());
+  m.workers.restart();
+  m.workers.run();
+  m.RunLoop();
+
+  mgr.SetBuildConcurrency(1);
+  auto alone = build();
+  ASSERT_TRUE(alone.ok()) << alone.status().ToString();
+  EXPECT_EQ(count("build_helpers"), 1u) << "one worker: no helper";
+  mgr.Shutdown();
+}
+
 // The reply to a RELEASE goes out as Release() returns; the truncation (on
 // the loop for a small lease) waits for the loop's next turn, so it never
 // delays that reply. Shutdown starts what is still deferred at once.

@@ -465,7 +465,10 @@ TEST_F(AssemblerErrors, TheFramesThatFollow) {
 class ScriptedServer {
  public:
   using Script = std::function<void(int sock, const Frame& req, uint16_t version)>;
-  explicit ScriptedServer(Script script) : script_(std::move(script)) {
+  // `max_fds_per_frame`: what the HELLO reply says the server reads per
+  // frame (0: nothing, as a daemon that predates split requests).
+  explicit ScriptedServer(Script script, uint32_t max_fds_per_frame = 0)
+      : script_(std::move(script)), max_fds_per_frame_(max_fds_per_frame) {
     int sv[2];
     EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
     client_.Reset(sv[0]);
@@ -500,6 +503,7 @@ class ScriptedServer {
         }
         proto::HelloReply r;
         r.set_version(*v);
+        r.set_max_fds_per_frame(max_fds_per_frame_);
         (void)SendMessage(server_.get(), r, f->request_id(), {}, 5000, kHelloWireVersion);
         version = static_cast<uint16_t>(*v);
         continue;
@@ -509,6 +513,7 @@ class ScriptedServer {
     }
   }
   Script script_;
+  uint32_t max_fds_per_frame_ = 0;
   UniqueFd client_, server_;
   std::thread thread_;
   uint16_t hello_header_version_ = 0;
@@ -584,6 +589,58 @@ TEST(BlockingClient, NoCommonVersionNamesBoth) {
   EXPECT_EQ(c.status().code(), Code::kProtocol);
   EXPECT_NE(c.status().message().find("client speaks 3..5, server speaks 1..2"), std::string::npos)
       << c.status().message();
+}
+
+// A RECLAIM of more extents than the server reads per frame goes out split,
+// as libcxlpool sends it; one the server has no per-frame limit for goes as
+// one frame.
+TEST(BlockingClient, SplitsAReclaimOverTheFramesTheServerReads) {
+  const size_t n = 131;
+  std::vector<size_t> frame_fds;  // fds per frame the server read
+  size_t whole_fds = 0;
+  int announced = -1;
+  ScriptedServer s(
+      [&](int sock, const Frame& req, uint16_t version) {
+        RecvLimits limits;
+        limits.max_fds = 64;
+        Frame first;
+        first.header = req.header;
+        first.payload = req.payload;
+        for (const UniqueFd& fd : req.fds) first.fds.emplace_back(::dup(fd.get()));
+        frame_fds.push_back(req.fds.size());
+        announced = static_cast<int>(ReclaimRequestAssembler::AnnouncedFrames(first));
+        Frame whole;
+        if (announced > 0) {
+          ReclaimRequestAssembler a;
+          ASSERT_TRUE(a.Start(std::move(first)).ok());
+          while (!a.complete()) {
+            auto next = RecvFrame(sock, limits, 5000);
+            ASSERT_TRUE(next.ok()) << next.status().ToString();
+            frame_fds.push_back(next->fds.size());
+            ASSERT_TRUE(a.Add(std::move(*next)).ok());
+          }
+          whole = a.TakeRequest();
+        } else {
+          whole = std::move(first);
+        }
+        whole_fds = whole.fds.size();
+        proto::ReclaimReply r;
+        r.add_accepted(11);
+        ASSERT_TRUE(SendMessage(sock, r, req.request_id(), {}, 5000, version).ok());
+      },
+      64);
+  auto c = BlockingClient::Handshake(s.TakeClient());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  proto::ReclaimRequest req;
+  *req.add_leases() = Lease(11, std::vector<uint64_t>(n, 4096));
+  Memfds m(n, 4096);
+  proto::ReclaimReply r;
+  Status st = c->Call(req, &r, nullptr, m.raw);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(announced, 2);
+  EXPECT_EQ(frame_fds, (std::vector<size_t>{64, 64, 3}));
+  EXPECT_EQ(whole_fds, n);
+  EXPECT_EQ(r.accepted_size(), 1);
 }
 
 TEST(BlockingClient, AServerThatHangsUpMidReplyIsAnError) {

@@ -30,6 +30,7 @@
 #include <deque>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cxlpool.pb.h"
@@ -62,10 +63,19 @@ class BlockingClient {
   // into `out`. For lease replies `fds_out` gets one fd per extent, in order;
   // for others the fds the reply carried. A reply's fds are closed when
   // `fds_out` is null.
+  // A RECLAIM_REQUEST with more fds than the daemon reads in one frame
+  // (HelloReply.max_fds_per_frame) goes out split over EXTENT_FDS frames
+  // (PlanReclaimRequest), as libcxlpool sends it.
   template <typename Req, typename Rep>
   Status Call(const Req& req, Rep* out, std::vector<UniqueFd>* fds_out = nullptr,
               std::span<const int> send_fds = {}) {
-    Result<Frame> f = Exchange(TypeOf<Req>(), Encode(req), TypeOf<Rep>(), send_fds);
+    Result<Frame> f = [&] {
+      if constexpr (std::is_same_v<Req, proto::ReclaimRequest>) {
+        return ExchangeReclaim(req, send_fds);
+      } else {
+        return Exchange(TypeOf<Req>(), Encode(req), TypeOf<Rep>(), send_fds);
+      }
+    }();
     if (!f.ok()) return f.status();
     CXLPOOL_RETURN_IF_ERROR(DecodeReply(*f, out));
     if (fds_out != nullptr) *fds_out = std::move(f->fds);
@@ -93,6 +103,11 @@ class BlockingClient {
   // fd for a lease reply (`reply_type` ALLOC_REPLY / ATTACH_REPLY).
   Result<Frame> Exchange(proto::MsgType type, const Result<std::string>& payload,
                          proto::MsgType reply_type, std::span<const int> send_fds);
+  Result<Frame> ExchangeReclaim(const proto::ReclaimRequest& req, std::span<const int> send_fds);
+  // After request `id` went out: its reply (see Exchange).
+  Result<Frame> AwaitReply(uint64_t id, proto::MsgType reply_type);
+  // A send failed: the daemon's own reason when it wrote one before closing.
+  Status SendFailed(Status sent);
   // The next frame that is not a push (pushes are kept).
   Result<Frame> NextReplyFrame();
   Status Broken(Status why);

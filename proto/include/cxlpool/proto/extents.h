@@ -83,6 +83,12 @@ Result<std::vector<PlannedFrame>> PlanReclaimRequest(
     const proto::ReclaimRequest& request, size_t fd_count, size_t fds_per_frame,
     uint32_t max_payload_bytes = kDefaultMaxFrameBytes);
 
+// INVALID_ARGUMENT, naming the limit, when the first frame of a planned
+// RECLAIM_REQUEST of `fd_count` extents is more than the daemon reads
+// (`max_request_bytes`, its HelloReply.max_request_bytes; 0: not said).
+Status CheckReclaimRequestBytes(const PlannedFrame& first, size_t fd_count,
+                                uint64_t max_request_bytes);
+
 // The part a lease reply and a RECLAIM_REQUEST share: the fds of one lease's
 // `extents` extents, some on the first frame, the rest on `frames`
 // MSG_EXTENT_FDS frames that follow with the same request id. `who` starts
