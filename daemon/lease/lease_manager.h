@@ -427,9 +427,10 @@ class LeaseManager {
   Result<Lease*> MovingLease(uint64_t id);
   // Recover: a journalled move to `to_pool` that was not finished is
   // accounted again as it was (or, without room there, as a move back);
-  // `extent_pools`: where the journal says each extent's pages are ("" the
-  // lease's pool; empty: not recorded).
-  void RecoverPoolMove(Lease& l, const std::string& to_pool,
+  // `to_pool` the lease's own pool: a move back (from `back_from`) that was
+  // not finished goes on. `extent_pools`: the pool the journal says each
+  // extent's pages were verified on by that move ("" not yet; empty: none).
+  void RecoverPoolMove(Lease& l, const std::string& to_pool, const std::string& back_from,
                        const std::vector<std::string>& extent_pools);
   // The one way a lease's pool changes, whoever moved its pages (CheckMoved:
   // a long-term pin did; CommitPoolMove: the tiering engine did): its bytes

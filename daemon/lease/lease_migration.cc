@@ -75,6 +75,7 @@ void LeaseManager::DropPoolMove(Lease& l) {
   }
   l.moving_to = nullptr;
   l.moving_note.clear();
+  l.moving_back_from.clear();
   l.extents_moved.clear();
 }
 
@@ -113,6 +114,7 @@ Status LeaseManager::BeginPoolMove(uint64_t id, Pool* to) {
   quotas_.Charge(tenant, tier, l.size);
   l.moving_to = to;
   l.moving_note.clear();
+  l.moving_back_from.clear();
   l.extents_moved.clear();
   if (restart_.store != nullptr && !restart_.handed_over) {
     Status st = Persist(l, {});
@@ -142,10 +144,15 @@ Status LeaseManager::CommitPoolMove(uint64_t id) {
   Lease& l = **moving;
   Pool* to = l.moving_to;
   if (to == l.pool) {
-    // A move back (after a restart) finished: nothing changes hands.
+    // A move back (after a restart) finished: every page is on the pool
+    // that accounts the lease; nothing changes hands.
+    CXLPOOL_LOG(kInfo) << "lease " << id << ": moved back to " << l.pool->name()
+                       << (l.moving_back_from.empty() ? "" : " from " + l.moving_back_from);
     l.moving_to = nullptr;
     l.moving_note.clear();
+    l.moving_back_from.clear();
     l.extents_moved.clear();
+    Count("pool_moves_back_done");
     (void)Persist(l, {});
     return Status::Ok();
   }
@@ -202,6 +209,7 @@ void LeaseManager::Rehome(Lease& l, Pool* to, std::string why) {
   }
   l.moving_to = nullptr;
   l.moving_note.clear();
+  l.moving_back_from.clear();
   l.extents_moved.clear();
   Count("leases_moved");
   (void)Persist(l, {});
@@ -214,7 +222,16 @@ Status LeaseManager::AbortPoolMove(uint64_t id, const std::string& split_note) {
   if (l.moving_to == nullptr) return Status::Ok();
   const bool half_moved =
       std::find(l.extents_moved.begin(), l.extents_moved.end(), true) != l.extents_moved.end();
-  if (split_note.empty() && half_moved) {
+  if (split_note.empty() && l.moving_to == l.pool) {
+    // A move back: pages may still be where the interrupted move left them,
+    // so it is never dropped; a later round tries again.
+    l.moving_note = (half_moved ? ExtentProgress(l) + "; " : std::string()) + "moving back to " +
+                    l.pool->name() +
+                    (l.moving_back_from.empty() ? "" : " from " + l.moving_back_from) +
+                    " did not finish; it is tried again";
+    Count("pool_moves_back_unfinished");
+    CXLPOOL_LOG(kWarning) << "lease " << id << " (" << l.pool->name() << "): " << l.moving_note;
+  } else if (split_note.empty() && half_moved) {
     // Some extents are on the target already: the room stays reserved
     // there and the lease says how far it got, until a later move finishes.
     l.moving_note = ExtentProgress(l) + "; the move of the others did not finish";
@@ -235,35 +252,60 @@ Status LeaseManager::AbortPoolMove(uint64_t id, const std::string& split_note) {
 }
 
 void LeaseManager::RecoverPoolMove(Lease& l, const std::string& to_pool,
+                                   const std::string& back_from,
                                    const std::vector<std::string>& extent_pools) {
   if (to_pool.empty()) return;
   Pool* to = nullptr;
   for (Pool* p : pool_ptrs_) {
     if (p->name() == to_pool) to = p;
   }
-  if (to == l.pool) return;
-  if (to != nullptr && std::string(to->backing()) == "memfd" && to->TryReserve(l.size)) {
+  // The extents the journal says this move put on `to_pool` are there (each
+  // was verified before it was journalled); the others move next.
+  auto take_progress = [&] {
+    if (l.extents.size() <= 1 || extent_pools.size() != l.extents.size()) return false;
+    l.extents_moved.assign(l.extents.size(), false);
+    for (size_t i = 0; i < extent_pools.size(); ++i) {
+      l.extents_moved[i] = extent_pools[i] == to_pool;
+    }
+    return true;
+  };
+  if (to == l.pool) {
+    // A move back (an earlier restart found no room on the move's target)
+    // that this restart interrupted: it goes on from where it got. Its
+    // room is the lease's own.
+    l.moving_to = l.pool;
+    l.moving_back_from = back_from;
+    const std::string from = back_from.empty() ? "another pool" : back_from;
+    l.moving_note = "a move back to " + to_pool + " from " + from +
+                    " was interrupted by a daemon restart; its pages may be on " + from +
+                    " until they are moved back";
+    if (take_progress()) {
+      l.moving_note = "a move back from " + from + " was interrupted by a daemon restart with " +
+                      ExtentProgress(l) + "; the others may be on " + from +
+                      " until they are moved back";
+    }
+  } else if (to != nullptr && std::string(to->backing()) == "memfd" && to->TryReserve(l.size)) {
     quotas_.Charge(TenantOf(l.owner), to->quota_tier(), l.size);
     l.moving_to = to;
     l.moving_note = "interrupted by a daemon restart; its pages may be on " + l.pool->name() +
                     " and " + to_pool + " until the move is finished";
-    if (l.extents.size() > 1 && extent_pools.size() == l.extents.size()) {
-      // The extents the journal says were moved are there (each was
-      // verified before it was journalled); the others move next.
-      l.extents_moved.assign(l.extents.size(), false);
-      for (size_t i = 0; i < extent_pools.size(); ++i) {
-        l.extents_moved[i] = extent_pools[i] == to_pool;
-      }
+    if (take_progress()) {
       l.moving_note = "interrupted by a daemon restart with " + ExtentProgress(l) +
                       "; the others may be on " + l.pool->name() + " and " + to_pool +
                       " until the move is finished";
     }
   } else {
-    // Finish it the other way: every page back on the pool that accounts it.
+    // Finish it the other way: every page back on the pool that accounts
+    // it, every extent (the one the move was on when the daemon died may be
+    // split). Journalled like a forward move, so that a restart during it
+    // goes on with it (the branch above).
     l.moving_to = l.pool;
+    l.moving_back_from = to_pool;
+    l.extents_moved.clear();
     l.moving_note = "a move to " + to_pool + " was interrupted by a daemon restart and " +
                     (to == nullptr ? "that pool is gone" : "it has no room now") +
                     "; its pages may be split until they are moved back";
+    (void)Persist(l, {});
   }
   CXLPOOL_LOG(kWarning) << "restart: lease " << l.id << ": " << l.moving_note;
   Count("restart_interrupted_moves");

@@ -125,6 +125,7 @@ DurableLease LeaseManager::ToDurable(const Lease& l) const {
   d.dax_device = l.first().dax_device();
   d.dax_rdev = l.first().device_number();
   if (l.moving_to != nullptr) d.migrating_to_pool = l.moving_to->name();
+  if (l.moving_to != nullptr) d.migrating_back_from_pool = l.moving_back_from;
   if (l.moving_to != nullptr && !l.extents_moved.empty() && d.extents.size() > 1) {
     d.extent_pools.assign(d.extents.size(), "");
     for (size_t i = 0; i < d.extents.size() && i < l.extents_moved.size(); ++i) {
@@ -339,7 +340,7 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
     fresh.identity = extents;
     Lease& l = table_.Add(std::move(fresh));  // indexed by owner and name
     quotas_.Charge(TenantOf(l.owner), l.tier, l.size);
-    RecoverPoolMove(l, d.migrating_to_pool, d.extent_pools);
+    RecoverPoolMove(l, d.migrating_to_pool, d.migrating_back_from_pool, d.extent_pools);
     if (alive.size() != d.holders.size()) (void)Persist(l, {});
     restart_.awaiting_any = true;
     Count(adopted ? "restart_adopted" : "restart_awaiting");

@@ -77,6 +77,9 @@ struct LeaseRecord {
   std::optional<int> home_node;
   Pool* moving_to = nullptr;
   std::string moving_note;
+  // moving_to == pool: a move back of pages that an interrupted move to this
+  // pool (by name; it may be gone) left there; "" unknown.
+  std::string moving_back_from;
   // A lease of several extents moves one extent at a time: those whose pages
   // that move has put on moving_to already (verified), by extent index;
   // empty when none has. The lease stays accounted to `pool`, with the room

@@ -85,8 +85,10 @@ struct DurableLease {
   std::string dax_device;         // devdax: the device ("dax0.1"), else ""
   uint64_t dax_rdev = 0;          // devdax: its device number (st_rdev); 0 unknown
   std::vector<HolderId> holders;  // every process holding a reference
-  // A move to another pool was begun and not finished (tiering): that pool.
+  // A move to another pool was begun and not finished (tiering): that pool;
+  // `pool` itself: a move back from migrating_back_from_pool.
   std::string migrating_to_pool;
+  std::string migrating_back_from_pool;
   // With it, for a lease of several extents: the pool each extent's pages
   // were verified on ("" the lease's pool), parallel to `extents`; empty
   // when no extent has moved yet.

@@ -56,6 +56,7 @@ journal::LeaseRecord ToRecord(const DurableLease& d) {
   r.set_dax_device(d.dax_device);
   r.set_dax_rdev(d.dax_rdev);
   r.set_migrating_to_pool(d.migrating_to_pool);
+  r.set_migrating_back_from_pool(d.migrating_back_from_pool);
   for (size_t i = 0; i < d.extents.size(); ++i) {
     const DurableExtent& x = d.extents[i];
     journal::ExtentRecord* e = r.add_extents();
@@ -113,6 +114,7 @@ DurableLease FromRecord(const journal::LeaseRecord& r) {
   d.dax_device = r.dax_device();
   d.dax_rdev = r.dax_rdev();
   d.migrating_to_pool = r.migrating_to_pool();
+  d.migrating_back_from_pool = r.migrating_back_from_pool();
   bool any_migrated = false;
   for (const auto& e : r.extents()) {
     d.extents.push_back(DurableExtent{e.size_bytes(), e.inode(), e.inode_dev()});

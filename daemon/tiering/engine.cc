@@ -33,6 +33,14 @@ uint64_t Overlap(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen) {
   return hi > lo ? hi - lo : 0;
 }
 
+// Whether unit `i` of `f` still has to go to `to`: during a move there,
+// every unit not verified there yet (a move back too, whose units are all
+// accounted to `to` already); else every unit accounted elsewhere.
+bool Pending(const LeaseFacts& f, uint32_t i, const std::string& to) {
+  if (f.moving_to == to) return !f.units[i].on_target;
+  return f.units[i].pool != to;
+}
+
 }  // namespace
 
 TieringEngine::TieringEngine(LeaseTable* table, Migrator* migrator, HolderChannel* holders,
@@ -534,7 +542,7 @@ void TieringEngine::Round() {
     d.to_pool = f.moving_to;
     d.cooperative = f.long_term_pin || !t.pinned_by.empty();
     if (d.cooperative && t.pinned_by.empty()) d.cooperative = false;
-    d.rule = "resume";
+    d.rule = f.moving_back ? "rollback" : "resume";
     if (!t.follow_kind.empty()) {
       // The next unit of a lease this engine is moving unit by unit: paced
       // like any move.
@@ -547,6 +555,11 @@ void TieringEngine::Round() {
         ScheduleRound(limiter_.NsUntil(d.length, now));
         return;
       }
+    } else if (f.moving_back) {
+      d.why = "move lease " + std::to_string(f.id) + " back to " + f.moving_to +
+              ", the pool that accounts it, from where an unfinished move left its pages" +
+              (f.moving_note.empty() ? "" : " (" + f.moving_note + ")");
+      limiter_.Charge(d.length, now);
     } else {
       d.why = "finish the move of lease " + std::to_string(f.id) + " from " + uf.pool + " to " +
               f.moving_to + " that was begun and not finished" +
@@ -572,7 +585,9 @@ void TieringEngine::Begin(const Decision& d, const LeaseFacts& f, bool resume) {
   Move m;
   m.id = next_migration_id_++;
   m.d = d;
-  m.kind = resume && d.rule != "follow" ? "resume" : DirectionName(d.direction);
+  m.kind = !resume || d.rule == "follow" ? DirectionName(d.direction)
+           : d.rule == "rollback"        ? "rollback"
+                                         : "resume";
   m.from_node = NodeOfPool(d.from_pool);
   m.to_node = NodeOfPool(d.to_pool);
   m.page_size = d.unit < f.units.size() ? f.units[d.unit].page_size : 4096;
@@ -612,9 +627,9 @@ void TieringEngine::Begin(const Decision& d, const LeaseFacts& f, bool resume) {
   }
   if (m.cooperative && f.units.size() > 1) {
     // The holders pin the lease as one range: every unit not on the target
-    // moves in the same pause.
+    // moves in the same pause (a move back's too: one pause for the lease).
     for (uint32_t i = 0; i < f.units.size(); ++i) {
-      if (i != d.unit && f.units[i].pool != d.to_pool) m.next_units.push_back(i);
+      if (i != d.unit && Pending(f, i, d.to_pool)) m.next_units.push_back(i);
     }
     m.units = static_cast<uint32_t>(f.units.size());
     m.first_why = d.why;
@@ -725,6 +740,7 @@ void TieringEngine::Moved(uint64_t id, Result<MoveReport> r) {
       }
     }
     Count(m.kind == "resume"                     ? "bytes_resumed"
+          : m.kind == "rollback"                 ? "bytes_moved_back"
           : m.d.direction == Direction::kPromote ? "bytes_promoted"
                                                  : "bytes_demoted",
           m.d.length);
@@ -782,7 +798,7 @@ bool TieringEngine::NextUnit() {
   while (f && !m.next_units.empty()) {
     const uint32_t u = m.next_units.front();
     m.next_units.pop_front();
-    if (u >= f->units.size() || f->units[u].pool == m.d.to_pool) continue;
+    if (u >= f->units.size() || !Pending(*f, u, m.d.to_pool)) continue;
     m.d.unit = u;
     m.d.offset = f->units[u].offset;
     m.d.length = f->units[u].length;

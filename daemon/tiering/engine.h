@@ -21,7 +21,10 @@
 //   move are moved back and AbortMove (or, if even that leaves some behind,
 //   AbortMove with a note, so the accounting says the lease is split).
 // A move the table reports as begun but that is not this engine's (the
-// journal of a daemon killed mid-migration) is resumed first thing.
+// journal of a daemon killed mid-migration) is resumed first thing; so is a
+// move back (LeaseFacts::moving_back: the restart found no room on the
+// target), recorded as "rollback". A cooperative one, of several units,
+// moves them all in one pause, like a forward move.
 //
 // Cooperative migration of long-term pinned leases (a holder registered the
 // lease with CUDA, or declared another pin such as io_uring fixed buffers):
@@ -251,7 +254,7 @@ class TieringEngine {
   struct Move {
     uint64_t id = 0;
     Decision d;
-    std::string kind;  // "promote", "demote", "resume"
+    std::string kind;  // "promote", "demote", "resume", "rollback" (a move back)
     int from_node = -1;
     int to_node = -1;
     uint64_t page_size = 4096;

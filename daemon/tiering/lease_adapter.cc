@@ -71,13 +71,13 @@ LeaseFacts LeaseManagerTable::Convert(const LeaseManager::MigrationFacts& m) con
     u.page_size = page;
     u.pool = moved ? m.moving_to->name() : s.pool;
     u.numa_node = moved ? m.moving_to->numa_node() : s.numa_node;
+    u.on_target = moved;
     f.units.push_back(u);
   };
   if (m.extents.size() > 1) {
     uint64_t offset = 0;
     for (size_t i = 0; i < m.extents.size(); ++i) {
-      const bool moved = m.moving_to != nullptr && i < m.extents_moved.size() &&
-                         m.extents_moved[i] && m.moving_to != m.pool;
+      const bool moved = m.moving_to != nullptr && i < m.extents_moved.size() && m.extents_moved[i];
       unit_at(offset, m.extents[i].size_bytes, moved);
       offset += m.extents[i].size_bytes;
     }
@@ -108,6 +108,7 @@ LeaseFacts LeaseManagerTable::Convert(const LeaseManager::MigrationFacts& m) con
   if (m.moving_to != nullptr) {
     f.moving_to = m.moving_to->name();
     f.moving_note = m.moving_note;
+    f.moving_back = m.moving_to == m.pool;
     // The next extent to move: the first not on the target yet.
     f.moving_unit = 0;
     while (f.moving_unit < f.units.size() && f.moving_unit < m.extents_moved.size() &&

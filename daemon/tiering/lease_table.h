@@ -44,6 +44,9 @@ struct UnitFacts {
   uint64_t page_size = 4096;
   std::string pool;  // where this unit is accounted
   int numa_node = -1;
+  // A move of the lease is under way (LeaseFacts::moving_to) and this unit's
+  // pages were verified there already.
+  bool on_target = false;
 };
 
 struct LeaseFacts {
@@ -68,6 +71,9 @@ struct LeaseFacts {
   std::string moving_to;
   uint32_t moving_unit = 0;  // the next unit to move there
   std::string moving_note;   // what the accounting says about it
+  // moving_to is the pool that accounts the lease: a move back of pages an
+  // interrupted move left elsewhere (every unit not on_target goes there).
+  bool moving_back = false;
 };
 
 // A unit's memory, opened for a move or for sampling: a dup of the fd

@@ -522,6 +522,12 @@ TEST(LeaseRestartTest, AMultiExtentLeaseKilledHalfMovedComesBackHalfMovedAndFini
   }
   // The journal record keeps the extents' places across an upgrade.
   EXPECT_EQ(FromRecord(ToRecord(rec)).extent_pools, rec.extent_pools);
+  // A move back (the lease's own pool as the target) keeps where from.
+  DurableLease back = rec;
+  back.migrating_to_pool = rec.pool;
+  back.migrating_back_from_pool = "node2";
+  EXPECT_EQ(FromRecord(ToRecord(back)).migrating_to_pool, "node0");
+  EXPECT_EQ(FromRecord(ToRecord(back)).migrating_back_from_pool, "node2");
   DurableLease unmoved = rec;
   unmoved.extent_pools.clear();
   EXPECT_TRUE(FromRecord(ToRecord(unmoved)).extent_pools.empty());

@@ -132,6 +132,7 @@ class FakeTable final : public LeaseTable {
       if (f.moving_to.empty()) return Status(Code::kInternal, "no move");
       f.units[unit].pool = f.moving_to;
       f.units[unit].numa_node = pools.at(f.moving_to).numa_node;
+      f.units[unit].on_target = true;
       ++commits;
       const uint32_t there = UnitsOn(id, f.moving_to);
       if (there < f.units.size()) {
@@ -143,6 +144,7 @@ class FakeTable final : public LeaseTable {
       }
       pools.at(home[id]).free_bytes += f.size_bytes;
       home[id] = f.moving_to;
+      for (UnitFacts& u : f.units) u.on_target = false;
       f.moving_to.clear();
       f.moving_note.clear();
       return Status::Ok();

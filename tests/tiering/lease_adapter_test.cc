@@ -3,14 +3,23 @@
 // each lease (targets near its GPU, why it cannot move), and that a move
 // between pools never overcommits, moves the quota charge with the bytes,
 // is journalled, survives a lease ending in the middle, and comes back after
-// a restart exactly as it was.
+// a restart exactly as it was; a move back after a restart is journalled
+// like a forward move, so the next restart goes on with it, and a
+// cooperative one pauses its holder once for the whole lease (the engine
+// over this table, on a fake migrator, or the kernel's verified by move_pages).
 #include "tiering/lease_adapter.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
+#include <map>
+
+#include "cxlpool/common/page_census.h"
 #include "restart_fakes.h"
 #include "test_util.h"
+#include "tiering/engine.h"
+#include "tiering/migrator.h"
 
 namespace cxlpool {
 namespace {
@@ -46,6 +55,102 @@ DaemonConfig Node2Of2MiB() {
   cfg.node_pools[2].capacity.is_percent = false;
   cfg.node_pools[2].capacity.bytes = 2 * kMiB;
   return cfg;
+}
+
+// A daemon whose fd store kept every extent of the leases in `fds`: their
+// memory is back at once (adopted), as under systemd.
+void RestartWithMemory(Harness& h, FakeStore& store, FakeProbe& probe, uint64_t next_id,
+                       const std::map<uint64_t, std::vector<int>>& fds) {
+  h.mgr->EnableRestart(&store, &probe, next_id);
+  std::map<uint64_t, std::vector<UniqueFd>> stored;
+  for (const auto& [id, v] : fds) {
+    for (int fd : v) stored[id].emplace_back(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+  }
+  h.mgr->Recover(store.Journalled(), std::move(stored), std::chrono::seconds(0));
+}
+
+// Moves every page as asked (the harness's memory stays where it is); counts.
+class FakeMigrator final : public tiering::Migrator {
+ public:
+  Result<tiering::MoveReport> Move(const tiering::MoveRequest& req) override {
+    requests.push_back(req);
+    if (on_move) on_move();
+    tiering::MoveReport r;
+    r.target_node = req.target_node;
+    r.bytes = req.length;
+    r.after.pages = req.length / req.page_size;
+    r.after.on_node[req.target_node] = r.after.pages;
+    r.move_ns = 1'000'000;
+    return r;
+  }
+  Result<tiering::PageCount> Where(int, uint64_t, uint64_t length, uint64_t page) override {
+    tiering::PageCount c;
+    c.pages = length / page;
+    return c;
+  }
+  std::vector<tiering::MoveRequest> requests;
+  std::function<void()> on_move;
+};
+
+// What the holders are told: every pause asked for, every notice.
+class FakeChannel final : public tiering::HolderChannel {
+ public:
+  Status Ask(tiering::ConnId c, const tiering::MigrationAsk& a) override {
+    asks.emplace_back(c, a);
+    return Status::Ok();
+  }
+  void Tell(tiering::ConnId c, const tiering::MigrationNotice& n) override {
+    tells.emplace_back(c, n);
+  }
+  void Moved(tiering::ConnId, uint64_t, int, const std::string&) override { ++moved; }
+  std::vector<std::pair<tiering::ConnId, tiering::MigrationAsk>> asks;
+  std::vector<std::pair<tiering::ConnId, tiering::MigrationNotice>> tells;
+  int moved = 0;
+};
+
+tiering::TieringOptions EngineOptions() {
+  tiering::TieringOptions o;
+  o.rate_limit_bytes_per_s = 0;
+  o.policy.slow_reserve = 0;
+  o.cooperative_deadline_ms = 2000;
+  o.cooperative_retry_ns = 300'000'000'000;
+  return o;
+}
+
+std::unique_ptr<tiering::TieringEngine> MakeEngine(Harness& h, LeaseManagerTable* table,
+                                                   tiering::Migrator* migrator,
+                                                   tiering::HolderChannel* channel) {
+  return std::make_unique<tiering::TieringEngine>(table, migrator, channel, &h.clock,
+                                                  h.io.get_executor(), h.io.get_executor(),
+                                                  EngineOptions());
+}
+
+// Daemon 1 of the move-back tests: a lease of three 2 MiB extents on node0
+// whose move to node2 got two extents there when the daemon was killed.
+// Returns the lease id; `fds` keeps its extents (the fd store).
+uint64_t HalfMoveToNode2(FakeStore& store, FakeProbe& probe,
+                         std::map<uint64_t, std::vector<int>>& fds) {
+  Harness h(TwoSocketCxl(16 * kMiB));
+  h.mgr->SetMaxExtentBytes(2 * kMiB);
+  h.mgr->EnableRestart(&store, &probe, 1);
+  h.Connect(1);
+  LeaseManagerTable table(h.mgr.get(), true);
+  auto g = h.Alloc(1, 6 * kMiB, 0);
+  CXLPOOL_CHECK(g.ok() && g->extents.size() == 3);
+  const uint64_t id = g->lease.id;
+  for (const auto& e : g->extents) fds[id].push_back(::fcntl(e.fd, F_DUPFD_CLOEXEC, 0));
+  CXLPOOL_CHECK(table.BeginMove(id, 0, "node2").ok());
+  CXLPOOL_CHECK(table.CommitMove(id, 0).ok());
+  CXLPOOL_CHECK(table.CommitMove(id, 1).ok());
+  h.mgr->HandOver();  // SIGKILL
+  return id;
+}
+
+void CloseAll(std::map<uint64_t, std::vector<int>>& fds) {
+  for (auto& [id, v] : fds) {
+    for (int fd : v) ::close(fd);
+  }
+  fds.clear();
 }
 
 TEST(LeaseAdapterTest, TargetsFollowTheGpuAndReasonsSayWhyNot) {
@@ -422,6 +527,200 @@ TEST(LeaseAdapterTest, AHalfMovedMultiExtentLeaseWithNoRoomAfterARestartMovesBac
   EXPECT_EQ(Used(h.Pool("node2")), 0u);
   EXPECT_EQ(Used(h.Pool("node0")), 6 * kMiB);
   h.mgr->HandOver();
+}
+
+// A daemon killed between extents of a move back (the restart before found
+// no room on the target) forgets nothing: the move back is journalled like
+// a forward move (migrating_to_pool: the lease's own pool, each extent back
+// with migrated_to_pool, the pool the pages come from), the next daemon goes
+// on from the first extent not back, and at the end the accounting (pool
+// bytes, the lease's pool and node, no migration) is where move_pages finds
+// every page.
+TEST(LeaseAdapterTest, ADaemonKilledDuringAMoveBackGoesOnWithItAfterTheNextRestart) {
+  FakeStore store;
+  FakeProbe probe;
+  probe.start[101] = 0;
+  std::map<uint64_t, std::vector<int>> fds;
+  const uint64_t id = HalfMoveToNode2(store, probe, fds);
+  // Daemon 2: no room on node2, so every extent moves back; killed after
+  // the first one is back.
+  {
+    Harness h(TwoSocketCxl(16 * kMiB), Node2Of2MiB());
+    h.mgr->SetMaxExtentBytes(2 * kMiB);
+    RestartWithMemory(h, store, probe, 200, fds);
+    LeaseManagerTable table(h.mgr.get(), true);
+    auto f = table.Find(id);
+    ASSERT_TRUE(f.has_value());
+    EXPECT_EQ(f->moving_to, "node0");
+    EXPECT_TRUE(f->moving_back);
+    EXPECT_EQ(f->not_movable, "");
+    // Journalled at once: a restart now resumes the move back.
+    EXPECT_EQ(store.leases.at(id).migrating_to_pool, "node0");
+    EXPECT_EQ(store.leases.at(id).migrating_back_from_pool, "node2");
+    FakeMigrator migrator;
+    FakeChannel channel;
+    auto engine = MakeEngine(h, &table, &migrator, &channel);
+    migrator.on_move = [&] { engine->Stop(); };  // the daemon dies during extent 0
+    engine->Tick();
+    h.Drain();
+    ASSERT_EQ(migrator.requests.size(), 1u);
+    EXPECT_EQ(migrator.requests[0].target_node, 0);
+    auto rep = engine->Report(std::nullopt);
+    ASSERT_FALSE(rep.history.empty());
+    EXPECT_EQ(rep.history.back().direction, "rollback");
+    EXPECT_EQ(rep.history.back().outcome, "moved");
+    EXPECT_EQ(store.leases.at(id).extent_pools, (std::vector<std::string>{"node0", "", ""}));
+    EXPECT_EQ(store.leases.at(id).migrating_to_pool, "node0");
+    engine.reset();
+    h.mgr->HandOver();
+  }
+  // Daemon 3 (still no room on node2): the move back is not forgotten.
+  Harness h(TwoSocketCxl(16 * kMiB), Node2Of2MiB());
+  h.mgr->SetMaxExtentBytes(2 * kMiB);
+  RestartWithMemory(h, store, probe, 300, fds);
+  h.Connect(1);  // the owner asks (cxlpoolctl leases)
+  LeaseManagerTable table(h.mgr.get(), true);
+  auto f = table.Find(id);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->moving_to, "node0");
+  EXPECT_TRUE(f->moving_back);
+  EXPECT_EQ(f->moving_unit, 1u);
+  ASSERT_EQ(f->units.size(), 3u);
+  EXPECT_TRUE(f->units[0].on_target);
+  EXPECT_FALSE(f->units[1].on_target);
+  EXPECT_NE(f->moving_note.find("a move back from node2 was interrupted by a daemon restart with "
+                                "1 of 3 extents on node0"),
+            std::string::npos)
+      << f->moving_note;
+  auto info = h.mgr->Stat(1, id);  // cxlpoolctl leases: not silently whole
+  ASSERT_TRUE(info.ok()) << info.status().ToString();
+  EXPECT_EQ(info->pool, "node0");
+  EXPECT_NE(info->migration.find("to node0: a move back from node2"), std::string::npos)
+      << info->migration;
+  EXPECT_EQ(Used(h.Pool("node0")), 6 * kMiB);
+  EXPECT_EQ(Used(h.Pool("node2")), 0u);
+  if (!tiering::HaveCapSysNice()) {
+    CloseAll(fds);
+    GTEST_SKIP() << "the kernel migrator needs CAP_SYS_NICE (the journal checks passed)";
+  }
+  {
+    std::unique_ptr<tiering::Migrator> kernel = tiering::MakeKernelMigrator();
+    FakeChannel channel;
+    auto engine = MakeEngine(h, &table, kernel.get(), &channel);
+    engine->Tick();
+    h.Drain();
+    auto rep = engine->Report(std::nullopt);
+    ASSERT_GE(rep.history.size(), 2u);
+    for (size_t i = rep.history.size() - 2; i < rep.history.size(); ++i) {
+      EXPECT_EQ(rep.history[i].direction, "rollback");
+      EXPECT_EQ(rep.history[i].outcome, "moved") << rep.history[i].detail;
+    }
+    EXPECT_EQ(rep.history[rep.history.size() - 2].unit, 1u);
+    EXPECT_EQ(rep.history.back().unit, 2u);
+  }
+  f = table.Find(id);
+  EXPECT_TRUE(f->moving_to.empty()) << f->moving_note;
+  info = h.mgr->Stat(1, id);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->pool, "node0");
+  EXPECT_EQ(info->migration, "");
+  EXPECT_EQ(store.leases.at(id).migrating_to_pool, "");
+  EXPECT_EQ(Used(h.Pool("node0")), 6 * kMiB);
+  EXPECT_EQ(Used(h.Pool("node2")), 0u);
+  EXPECT_EQ(h.mgr->Counters()["pool_moves_back_done"], 1u);
+  // Where the kernel says every page of every extent is: the lease's node.
+  for (int fd : fds.at(id)) {
+    void* p = ::mmap(nullptr, 2 * kMiB, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+    ASSERT_NE(p, MAP_FAILED);
+    auto census = CensusPages(p, 2 * kMiB, 4096);
+    ::munmap(p, 2 * kMiB);
+    ASSERT_TRUE(census.ok()) << census.status().ToString();
+    EXPECT_EQ(census->on_node[info->numa_node], 512u) << census->ToString();
+  }
+  CloseAll(fds);
+}
+
+// A cooperative move back (the holder pins the lease, e.g. io_uring fixed
+// buffers) pauses the holder once for the whole lease, as a forward move
+// does; a holder that declines leaves the move back in place (it is not
+// dropped with pages still elsewhere), to be asked again after
+// cooperative_retry.
+TEST(LeaseAdapterTest, ACooperativeMoveBackPausesTheHolderOnceForTheWholeLease) {
+  FakeStore store;
+  FakeProbe probe;
+  probe.start[101] = 0;
+  std::map<uint64_t, std::vector<int>> fds;
+  const uint64_t id = HalfMoveToNode2(store, probe, fds);
+  Harness h(TwoSocketCxl(16 * kMiB), Node2Of2MiB());
+  h.mgr->SetMaxExtentBytes(2 * kMiB);
+  RestartWithMemory(h, store, probe, 200, fds);
+  // The holder comes back and hands its lease back.
+  h.Connect(1);
+  std::vector<LeaseManager::ReclaimItem> items(1);
+  items[0].id = id;
+  items[0].size_bytes = 6 * kMiB;
+  for (int fd : fds.at(id)) {
+    items[0].fds.emplace_back(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+    items[0].extent_sizes.push_back(2 * kMiB);
+  }
+  ASSERT_EQ(h.mgr->Reclaim(1, std::move(items)).accepted.size(), 1u);
+  LeaseManagerTable table(h.mgr.get(), true);
+  FakeMigrator migrator;
+  FakeChannel channel;
+  auto engine = MakeEngine(h, &table, &migrator, &channel);
+  ASSERT_TRUE(engine->SetLeaseOptions(1, id, std::nullopt, true, false).ok());
+  engine->Tick();
+  h.Drain();
+  ASSERT_EQ(channel.asks.size(), 1u);
+  EXPECT_TRUE(migrator.requests.empty());
+  // The holder declines: nothing moves, and the move back stays.
+  std::optional<Result<tiering::MigrationOutcome>> answer;
+  engine->OnMigrationReady(1, channel.asks[0].second.migration_id, false, "busy",
+                           [&](Result<tiering::MigrationOutcome> o) { answer.emplace(o); });
+  h.Drain();
+  ASSERT_TRUE(answer.has_value() && answer->ok());
+  EXPECT_FALSE((*answer)->moved);
+  auto f = table.Find(id);
+  EXPECT_EQ(f->moving_to, "node0") << "a declined move back was dropped";
+  EXPECT_NE(f->moving_note.find("did not finish; it is tried again"), std::string::npos)
+      << f->moving_note;
+  EXPECT_NE(h.mgr->Stat(1, id)->migration, "");
+  // After cooperative_retry: asked again, for the whole lease.
+  h.clock.AdvanceNs(301'000'000'000);
+  engine->Tick();
+  h.Drain();
+  ASSERT_EQ(channel.asks.size(), 2u);
+  const tiering::MigrationAsk ask = channel.asks[1].second;
+  EXPECT_EQ(ask.offset, 0u);
+  EXPECT_EQ(ask.length, 6 * kMiB);
+  EXPECT_EQ(ask.target_node, 0);
+  answer.reset();
+  engine->OnMigrationReady(1, ask.migration_id, true, "",
+                           [&](Result<tiering::MigrationOutcome> o) { answer.emplace(o); });
+  h.Drain();
+  engine->Tick();  // nothing left to move: no further pause
+  h.Drain();
+  ASSERT_TRUE(answer.has_value() && answer->ok()) << answer->status().ToString();
+  EXPECT_TRUE((*answer)->moved) << (*answer)->detail;
+  EXPECT_EQ((*answer)->numa_node, 0);
+  EXPECT_EQ((*answer)->bytes, 6 * kMiB);
+  EXPECT_EQ(channel.asks.size(), 2u);  // one pause for all three extents
+  ASSERT_EQ(migrator.requests.size(), 3u);
+  for (const auto& r : migrator.requests) EXPECT_EQ(r.target_node, 0);
+  auto rep = engine->Report(std::nullopt);
+  ASSERT_GE(rep.history.size(), 3u);
+  for (size_t i = rep.history.size() - 3; i < rep.history.size(); ++i) {
+    EXPECT_EQ(rep.history[i].mode, "cooperative");
+    EXPECT_EQ(rep.history[i].direction, "rollback");
+    EXPECT_EQ(rep.history[i].outcome, "moved");
+  }
+  f = table.Find(id);
+  EXPECT_TRUE(f->moving_to.empty()) << f->moving_note;
+  EXPECT_EQ(Used(h.Pool("node0")), 6 * kMiB);
+  EXPECT_EQ(Used(h.Pool("node2")), 0u);
+  EXPECT_EQ(store.leases.at(id).migrating_to_pool, "");
+  engine.reset();
+  CloseAll(fds);
 }
 
 }  // namespace
