@@ -14,6 +14,7 @@
 #include <map>
 
 #include "fake_damon.h"
+#include "fake_migrator.h"
 #include "tiering/damon_sampler.h"
 
 namespace cxlpool::tiering {
@@ -203,19 +204,9 @@ class FakeMigrator final : public Migrator {
     return Complete(req);
   }
   Result<PageCount> Where(int, uint64_t, uint64_t length, uint64_t page) override {
-    PageCount c;
-    c.pages = length / page;
-    return c;
+    return fakes::PagesNowhere(length, page);
   }
-  static MoveReport Complete(const MoveRequest& req) {
-    MoveReport r;
-    r.target_node = req.target_node;
-    r.bytes = req.length;
-    r.after.pages = req.length / req.page_size;
-    r.after.on_node[req.target_node] = r.after.pages;
-    r.move_ns = 1'000'000;
-    return r;
-  }
+  static MoveReport Complete(const MoveRequest& req) { return fakes::CompleteMove(req); }
   static MoveReport Partial(const MoveRequest& req, int other_node, uint64_t stuck) {
     MoveReport r = Complete(req);
     r.after.on_node[req.target_node] -= stuck;

@@ -16,6 +16,7 @@
 #include <map>
 
 #include "cxlpool/common/page_census.h"
+#include "fake_migrator.h"
 #include "restart_fakes.h"
 #include "test_util.h"
 #include "tiering/engine.h"
@@ -75,18 +76,10 @@ class FakeMigrator final : public tiering::Migrator {
   Result<tiering::MoveReport> Move(const tiering::MoveRequest& req) override {
     requests.push_back(req);
     if (on_move) on_move();
-    tiering::MoveReport r;
-    r.target_node = req.target_node;
-    r.bytes = req.length;
-    r.after.pages = req.length / req.page_size;
-    r.after.on_node[req.target_node] = r.after.pages;
-    r.move_ns = 1'000'000;
-    return r;
+    return tiering::fakes::CompleteMove(req);
   }
   Result<tiering::PageCount> Where(int, uint64_t, uint64_t length, uint64_t page) override {
-    tiering::PageCount c;
-    c.pages = length / page;
-    return c;
+    return tiering::fakes::PagesNowhere(length, page);
   }
   std::vector<tiering::MoveRequest> requests;
   std::function<void()> on_move;
@@ -144,6 +137,25 @@ uint64_t HalfMoveToNode2(FakeStore& store, FakeProbe& probe,
   CXLPOOL_CHECK(table.CommitMove(id, 1).ok());
   h.mgr->HandOver();  // SIGKILL
   return id;
+}
+
+// A lease half moved to node2 by a killed daemon 1 (HalfMoveToNode2), with
+// the journal and fd store it left.
+struct HalfMoved {
+  HalfMoved() {
+    probe.start[101] = 0;
+    id = HalfMoveToNode2(store, probe, fds);
+  }
+  FakeStore store;
+  FakeProbe probe;
+  std::map<uint64_t, std::vector<int>> fds;
+  uint64_t id = 0;
+};
+
+// Daemon 2 over `m`'s journal and fd store, in `h` (node2 with no room).
+void RestartWithNoRoomOnNode2(Harness& h, HalfMoved& m) {
+  h.mgr->SetMaxExtentBytes(2 * kMiB);
+  RestartWithMemory(h, m.store, m.probe, 200, m.fds);
 }
 
 void CloseAll(std::map<uint64_t, std::vector<int>>& fds) {
@@ -497,25 +509,9 @@ TEST(LeaseAdapterTest, EachExtentIsAUnitAndTheLeaseIsAccountedWholeAtEveryStep) 
 // A restart where the target of a half-finished move of several extents has
 // no room now: every extent goes back to the pool that accounts the lease.
 TEST(LeaseAdapterTest, AHalfMovedMultiExtentLeaseWithNoRoomAfterARestartMovesBack) {
-  FakeStore store;
-  FakeProbe probe;
-  probe.start[101] = 0;
-  uint64_t id = 0;
-  {
-    Harness h(TwoSocketCxl(16 * kMiB));
-    h.mgr->SetMaxExtentBytes(2 * kMiB);
-    h.mgr->EnableRestart(&store, &probe, 1);
-    h.Connect(1);
-    LeaseManagerTable table(h.mgr.get(), true);
-    auto g = h.Alloc(1, 6 * kMiB, 0);
-    ASSERT_TRUE(g.ok());
-    id = g->lease.id;
-    ASSERT_TRUE(table.BeginMove(id, 0, "node2").ok());
-    ASSERT_TRUE(table.CommitMove(id, 0).ok());
-    ASSERT_TRUE(table.CommitMove(id, 1).ok());
-    EXPECT_EQ(store.leases.at(id).extent_pools, (std::vector<std::string>{"node2", "node2", ""}));
-    h.mgr->HandOver();
-  }
+  HalfMoved m;
+  auto& [store, probe, fds, id] = m;
+  EXPECT_EQ(store.leases.at(id).extent_pools, (std::vector<std::string>{"node2", "node2", ""}));
   Harness h(TwoSocketCxl(16 * kMiB), Node2Of2MiB());
   Restart(h, store, probe, 200);
   LeaseManagerTable table(h.mgr.get(), true);
@@ -527,6 +523,7 @@ TEST(LeaseAdapterTest, AHalfMovedMultiExtentLeaseWithNoRoomAfterARestartMovesBac
   EXPECT_EQ(Used(h.Pool("node2")), 0u);
   EXPECT_EQ(Used(h.Pool("node0")), 6 * kMiB);
   h.mgr->HandOver();
+  CloseAll(fds);
 }
 
 // A daemon killed between extents of a move back (the restart before found
@@ -537,17 +534,13 @@ TEST(LeaseAdapterTest, AHalfMovedMultiExtentLeaseWithNoRoomAfterARestartMovesBac
 // bytes, the lease's pool and node, no migration) is where move_pages finds
 // every page.
 TEST(LeaseAdapterTest, ADaemonKilledDuringAMoveBackGoesOnWithItAfterTheNextRestart) {
-  FakeStore store;
-  FakeProbe probe;
-  probe.start[101] = 0;
-  std::map<uint64_t, std::vector<int>> fds;
-  const uint64_t id = HalfMoveToNode2(store, probe, fds);
+  HalfMoved m;
+  auto& [store, probe, fds, id] = m;
   // Daemon 2: no room on node2, so every extent moves back; killed after
   // the first one is back.
   {
     Harness h(TwoSocketCxl(16 * kMiB), Node2Of2MiB());
-    h.mgr->SetMaxExtentBytes(2 * kMiB);
-    RestartWithMemory(h, store, probe, 200, fds);
+    RestartWithNoRoomOnNode2(h, m);
     LeaseManagerTable table(h.mgr.get(), true);
     auto f = table.Find(id);
     ASSERT_TRUE(f.has_value());
@@ -646,14 +639,10 @@ TEST(LeaseAdapterTest, ADaemonKilledDuringAMoveBackGoesOnWithItAfterTheNextResta
 // dropped with pages still elsewhere), to be asked again after
 // cooperative_retry.
 TEST(LeaseAdapterTest, ACooperativeMoveBackPausesTheHolderOnceForTheWholeLease) {
-  FakeStore store;
-  FakeProbe probe;
-  probe.start[101] = 0;
-  std::map<uint64_t, std::vector<int>> fds;
-  const uint64_t id = HalfMoveToNode2(store, probe, fds);
+  HalfMoved m;
+  auto& [store, probe, fds, id] = m;
   Harness h(TwoSocketCxl(16 * kMiB), Node2Of2MiB());
-  h.mgr->SetMaxExtentBytes(2 * kMiB);
-  RestartWithMemory(h, store, probe, 200, fds);
+  RestartWithNoRoomOnNode2(h, m);
   // The holder comes back and hands its lease back.
   h.Connect(1);
   std::vector<LeaseManager::ReclaimItem> items(1);
