@@ -190,6 +190,22 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   bool Nap(int ms);
   void StartWatcher();
   void WatchLoop();
+  // mu_ held: registers `fd` (or -1: none) as the watched socket.
+  void WatchFdLocked(int fd);
+  // mu_ held: the watched socket's epoll interest for the current state.
+  void ArmWatchLocked();
+  // mu_ held for its life: a request and its reply, read by the caller;
+  // the watcher is not woken by it.
+  class CallScope {
+   public:
+    explicit CallScope(ClientCore* core);
+    ~CallScope();
+    CallScope(const CallScope&) = delete;
+    CallScope& operator=(const CallScope&) = delete;
+
+   private:
+    ClientCore* core_;
+  };
   // Sends one request and waits for the reply with the same request id,
   // handling events on the way. Any failure leaves the connection broken.
   Result<wire::Frame> Call(proto::MsgType type, const std::string& payload,
@@ -242,6 +258,12 @@ class ClientCore : public std::enable_shared_from_this<ClientCore> {
   std::mutex watcher_mu_;  // guards starting the watcher
   std::thread watcher_;
   UniqueFd stop_fd_;  // eventfd: written when the core is destroyed
+  // The watcher waits on watch_ep_ (epoll: stop_fd_, and watch_fd_, its dup
+  // of the socket). While a call is in flight the socket's entry asks for
+  // hang-ups only, so a reply wakes the caller alone (CallScope).
+  UniqueFd watch_ep_;
+  int watch_fd_ = -1;     // guarded by mu_; the dup registered in watch_ep_
+  int calls_active_ = 0;  // guarded by mu_
   std::atomic<bool> stopping_{false};
 
   std::mutex leases_mu_;

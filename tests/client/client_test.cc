@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <string>
 #include <thread>
@@ -407,6 +408,62 @@ TEST(ClientTest, ReleaseDoesNotWaitForAReconnect) {
     EXPECT_TRUE(again.ok()) << again.status().ToString();
   }
   unsetenv("CXLPOOL_RECONNECT_TIMEOUT_MS");
+  unlink(path.c_str());
+  rmdir(dir);
+}
+
+// How often the thread of this process named `comm` has slept and been
+// woken (voluntary_ctxt_switches); -1 when there is no such thread.
+long VoluntarySwitchesOf(const std::string& comm) {
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream name(e.path() / "comm");
+    std::string n;
+    if (!std::getline(name, n) || n != comm) continue;
+    std::ifstream status(e.path() / "status");
+    for (std::string line; std::getline(status, line);) {
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) return std::stol(line.substr(24));
+    }
+  }
+  return -1;
+}
+
+// The restart watcher waits on the connection while leases are live. A
+// reply is the caller's to read: 200 calls must not wake the watcher each
+// time, and an event between calls still reaches it.
+TEST(ClientTest, TheWatcherSleepsThroughRepliesAndWakesForEvents) {
+  char dir[] = "/tmp/cxlpool-client-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/s.sock";
+  {
+    FakeServer server;
+    ASSERT_TRUE(server.StartListening(path).ok());
+    auto c = Client::Connect(path);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    AllocOptions o;
+    o.size_bytes = 4096;
+    auto held = c->Allocate(o);  // starts the watcher
+    ASSERT_TRUE(held.ok()) << held.status().ToString();
+    long before = -1;
+    for (int i = 0; i < 500 && before < 0; ++i) {
+      before = VoluntarySwitchesOf("cxlpool-watch");
+      if (before < 0) usleep(10000);
+    }
+    ASSERT_GE(before, 0) << "no thread named cxlpool-watch";
+    usleep(100000);  // let it settle into its wait
+    before = VoluntarySwitchesOf("cxlpool-watch");
+    for (int i = 0; i < 100; ++i) {
+      auto l = c->Allocate(o);
+      ASSERT_TRUE(l.ok()) << l.status().ToString();
+      ASSERT_TRUE(l->Release().ok());
+    }
+    const long woken = VoluntarySwitchesOf("cxlpool-watch") - before;
+    // Woken by the replies it would be about once a call.
+    EXPECT_LT(woken, 20) << "the watcher woke for the replies";
+
+    server.PushNow(held->id(), "revoked");
+    for (int i = 0; i < 500 && !held->revoked(); ++i) usleep(10000);
+    EXPECT_TRUE(held->revoked()) << "the watcher did not read an event between calls";
+  }
   unlink(path.c_str());
   rmdir(dir);
 }
