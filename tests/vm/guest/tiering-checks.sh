@@ -51,6 +51,14 @@ vm_tier_start() {  # rate_limit_mbps [max_extent]
   vm_wait_for 480 cxlpoolctl pools --socket "$VM_TIER_SOCK"
 }
 
+# After a failed check: the daemon's last words and its tiering state on the
+# console, since the result disk may never be written.
+vm_tier_show_daemon() {
+  tail -n 25 /out/tier-daemon.log | cut -c1-400 | sed 's/^/CXLPOOL-VM-NOTE daemon: /'
+  vm_tier_json | jq -c '{in_flight, leases: [.leases[] | select(.moving != null)]}' 2>&1 |
+    cut -c1-2000 | sed 's/^/CXLPOOL-VM-NOTE tiering: /'
+}
+
 vm_tier_stop() {
   [ -n "$VM_TIER_PID" ] || return 0
   kill "$VM_TIER_PID" 2>/dev/null
@@ -155,9 +163,10 @@ vm_tiering_checks() {
     vm_note "tiering: daemon SIGKILLed mid-migration"
     vm_check "tiering: the next daemon starts (unpaced)" vm_tier_start 0 2M
     vm_check "tiering: it finishes the interrupted move of every extent once the holder hands the lease back" \
-      vm_wait_for 600 sh -c "cxlpoolctl tiering --json --all --socket $VM_TIER_SOCK |
+      vm_wait_for 120 sh -c "cxlpoolctl tiering --json --all --socket $VM_TIER_SOCK |
         jq -e '([.migrations[] | select(.direction == \"resume\" and .outcome == \"moved\")] | length >= 1) and
                .in_flight == null and ([.leases[] | select(.moving != null)] | length == 0)'"
+    [ "$?" -eq 0 ] || vm_tier_show_daemon
     cxlpoolctl pools --json --socket "$VM_TIER_SOCK" >/out/tier-pools-restart.json 2>>"$VM_LOG"
     vm_check "tiering: after the restart DRAM node 0 accounts the lease and CXL node $_c nothing" jq -e \
       "([(if type == \"array\" then . else .pools end)[] | select(.numa_node == 0 and .leased_bytes == $((16 << 20)))] | length == 1) and
