@@ -42,6 +42,15 @@ vm_tier_json() {
   cxlpoolctl tiering --json --all --socket "$VM_TIER_SOCK" 2>>"$VM_LOG"
 }
 
+# True while a move is in flight with at least one extent of its lease on
+# the target ("K of N extents on ..."); the answer is kept in /tmp/tier-now.json.
+vm_tier_half_moved() {
+  vm_tier_json >/tmp/tier-now.json &&
+    jq -e '.in_flight != null and
+           ([.leases[] | .moving // "" | test(": [1-9][0-9]* of [0-9]+ extents on ")] | any)' \
+      /tmp/tier-now.json >/dev/null
+}
+
 vm_tier_start() {  # rate_limit_mbps [max_extent]
   vm_tier_config "$1" "${2:-}" >/out/tier.toml
   cxlpoold --foreground --config /out/tier.toml --socket "$VM_TIER_SOCK" \
@@ -138,25 +147,26 @@ vm_tiering_checks() {
   fi
   vm_tier_stop
 
-  # Killed mid-migration: paced at 1 MiB/s (2 MiB steps) a 16 MiB move takes
-  # ~14 s; the lease is 8 extents of 2 MiB, so the kill, 5 s after the move
-  # is seen under way, finds it half moved (tier-before-kill.json says how far).
+  # Killed mid-migration: paced at 1 MiB/s (2 MiB steps) a 32 MiB move of 16
+  # extents takes ~30 s. The kill comes as soon as the daemon says at least
+  # one extent is on the target and the move goes on, so it finds the move
+  # half done however slow the guest is (tier-before-kill.json says how far);
+  # a kill after the move ended would leave nothing to resume.
   if ! vm_check "tiering: daemon paced to 1 MiB/s starts" vm_tier_start 1 2M; then
     vm_tier_stop
     return
   fi
   [ -p /tmp/tier.fifo ] || mkfifo /tmp/tier.fifo
   exec 9<>/tmp/tier.fifo
-  cxlpool-vm-tier hold --socket "$VM_TIER_SOCK" --size $((16 << 20)) --node "$_c" \
+  cxlpool-vm-tier hold --socket "$VM_TIER_SOCK" --size $((32 << 20)) --node "$_c" \
     --threads 1 --expect-node 0 <&9 >/out/tier-hold.log 2>&1 &
   _h=$!
   if vm_check "tiering: a hot lease is held on CXL node $_c" \
     vm_wait_for 480 grep -q '^READY' /out/tier-hold.log &&
-    vm_check "tiering: its paced migration to DRAM is under way" \
-      vm_wait_for 480 sh -c "cxlpoolctl tiering --json --all --socket $VM_TIER_SOCK | jq -e '.in_flight != null'"; then
-    sleep 5
-    cxlpoolctl tiering --json --all --socket "$VM_TIER_SOCK" >/out/tier-before-kill.json 2>>"$VM_LOG"
+    vm_check "tiering: its paced migration to DRAM is under way, some extents moved and more to go" \
+      vm_wait_for 480 vm_tier_half_moved; then
     kill -9 "$VM_TIER_PID"
+    cp /tmp/tier-now.json /out/tier-before-kill.json
     wait "$VM_TIER_PID" 2>/dev/null
     VM_TIER_PID=
     cxlpoolctl tiering --json --all --socket "$VM_TIER_SOCK" >/out/tier-killed.json 2>>"$VM_LOG"
@@ -169,7 +179,7 @@ vm_tiering_checks() {
     [ "$?" -eq 0 ] || vm_tier_show_daemon
     cxlpoolctl pools --json --socket "$VM_TIER_SOCK" >/out/tier-pools-restart.json 2>>"$VM_LOG"
     vm_check "tiering: after the restart DRAM node 0 accounts the lease and CXL node $_c nothing" jq -e \
-      "([(if type == \"array\" then . else .pools end)[] | select(.numa_node == 0 and .leased_bytes == $((16 << 20)))] | length == 1) and
+      "([(if type == \"array\" then . else .pools end)[] | select(.numa_node == 0 and .leased_bytes == $((32 << 20)))] | length == 1) and
        ([(if type == \"array\" then . else .pools end)[] | select(.numa_node == $_c and .leased_bytes == 0 and .free_bytes == .capacity_bytes)] | length == 1)" \
       /out/tier-pools-restart.json
   fi
