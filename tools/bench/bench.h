@@ -255,8 +255,8 @@ const char* PagesName(Pages p);  // "4k", "thp", "hugetlb"
 // A STATS counter, 0 when the daemon does not have it.
 uint64_t CounterOf(const proto::StatsReply& s, const std::string& k);
 // The baseline of the "ready" figures, the client doing it alone: anonymous
-// mmap (MAP_HUGETLB for hugetlb) of `size`, mbind to `node`, MADV_HUGEPAGE
-// or MADV_NOHUGEPAGE, MADV_POPULATE_WRITE; unmapped afterwards. Its ns.
+// mmap (MAP_HUGETLB for hugetlb, `size` rounded up to 2 MiB) of `size`, mbind to `node`,
+// MADV_HUGEPAGE or MADV_NOHUGEPAGE, MADV_POPULATE_WRITE; unmapped afterwards. Its ns.
 Result<uint64_t> PopulateYourselfNs(uint64_t size, int node, Pages pages);
 // Whether memfds (shmem) may get transparent huge pages: shmem_enabled is
 // advise, always, within_size or force.

@@ -728,6 +728,8 @@ uint64_t CounterOf(const proto::StatsReply& s, const std::string& k) {
 }
 
 Result<uint64_t> PopulateYourselfNs(uint64_t size, int node, Pages pages) {
+  // A hugetlb mapping is whole 2 MiB pages (and munmap of a part fails).
+  if (pages == Pages::kHugetlb) size = (size + 2 * kMiB - 1) / (2 * kMiB) * (2 * kMiB);
   uint64_t t0 = NowNs();
   int flags = MAP_PRIVATE | MAP_ANONYMOUS | (pages == Pages::kHugetlb ? MAP_HUGETLB : 0);
   void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, flags, -1, 0);

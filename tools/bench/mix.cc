@@ -5,8 +5,10 @@
 //   --max-size (2 GiB) and never page-aligned, each granted, mapped and
 //   populated by libcxlpool's Client::Allocate, against the same process
 //   doing mmap + mbind + MADV_POPULATE_WRITE of the same size with the same
-//   page size. P2any with THP extents and the reserve warm, P2_4k with 4 KiB
-//   extents, P2cold with no reserve (everything built on the request path).
+//   page size. P2any with huge-page extents (THP where shmem allows it, else
+//   hugetlb where the node has the free 2 MiB pages) and the reserve warm,
+//   P2_4k with 4 KiB extents, P2cold with no reserve (everything built on the
+//   request path).
 //   Rows: the median ratio per size band (< 2 MiB, 2..64 MiB, >= 64 MiB) and
 //   the whole mix's sum of times.
 // P1u: cxlpool_alloc of 2 MiB (the C ABI) returning a usable pointer,
@@ -89,11 +91,22 @@ void RunMix(const Options& o, const MixSpec& spec, Report* r) {
     return r->Skip(spec.figure, "mix",
                    "a running daemon (--socket) has one configuration; measured as P2_4k");
   }
-  // What the leases can really get: THP extents only where shmem allows it.
-  const Pages lease_pages = thp && ShmemThpAllowed() ? Pages::kThp : Pages::k4K;
   DaemonConfig cfg;
   cfg.thp = thp;
   cfg.reserve_bytes = spec.warm ? MixReserve(max) : 0;
+  // What the leases can really get when the figure asks for huge pages: THP
+  // extents where shmem allows them; else hugetlb extents where the node has
+  // the free 2 MiB pages for the whole run (the reserve, the largest lease
+  // built beside it, the baseline's own); else 4 KiB pages.
+  const uint64_t huge_need = (cfg.reserve_bytes + 2 * max) / (2 * kMiB);
+  const uint64_t huge_free = FreeHugepages(o.node);
+  Pages lease_pages = Pages::k4K;
+  if (thp && ShmemThpAllowed()) {
+    lease_pages = Pages::kThp;
+  } else if (thp && huge_free >= huge_need) {
+    lease_pages = Pages::kHugetlb;
+    cfg.hugetlb = true;
+  }
   DaemonProc daemon;
   auto sock = PhaseSocket(o, cfg, &daemon);
   if (!sock.ok()) return r->Skip(spec.figure, "mix", sock.status().ToString());
@@ -107,7 +120,7 @@ void RunMix(const Options& o, const MixSpec& spec, Report* r) {
   };
   std::vector<Sample> samples;
   int warm = 0;
-  uint64_t pmd = 0, huge_sized = 0;
+  uint64_t pmd = 0, huge_sized = 0, hugetlb_backed = 0;
   for (uint64_t size : sizes) {
     if (Status s = ctl->WaitIdle(); !s.ok()) return r->Skip(spec.figure, "mix", s.ToString());
     auto before = ctl->GetStats();
@@ -132,7 +145,9 @@ void RunMix(const Options& o, const MixSpec& spec, Report* r) {
     // A grant wholly from the warm reserve.
     auto hits = [](const proto::StatsReply& x) { return CounterOf(x, "reserve_hits"); };
     if (after.ok() && hits(*after) > hits(*before)) ++warm;
-    if (thp && size >= 2 * kMiB) {
+    if (lease_pages == Pages::kHugetlb) {
+      if (lease->info().backing == "hugetlb-2m") ++hugetlb_backed;
+    } else if (thp && size >= 2 * kMiB) {
       ++huge_sized;
       auto m = SmapsField(lease->data(), lease->size(), "ShmemPmdMapped");
       if (m.ok() && *m > 0) ++pmd;
@@ -146,15 +161,32 @@ void RunMix(const Options& o, const MixSpec& spec, Report* r) {
     samples.push_back({size, t1 - t0, *self});
   }
 
-  const std::string pages_note =
-      lease_pages == Pages::kThp ? "THP on both sides (baseline MADV_HUGEPAGE)"
-      : thp ? "4 KiB pages on both sides: shmem THP is not allowed here (shmem_enabled " +
-                  ReadFirstLine("/sys/kernel/mm/transparent_hugepage/shmem_enabled") +
-                  "), so THP extents fall back and the baseline matches them"
-            : "4 KiB pages on both sides (thp = false, baseline MADV_NOHUGEPAGE)";
+  const std::string shmem_thp =
+      "shmem_enabled " + ReadFirstLine("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
+  std::string pages_note;
+  if (lease_pages == Pages::kThp) {
+    pages_note = "THP on both sides (baseline MADV_HUGEPAGE)";
+  } else if (lease_pages == Pages::kHugetlb) {
+    pages_note = "hugetlb on both sides: shmem THP is not allowed here (" + shmem_thp +
+                 "), the node had " + std::to_string(huge_free) + " free 2 MiB pages (" +
+                 std::to_string(huge_need) +
+                 " needed), so the pool is hugetlb = true (every lease a multiple of 2 MiB) "
+                 "and the baseline MAP_HUGETLB of the size rounded up to 2 MiB";
+  } else if (thp) {
+    pages_note = "4 KiB pages on both sides: shmem THP is not allowed here (" + shmem_thp +
+                 ") and the node has " + std::to_string(huge_free) + " of the " +
+                 std::to_string(huge_need) +
+                 " free 2 MiB pages a hugetlb run needs, so THP extents fall back and the "
+                 "baseline matches them";
+  } else {
+    pages_note = "4 KiB pages on both sides (thp = false, baseline MADV_NOHUGEPAGE)";
+  }
   std::string common = std::to_string(warm) + "/" + std::to_string(samples.size()) +
                        " warm hits; reserve " + HumanSize(cfg.reserve_bytes);
-  if (thp && huge_sized > 0) {
+  if (lease_pages == Pages::kHugetlb) {
+    common += "; " + std::to_string(hugetlb_backed) + "/" + std::to_string(samples.size()) +
+              " leases backed hugetlb-2m";
+  } else if (thp && huge_sized > 0) {
     common += "; " + std::to_string(pmd) + "/" + std::to_string(huge_sized) +
               " leases of 2 MiB or more PMD-mapped";
   }
