@@ -73,9 +73,12 @@ std::string KernelAccess::ToString() const {
   if (!page_idle) {
     s += "absent (CONFIG_IDLE_PAGE_TRACKING)";
   } else {
-    s += std::string(page_idle_readable ? "readable" : "not readable") + ", pagemap PFNs " +
-         (pagemap_pfns ? "visible" : "hidden (needs CAP_SYS_ADMIN)");
+    s += page_idle_readable ? "readable" : "not readable";
   }
+  // Both samplers need the frame numbers; under systemd CAP_SYS_ADMIN comes
+  // from the opt-in drop-in cxlpoold-sampling.conf (docs/service.md).
+  s += std::string("; pagemap PFNs ") +
+       (pagemap_pfns ? "visible" : "hidden (needs CAP_SYS_ADMIN: cxlpoold-sampling.conf)");
   return s;
 }
 

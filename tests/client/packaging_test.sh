@@ -18,7 +18,8 @@ cmake --install "$build" --prefix "$tmp/full" >/dev/null
 outside=$(grep -v "^$tmp/full/" "$build/install_manifest.txt" || true)
 [[ -z $outside ]] || { echo "cmake --install --prefix wrote outside the prefix: $outside"; exit 1; }
 for f in etc/cxlpool/cxlpoold.toml sbin/cxlpoold bin/cxlpoolctl lib/systemd/system/cxlpoold.service \
-         lib/systemd/system/cxlpoold-metrics.socket share/man/man8/cxlpoold.8; do
+         lib/systemd/system/cxlpoold-metrics.socket share/man/man8/cxlpoold.8 \
+         share/cxlpool/cxlpoold-sampling.conf; do
   [[ -e "$tmp/full/$f" ]] || { echo "not installed under the prefix: $f"; exit 1; }
 done
 [[ ! -e "$tmp/full/bin/cxlpool-example" ]] || { echo "an example binary was installed"; exit 1; }

@@ -65,6 +65,7 @@ need "$daemon_deb" usr/sbin/cxlpoold usr/bin/cxlpoolctl \
   lib/systemd/system/cxlpoold-metrics.socket usr/lib/sysusers.d/cxlpool.conf \
   usr/lib/tmpfiles.d/cxlpool.conf etc/cxlpool/cxlpoold.toml usr/share/man/man8/cxlpoold.8.gz \
   usr/share/man/man8/cxlpoolctl.8.gz usr/share/bash-completion/completions/cxlpoolctl \
+  usr/share/cxlpool/cxlpoold-sampling.conf \
   usr/share/doc/cxlpool/copyright usr/share/doc/cxlpool/changelog.gz \
   usr/share/doc/cxlpool/service.md usr/share/doc/cxlpool/daemon.md
 need "$lib_deb" "$libdir/libcxlpool.so.0" "$libdir/libcxlpool.so.0.1.0"

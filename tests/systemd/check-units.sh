@@ -28,6 +28,21 @@ level=$(printf '%s\n' "$sec" | sed -nE 's/.*Overall exposure level for cxlpoold.
 [[ -n $level ]] || { echo "FAIL: could not read exposure level"; exit 1; }
 awk -v l="$level" 'BEGIN { exit !(l <= 2.0) }' || { echo "FAIL: exposure $level > 2.0"; exit 1; }
 echo "exposure $level <= 2.0: ok"
+# The opt-in sampling drop-in, as an operator installs it: it adds
+# CAP_SYS_ADMIN and nothing else, and the unit stays at 2.0 or less.
+root=$work/root
+mkdir -p "$root/etc/systemd/system/cxlpoold.service.d"
+cp "$work/cxlpoold.service" "$work/cxlpoold.socket" "$work/cxlpoold-metrics.socket" "$root/etc/systemd/system/"
+cp "$built/cxlpoold-sampling.conf" "$root/etc/systemd/system/cxlpoold.service.d/sampling.conf"
+[[ $(grep -vE '^(#|$)' "$built/cxlpoold-sampling.conf") == $'[Service]\nAmbientCapabilities=CAP_SYS_ADMIN\nCapabilityBoundingSet=CAP_SYS_ADMIN' ]] ||
+  { echo "FAIL: cxlpoold-sampling.conf does more than add CAP_SYS_ADMIN"; exit 1; }
+sec=$(systemd-analyze security --offline=true --root="$root" --no-pager cxlpoold.service 2>&1)
+grep -qE '✗ CapabilityBoundingSet=~CAP_SYS_ADMIN' <<<"$sec" ||
+  { echo "FAIL: the drop-in did not reach the unit:"; printf '%s\n' "$sec" | tail -n 3; exit 1; }
+with=$(printf '%s\n' "$sec" | sed -nE 's/.*Overall exposure level for cxlpoold.service: ([0-9.]+).*/\1/p')
+[[ -n $with ]] && awk -v l="$with" -v b="$level" 'BEGIN { exit !(l > b && l <= 2.0) }' ||
+  { echo "FAIL: exposure with the sampling drop-in '$with' (without: $level), want above it and <= 2.0"; exit 1; }
+echo "sampling drop-in: CAP_SYS_ADMIN added, exposure $with <= 2.0: ok"
 # Hardening directives stay in alphabetical order (from AmbientCapabilities= on).
 keys=$(sed -n '/^AmbientCapabilities=/,/^$/p' "$built/cxlpoold.service" | sed -nE 's/^([A-Za-z]+)=.*/\1/p' | uniq)
 if [[ "$keys" != "$(printf '%s\n' "$keys" | LC_ALL=C sort)" ]]; then

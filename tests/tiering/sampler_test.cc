@@ -106,6 +106,9 @@ TEST(KernelAccessTest, DamonIsReportedAndNotDrivenIdlePagesNeedFrameNumbers) {
             std::string::npos)
       << line;
   EXPECT_NE(line.find("idle page tracking: absent"), std::string::npos) << line;
+  EXPECT_NE(line.find("pagemap PFNs hidden (needs CAP_SYS_ADMIN: cxlpoold-sampling.conf)"),
+            std::string::npos)
+      << line;
   EXPECT_NE(line.find("signals only"), std::string::npos) << line;
 
   // Idle page tracking present, but pagemap hides frame numbers (no CAP_SYS_ADMIN).

@@ -210,6 +210,26 @@ vm_check "GET /metrics after the restart" grep -q '^cxlpool_build_info{' /tmp/ht
 sec=$(systemd-analyze security --no-pager cxlpoold.service 2>&1 | sed -nE 's/.*Overall exposure level for cxlpoold.service: ([0-9.]+).*/\1/p')
 vm_check "systemd-analyze security (live unit): $sec <= 2.0" awk -v l="${sec:-99}" 'BEGIN { exit !(l <= 2.0) }'
 
+# ---- the opt-in sampling drop-in: CAP_SYS_ADMIN, and pagemap shows frames --------
+capeff() { sed -nE 's/^CapEff:[[:space:]]+([0-9a-f]+)$/\1/p' "/proc/$(pidof cxlpoold)/status"; }
+has_sys_admin() { (( (16#$(capeff) >> 21) & 1 )); }  # CAP_SYS_ADMIN is bit 21
+vm_check "without the drop-in: no CAP_SYS_ADMIN" bash -c "$(declare -f capeff has_sys_admin); ! has_sys_admin"
+vm_check "... and the daemon says pagemap hides frame numbers" \
+  bash -c "journalctl -u cxlpoold -o cat --no-pager | grep 'kernel access sampling' | tail -n 1 | grep -q 'pagemap PFNs hidden'"
+mkdir -p /etc/systemd/system/cxlpoold.service.d
+cp /usr/share/cxlpool/cxlpoold-sampling.conf /etc/systemd/system/cxlpoold.service.d/sampling.conf
+systemctl daemon-reload
+vm_check "restart with cxlpoold-sampling.conf" systemctl restart cxlpoold.service
+wait_for 30 bash -c "journalctl -u cxlpoold -o cat --no-pager | grep 'kernel access sampling' | tail -n 1 | grep -q 'pagemap PFNs visible'" || true
+vm_check "with the drop-in: CAP_SYS_ADMIN" bash -c "$(declare -f capeff has_sys_admin); has_sys_admin"
+vm_check "... and the daemon sees the frame numbers" \
+  bash -c "journalctl -u cxlpoold -o cat --no-pager | grep 'kernel access sampling' | tail -n 1 | grep -q 'pagemap PFNs visible'"
+sec=$(systemd-analyze security --no-pager cxlpoold.service 2>&1 | sed -nE 's/.*Overall exposure level for cxlpoold.service: ([0-9.]+).*/\1/p')
+vm_check "systemd-analyze security with the drop-in: $sec <= 2.0" awk -v l="${sec:-99}" 'BEGIN { exit !(l <= 2.0) }'
+rm -r /etc/systemd/system/cxlpoold.service.d
+systemctl daemon-reload
+systemctl restart cxlpoold.service
+
 # ---- a configuration error: exit 2, not restarted ------------------------------
 sed -i 's/^http_listen = ""$/http_listen = "127.0.0.1:9470"/' $CONF
 systemctl disable --now cxlpoold-metrics.socket >/dev/null 2>&1
