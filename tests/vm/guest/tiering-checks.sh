@@ -16,6 +16,10 @@
 #  - the daemon is SIGKILLed in the middle of a paced migration; the next
 #    daemon finishes it after the holder hands the lease back, with the
 #    accounting on the right pool and the data intact;
+#  - the same, but the next daemon has no room on DRAM (pools.node.0
+#    capacity below the lease), so it moves the pages back to CXL, paced; it
+#    too is SIGKILLed half way, and a third daemon goes on with the move back:
+#    CXL accounts the lease, DRAM nothing, every page on CXL, data intact;
 # cxlpool-bench TIER (T1, T2) is not run here (minutes under TCG); run it with
 #   tests/vm/run-vm-tests.sh --exec 'cxlpool-bench --only tier --quick
 #     --daemon /opt/cxlpool/bin/cxlpoold' cxl-ram
@@ -23,7 +27,7 @@
 VM_TIER_SOCK=/run/cxlpool/tier.sock
 VM_TIER_PID=
 
-vm_tier_config() {  # rate_limit_mbps [max_extent]
+vm_tier_config() {  # rate_limit_mbps [max_extent [node0_capacity]]
   cat <<CONF
 [daemon]
 grace_period = 120
@@ -36,23 +40,46 @@ rate_limit_mbps = $1
 cooperative_deadline = "120s"
 max_pause = "600s"
 CONF
+  [ -z "${3:-}" ] || printf '[pools.node.0]\ncapacity = "%s"\n' "$3"
 }
 
 vm_tier_json() {
   cxlpoolctl tiering --json --all --socket "$VM_TIER_SOCK" 2>>"$VM_LOG"
 }
 
-# True while a move is in flight with at least one extent of its lease on
-# the target ("K of N extents on ..."); the answer is kept in /tmp/tier-now.json.
-vm_tier_half_moved() {
+# True while a move is in flight with at least `min` (default 1) extents of
+# its lease on the target ("K of N extents on <pool> (node T)"), K < N; any
+# target, or node T when given. The answer is kept in /tmp/tier-now.json.
+vm_tier_half_moved() {  # [target_node [min]]
   vm_tier_json >/tmp/tier-now.json &&
-    jq -e '.in_flight != null and
-           ([.leases[] | .moving // "" | test(": [1-9][0-9]* of [0-9]+ extents on ")] | any)' \
+    jq -e --arg to "${1:-}" --argjson min "${2:-1}" '.in_flight != null and
+           ([.leases[] | .moving // "" |
+             capture(": (?<k>[0-9]+) of (?<n>[0-9]+) extents on [^ ]+ [(]node (?<t>[0-9]+)[)]") |
+             select((.k | tonumber) >= $min and (.k | tonumber) < (.n | tonumber) and
+                    ($to == "" or .t == $to))] | length > 0)' \
       /tmp/tier-now.json >/dev/null
 }
 
-vm_tier_start() {  # rate_limit_mbps [max_extent]
-  vm_tier_config "$1" "${2:-}" >/out/tier.toml
+# SIGKILLs the daemon, keeping what it said last (tier-before-kill-$1.json).
+vm_tier_kill() {  # tag
+  kill -9 "$VM_TIER_PID"
+  cp /tmp/tier-now.json "/out/tier-before-kill-$1.json"
+  wait "$VM_TIER_PID" 2>/dev/null
+  VM_TIER_PID=
+  vm_note "tiering: daemon SIGKILLed mid-migration ($1): $(jq -c '[.leases[] | .moving // empty]' /tmp/tier-now.json 2>&1 | cut -c1-300)"
+}
+
+# The pools' account: node $1 holds $2 leased bytes and node $3 none (all free).
+vm_tier_pools_hold() {  # node bytes empty_node file
+  jq -e --argjson n "$1" --argjson b "$2" --argjson e "$3" \
+    '(if type == "array" then . else .pools end) as $p |
+     ([$p[] | select(.numa_node == $n and .leased_bytes == $b)] | length == 1) and
+     ([$p[] | select(.numa_node == $e and .leased_bytes == 0 and .free_bytes == .capacity_bytes)] | length == 1)' \
+    "$4"
+}
+
+vm_tier_start() {  # rate_limit_mbps [max_extent [node0_capacity]]
+  vm_tier_config "$1" "${2:-}" "${3:-}" >/out/tier.toml
   cxlpoold --foreground --config /out/tier.toml --socket "$VM_TIER_SOCK" \
     --state-dir /out/tier-state >>/out/tier-daemon.log 2>&1 &
   VM_TIER_PID=$!
@@ -150,7 +177,7 @@ vm_tiering_checks() {
   # Killed mid-migration: paced at 1 MiB/s (2 MiB steps) a 32 MiB move of 16
   # extents takes ~30 s. The kill comes as soon as the daemon says at least
   # one extent is on the target and the move goes on, so it finds the move
-  # half done however slow the guest is (tier-before-kill.json says how far);
+  # half done however slow the guest is (tier-before-kill-forward.json says how far);
   # a kill after the move ended would leave nothing to resume.
   if ! vm_check "tiering: daemon paced to 1 MiB/s starts" vm_tier_start 1 2M; then
     vm_tier_stop
@@ -165,12 +192,7 @@ vm_tiering_checks() {
     vm_wait_for 480 grep -q '^READY' /out/tier-hold.log &&
     vm_check "tiering: its paced migration to DRAM is under way, some extents moved and more to go" \
       vm_wait_for 480 vm_tier_half_moved; then
-    kill -9 "$VM_TIER_PID"
-    cp /tmp/tier-now.json /out/tier-before-kill.json
-    wait "$VM_TIER_PID" 2>/dev/null
-    VM_TIER_PID=
-    cxlpoolctl tiering --json --all --socket "$VM_TIER_SOCK" >/out/tier-killed.json 2>>"$VM_LOG"
-    vm_note "tiering: daemon SIGKILLed mid-migration"
+    vm_tier_kill forward
     vm_check "tiering: the next daemon starts (unpaced)" vm_tier_start 0 2M
     vm_check "tiering: it finishes the interrupted move of every extent once the holder hands the lease back" \
       vm_wait_for 120 sh -c "cxlpoolctl tiering --json --all --socket $VM_TIER_SOCK |
@@ -178,15 +200,64 @@ vm_tiering_checks() {
                .in_flight == null and ([.leases[] | select(.moving != null)] | length == 0)'"
     [ "$?" -eq 0 ] || vm_tier_show_daemon
     cxlpoolctl pools --json --socket "$VM_TIER_SOCK" >/out/tier-pools-restart.json 2>>"$VM_LOG"
-    vm_check "tiering: after the restart DRAM node 0 accounts the lease and CXL node $_c nothing" jq -e \
-      "([(if type == \"array\" then . else .pools end)[] | select(.numa_node == 0 and .leased_bytes == $((32 << 20)))] | length == 1) and
-       ([(if type == \"array\" then . else .pools end)[] | select(.numa_node == $_c and .leased_bytes == 0 and .free_bytes == .capacity_bytes)] | length == 1)" \
-      /out/tier-pools-restart.json
+    vm_check "tiering: after the restart DRAM node 0 accounts the lease and CXL node $_c nothing" \
+      vm_tier_pools_hold 0 $((32 << 20)) "$_c" /out/tier-pools-restart.json
   fi
   echo done >&9
   wait "$_h"
   vm_check_eq "tiering: the holder's data is intact and every page is on node 0 (exit status)" "$?" 0
   exec 9>&-
   vm_tier_json >/out/tier-restart.json
+  vm_tier_stop
+  vm_tier_move_back_kill "$_c"
+}
+
+# Killed during a move back. A will_need lease of 8 extents on CXL moves to
+# DRAM at 1 MiB/s; once 3 extents are there the daemon is SIGKILLed. The next
+# daemon has DRAM node 0 capped below the lease (capacity 8 MiB), so it
+# cannot finish the move and moves every extent back to CXL instead, also
+# paced; it is SIGKILLed once one extent is back, which leaves the extents
+# after it on DRAM (the move goes in lease order). A third daemon, unpaced and
+# still without room on DRAM, must go on with the move back (a "rollback"
+# record), not start it again elsewhere: CXL accounts the lease, DRAM nothing,
+# and the holder finds every page of it on CXL (move_pages), its data intact.
+vm_tier_move_back_kill() {  # cxl_node
+  _c=$1
+  _sz=$((16 << 20))
+  if ! vm_check "tiering: daemon paced to 1 MiB/s starts (move back)" vm_tier_start 1 2M; then
+    vm_tier_stop
+    return
+  fi
+  [ -p /tmp/tier.fifo ] || mkfifo /tmp/tier.fifo
+  exec 9<>/tmp/tier.fifo
+  cxlpool-vm-tier hold --socket "$VM_TIER_SOCK" --size "$_sz" --node "$_c" \
+    --threads 1 --hint will_need --expect-node "$_c" <&9 >/out/tier-hold-back.log 2>&1 &
+  _h=$!
+  if vm_check "tiering: a will_need lease of 8 extents is held on CXL node $_c" \
+    vm_wait_for 480 grep -q '^READY' /out/tier-hold-back.log &&
+    vm_check "tiering: its paced move to DRAM node 0 has put 3 extents there and goes on" \
+      vm_wait_for 480 vm_tier_half_moved 0 3; then
+    vm_tier_kill forward-then-back
+    if vm_check "tiering: the next daemon starts with DRAM node 0 capped at 8 MiB (no room for the lease), paced" \
+      vm_tier_start 1 2M 8M &&
+      vm_check "tiering: it moves the lease back to CXL node $_c once the holder hands it back: one extent there, more to go" \
+        vm_wait_for 480 vm_tier_half_moved "$_c" 1; then
+      vm_tier_kill back
+      vm_check "tiering: a third daemon starts (unpaced, DRAM still capped)" vm_tier_start 0 2M 8M
+      vm_check "tiering: it goes on with the interrupted move back until the lease is whole on CXL" \
+        vm_wait_for 120 sh -c "cxlpoolctl tiering --json --all --socket $VM_TIER_SOCK |
+          jq -e '([.migrations[] | select(.direction == \"rollback\")] | length >= 1) and
+                 .in_flight == null and ([.leases[] | select(.moving != null)] | length == 0)'"
+      [ "$?" -eq 0 ] || vm_tier_show_daemon
+      cxlpoolctl pools --json --socket "$VM_TIER_SOCK" >/out/tier-pools-back.json 2>>"$VM_LOG"
+      vm_check "tiering: after the move back CXL node $_c accounts the lease and DRAM node 0 nothing" \
+        vm_tier_pools_hold "$_c" "$_sz" 0 /out/tier-pools-back.json
+    fi
+  fi
+  echo done >&9
+  wait "$_h"
+  vm_check_eq "tiering: the holder's data is intact and every page is on CXL node $_c (exit status)" "$?" 0
+  exec 9>&-
+  vm_tier_json >/out/tier-back.json
   vm_tier_stop
 }
