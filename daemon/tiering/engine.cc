@@ -427,6 +427,8 @@ void TieringEngine::Round() {
       u.unit = i;
       u.offset = f.units[i].offset;
       u.length = f.units[i].length;
+      // The lease is accounted to one pool: a move of any unit takes it all.
+      u.room_bytes = f.size_bytes;
       u.pool = f.units[i].pool;
       u.temperature = Temperature(ut);
       u.urgent = ut.urgent;

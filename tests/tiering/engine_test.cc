@@ -804,6 +804,36 @@ TEST_F(EngineTest, AMultiExtentLeaseIsPromotedExtentByExtentAndAccountedWhole) {
   EXPECT_EQ(engine->counters().at("bytes_promoted"), 64 * kMiB);
 }
 
+// The VM tier's case: DRAM capped at 8 MiB (free 8 MiB), a will_need lease
+// of 8 x 2 MiB on CXL. Each extent fits, the lease does not: no move is begun
+// (the table would refuse each, round after round); the lease says why.
+TEST_F(EngineTest, AMultiExtentLeaseTooBigForTheFreeRoomIsNotTriedExtentByExtent) {
+  table.pools.at("node0").capacity_bytes = 8 * kMiB;
+  table.pools.at("node0").free_bytes = 8 * kMiB;
+  Make();
+  table.AddExtentLease(1, "node2", 8, 2 * kMiB, {7});
+  ASSERT_TRUE(Hint(7, 1, 0, 16 * kMiB, tiering::Hint::kWillNeed).ok());
+  for (int i = 0; i < 5; ++i) {
+    engine->Tick();
+    Drain();
+    clock.AdvanceNs(kSec);
+  }
+  EXPECT_EQ(table.begins, 0);
+  EXPECT_TRUE(migrator.requests.empty());
+  EXPECT_TRUE(history().empty());
+  EXPECT_NE(Verdict(1).find("needs 16.0 MiB (all of lease 1, which moves whole)"),
+            std::string::npos)
+      << Verdict(1);
+  // With room for all of it, it goes, extent by extent.
+  table.pools.at("node0").capacity_bytes = kGiB;
+  table.pools.at("node0").free_bytes = kGiB;
+  ASSERT_TRUE(Hint(7, 1, 0, 16 * kMiB, tiering::Hint::kWillNeed).ok());
+  engine->Tick();
+  Drain();
+  EXPECT_EQ(table.begins, 1);
+  EXPECT_EQ(table.UnitsOn(1, "node0"), 8u);
+}
+
 TEST_F(EngineTest, AColdMultiExtentLeaseIsDemotedExtentByExtent) {
   Make();
   table.AddExtentLease(1, "node0", 3, 32 * kMiB, {7});

@@ -221,6 +221,8 @@ vm_tiering_checks() {
 # still without room on DRAM, must go on with the move back (a "rollback"
 # record), not start it again elsewhere: CXL accounts the lease, DRAM nothing,
 # and the holder finds every page of it on CXL (move_pages), its data intact.
+# The lease stays hot there, and the engine does not try to promote it
+# extent by extent into DRAM that cannot hold all of it.
 vm_tier_move_back_kill() {  # cxl_node
   _c=$1
   _sz=$((16 << 20))
@@ -252,6 +254,13 @@ vm_tier_move_back_kill() {  # cxl_node
       cxlpoolctl pools --json --socket "$VM_TIER_SOCK" >/out/tier-pools-back.json 2>>"$VM_LOG"
       vm_check "tiering: after the move back CXL node $_c accounts the lease and DRAM node 0 nothing" \
         vm_tier_pools_hold "$_c" "$_sz" 0 /out/tier-pools-back.json
+      # The holder keeps the lease hot, but DRAM cannot hold all of it, and a
+      # lease moves whole: no move is tried (the pool would refuse each one)
+      # and the verdict says so.
+      vm_check "tiering: the hot lease is not tried on the capped DRAM, and its verdict says it needs room for all of it" \
+        vm_wait_for 120 sh -c "cxlpoolctl tiering --json --all --socket $VM_TIER_SOCK >/out/tier-capped.json &&
+          jq -e '([.leases[].units[].verdict | test(\"which moves whole\")] | any) and
+                 ([.migrations[] | select(.outcome == \"refused\")] | length == 0)' /out/tier-capped.json"
     fi
   fi
   echo done >&9
