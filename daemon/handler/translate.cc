@@ -32,10 +32,13 @@ void ToProto(const LeaseSnapshot& s, proto::LeaseInfo* out) {
   if (s.placed_numa_node) out->set_placed_numa_node(*s.placed_numa_node);
   out->set_moved_reason(s.moved_reason);
   out->set_migration(s.migration);
-  for (uint64_t bytes : s.extent_bytes) {
+  out->set_spread(s.spread);
+  for (size_t i = 0; i < s.extent_bytes.size(); ++i) {
     proto::ExtentInfo* x = out->add_extents();
-    x->set_size_bytes(bytes);
+    x->set_size_bytes(s.extent_bytes[i]);
     x->set_page_size(s.page_size);
+    if (i < s.extent_pools.size()) x->set_pool(s.extent_pools[i]);
+    if (i < s.extent_nodes.size()) x->set_numa_node(s.extent_nodes[i]);
   }
 }
 

@@ -171,15 +171,37 @@ void LeaseManager::Free(uint64_t id, const char* counter, std::function<void()> 
     auto c = conns_.find(conn);
     if (c != conns_.end()) c->second.held.erase(id);
   }
-  // The pool keeps counting the bytes (as reclaiming) until the worker has
+  // Each pool keeps counting its bytes (as reclaiming) until a worker has
   // truncated them; the tenant's quota is free now.
-  l.pool->BeginReclaim(l.size);
-  quotas_.Uncharge(TenantOf(l.owner), l.tier, l.size);
   DropPoolMove(l);
   Count(counter);
   extra_extents_ -=
       std::min<uint64_t>(extra_extents_, l.extents.empty() ? 0 : l.extents.size() - 1);
-  reclaims_.Submit(l.pool, l.size, std::move(l.extents), std::move(then), l.owner.uid);
+  const Tenant tenant = TenantOf(l.owner);
+  std::vector<LeaseRecord::PoolBytes> by = l.BytesByPool();
+  if (by.size() == 1) {
+    l.pool->BeginReclaim(l.size);
+    quotas_.Uncharge(tenant, l.tier, l.size);
+    reclaims_.Submit(l.pool, l.size, std::move(l.extents), std::move(then), l.owner.uid);
+    return;
+  }
+  // Split between pools: one reclaim per pool, `then` after the last.
+  ChargeTiers(l, false);
+  auto left = std::make_shared<size_t>(by.size());
+  auto after = std::make_shared<std::function<void()>>(std::move(then));
+  for (auto& b : by) {
+    b.pool->BeginReclaim(b.bytes);
+    std::vector<std::unique_ptr<Backing>> part;
+    for (size_t i : b.extents) {
+      if (i < l.extents.size()) part.push_back(std::move(l.extents[i]));
+    }
+    reclaims_.Submit(
+        b.pool, b.bytes, std::move(part),
+        [left, after] {
+          if (--*left == 0 && *after) (*after)();
+        },
+        l.owner.uid);
+  }
 }
 
 void LeaseManager::BackingReclaimed(Pool* pool, uint64_t size) {
@@ -861,8 +883,18 @@ LeaseSnapshot LeaseManager::Snapshot(const Lease& l) const {
   s.long_term_pin = l.long_term_pin;
   s.placed_numa_node = l.placed_node;
   s.moved_reason = l.moved_reason;
+  if (!l.extent_pools.empty()) {
+    for (const Pool* p : l.extent_pools) {
+      s.extent_pools.push_back(p->name());
+      s.extent_nodes.push_back(p->numa_node());
+    }
+    s.spread = Spread(l);
+  }
   if (l.moving_to != nullptr) {
-    s.migration = "to " + l.moving_to->name() + (l.moving_note.empty() ? "" : ": " + l.moving_note);
+    s.migration =
+        "to " + l.moving_to->name() + ": " +
+        (l.extent_count() > 1 ? "extent " + std::to_string(l.moving_extent) : "the lease") +
+        (l.moving_note.empty() ? "" : "; " + l.moving_note);
   }
   if (l.pages_node) s.numa_node = *l.pages_node;
   return s;
@@ -896,7 +928,27 @@ Result<LeaseManager::MoveCheck> LeaseManager::CheckMoved(ConnId conn, uint64_t i
   MoveCheck out;
   const std::optional<int> now = census->MajorityNode();
   const int accounted = l.pages_node.value_or(l.pool->numa_node());
-  if (!now || *now == accounted) {
+  bool where_accounted = !now || *now == accounted;
+  if (!l.extent_pools.empty() && now) {
+    // Split between pools: each pool's extents asked on their own; a pin
+    // that moved them all shows as a group off its pool's node.
+    where_accounted = true;
+    for (const auto& b : l.BytesByPool()) {
+      PageCensus part;
+      for (size_t i : b.extents) {
+        const Backing& e = *l.extents[i];
+        auto c = CensusPages(
+            e.daemon_addr(), e.size_bytes(), 4096,
+            std::max<uint64_t>(1, 4096 * e.size_bytes() / std::max<uint64_t>(1, l.size)));
+        if (!c.ok()) return c.status();
+        part.sampled += c->sampled;
+        for (const auto& [node, n] : c->on_node) part.on_node[node] += n;
+      }
+      const std::optional<int> there = part.MajorityNode();
+      if (there && *there != b.pool->numa_node()) where_accounted = false;
+    }
+  }
+  if (where_accounted) {
     out.lease = Snapshot(l);
     return out;
   }

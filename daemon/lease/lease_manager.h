@@ -288,37 +288,31 @@ class LeaseManager {
     int32_t priority = 0;  // the owner's priority class
     std::string gpu;       // as asked at allocation ("" none)
     std::optional<int> home_node;
-    const Pool* moving_to = nullptr;  // a move between pools under way
+    // Each extent's pool when they are not all on `pool` (LeaseRecord::extent_pools).
+    std::vector<const Pool*> extent_pools;
+    const Pool* moving_to = nullptr;  // a move of one extent between pools under way
+    uint32_t moving_extent = 0;
     std::string moving_note;
-    // With moving_to: the extents already on it (LeaseRecord::extents_moved;
-    // empty when none).
-    std::vector<bool> extents_moved;
   };
   std::vector<MigrationFacts> LeasesForMigration() const;
   std::optional<MigrationFacts> LeaseForMigration(uint64_t id) const;
-  // The accounting of moving a lease's pages to another pool's node. Begin:
-  // room on `to` is reserved and the tenant's quota charged in `to`'s tier
-  // as well (a move in progress counts in both pools, so nothing is ever
-  // overcommitted), and the intent journalled. Commit: the bytes and the
-  // charge leave the old pool, journalled. Abort with an empty note: the
-  // reservation and the second charge go; with a note (pages left split):
-  // both stay and the note says why, until a later move finishes.
-  // Begin: NOT_FOUND, ALREADY_EXISTS (a move under way), INVALID_ARGUMENT
-  // (same pool, devdax), UNAVAILABLE (memory not back after a restart),
-  // RESOURCE_EXHAUSTED (room, quota, priority reserve: named), IO (journal).
-  // A lease of several extents moves extent by extent, under one Begin (the
-  // room of the whole lease reserved up front): CommitExtentMove says one
-  // extent's pages are all on the target (journalled); the last one commits
-  // the lease. Until then the lease is accounted where it was, the room
-  // stays reserved, and its facts say which extents are where. An Abort
-  // with an empty note after some extents moved keeps the reservation (the
-  // lease is half moved, and its note says so) until a later move finishes.
-  // CommitExtentMove: NOT_FOUND (the lease ended), INTERNAL (no move, or no
-  // such extent).
-  Status BeginPoolMove(uint64_t id, Pool* to);
-  Status CommitPoolMove(uint64_t id);
+  // The accounting of moving one extent of a lease (the lease, when it has
+  // one) to another pool's node; each extent is accounted to its own pool,
+  // so a lease may stay split between pools. Begin: room for the extent on
+  // `to` is reserved and the tenant's quota charged in `to`'s tier as well
+  // (a move in progress counts in both pools, so nothing is ever
+  // overcommitted), and the intent journalled. Commit: the extent's bytes
+  // and charge leave its old pool, journalled. Abort with an empty note:
+  // the reservation and the second charge go; with a note (pages left
+  // split): both stay and the note says why, until a later move finishes.
+  // Begin: NOT_FOUND (no lease, no such extent), ALREADY_EXISTS (a move
+  // under way), INVALID_ARGUMENT (same pool, devdax), UNAVAILABLE (memory
+  // not back after a restart), RESOURCE_EXHAUSTED (room, quota, priority
+  // reserve: named), IO (journal). Commit: NOT_FOUND (the lease ended),
+  // INTERNAL (no move of that extent under way).
+  Status BeginExtentMove(uint64_t id, uint32_t extent, Pool* to);
   Status CommitExtentMove(uint64_t id, uint32_t extent);
-  Status AbortPoolMove(uint64_t id, const std::string& split_note);
+  Status AbortExtentMove(uint64_t id, uint32_t extent, const std::string& split_note);
 
   // SIGTERM with restart support: forget every lease WITHOUT freeing its
   // memory or journalling its end, so the clients keep their mappings and
@@ -423,21 +417,30 @@ class LeaseManager {
   MigrationFacts FactsOf(const Lease& l) const;
   // The second charge and the reservation of a move under way go (Free, Abort).
   void DropPoolMove(Lease& l);
-  // The lease `id` with a move under way: NOT_FOUND (it ended), INTERNAL (no move).
-  Result<Lease*> MovingLease(uint64_t id);
-  // Recover: a journalled move to `to_pool` that was not finished is
-  // accounted again as it was (or, without room there, as a move back);
-  // `to_pool` the lease's own pool: a move back (from `back_from`) that was
-  // not finished goes on. `extent_pools`: the pool the journal says each
-  // extent's pages were verified on by that move ("" not yet; empty: none).
+  // Forgets the move under way (its accounting already settled).
+  static void ClearMove(Lease& l);
+  // The lease `id` with a move of `extent` under way: NOT_FOUND (it
+  // ended), INTERNAL (no such move).
+  Result<Lease*> MovingLease(uint64_t id, uint32_t extent);
+  // "3 of 16 extents (6 MiB) on node0, 13 of 16 extents (26 MiB) on node2";
+  // "" when the lease is on one pool.
+  static std::string Spread(const Lease& l);
+  Pool* PoolNamed(const std::string& name) const;
+  // The tenant's quota charge of all of a lease: each tier its bytes, the
+  // lease counted once in each of its tiers and once in all.
+  void ChargeTiers(const Lease& l, bool charge);
+  // Recover: a journalled move of `extent` to `to_pool` that was not
+  // finished is accounted again as it was (or, without room there, as a
+  // move back); `to_pool` the extent's own pool: a move back (from
+  // `back_from`) that was not finished goes on.
   void RecoverPoolMove(Lease& l, const std::string& to_pool, const std::string& back_from,
-                       const std::vector<std::string>& extent_pools);
-  // The one way a lease's pool changes, whoever moved its pages (CheckMoved:
-  // a long-term pin did; CommitPoolMove: the tiering engine did): its bytes
-  // and its tenant's charge go from l.pool to `to` (taking over the room a
-  // tiering move reserved there), where it was placed and `why` are kept
-  // for LeaseInfo (placed_numa_node, moved_reason), counted (leases_moved)
-  // and journalled (lease_migration.cc).
+                       uint32_t extent);
+  // A long-term pin moved all of a lease's pages (CheckMoved): its bytes
+  // and its tenant's charge go from every pool accounting them to `to`,
+  // where it was placed and `why` are kept for LeaseInfo
+  // (placed_numa_node, moved_reason), counted (leases_moved) and
+  // journalled (lease_migration.cc). The tiering engine's moves go extent
+  // by extent (CommitExtentMove).
   void Rehome(Lease& l, Pool* to, std::string why);
   // Journals a new grant (with its extents' fds) or a holder change (no
   // fds). OK when disabled.

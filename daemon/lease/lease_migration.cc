@@ -17,14 +17,26 @@ std::string Room(const Pool* p) {
          HumanBytes(p->capacity());
 }
 
-// "2 of 4 extents on node0 (node 0)": how far a move of several extents is.
-std::string ExtentProgress(const LeaseRecord& l) {
-  const size_t done =
-      static_cast<size_t>(std::count(l.extents_moved.begin(), l.extents_moved.end(), true));
-  return std::to_string(done) + " of " + std::to_string(l.extents.size()) + " extents on " +
-         l.moving_to->name() + " (node " + std::to_string(l.moving_to->numa_node()) + ")";
+std::string Node(const Pool* p) { return "node " + std::to_string(p->numa_node()); }
+
+// "extent 3 (2 MiB)", or "its pages" for a lease of one extent.
+std::string WhatMoves(const LeaseRecord& l, size_t extent) {
+  if (l.extent_count() == 1) return "its pages";
+  return "extent " + std::to_string(extent) + " (" + HumanBytes(l.ExtentBytes(extent)) + ")";
 }
 }  // namespace
+
+std::string LeaseManager::Spread(const Lease& l) {
+  std::vector<LeaseRecord::PoolBytes> by = l.BytesByPool();
+  if (by.size() == 1) return "";
+  std::string out;
+  for (const auto& b : by) {
+    if (!out.empty()) out += ", ";
+    out += std::to_string(b.extents.size()) + " of " + std::to_string(l.extent_count()) +
+           " extents (" + HumanBytes(b.bytes) + ") on " + b.pool->name();
+  }
+  return out;
+}
 
 LeaseManager::MigrationFacts LeaseManager::FactsOf(const Lease& l) const {
   MigrationFacts f;
@@ -34,7 +46,8 @@ LeaseManager::MigrationFacts LeaseManager::FactsOf(const Lease& l) const {
     f.extents = l.GrantedExtents();
     if (f.extents.size() == 1) f.fd = f.extents.front().fd;
   }
-  f.extents_moved = l.extents_moved;
+  for (size_t i = 0; i < l.extent_pools.size(); ++i) f.extent_pools.push_back(l.extent_pools[i]);
+  f.moving_extent = l.moving_extent;
   std::vector<ConnId> conns;
   for (const auto& [conn, n] : l.holders) conns.push_back(conn);
   std::sort(conns.begin(), conns.end());
@@ -69,17 +82,22 @@ std::optional<LeaseManager::MigrationFacts> LeaseManager::LeaseForMigration(uint
 
 void LeaseManager::DropPoolMove(Lease& l) {
   if (l.moving_to == nullptr) return;
-  if (l.moving_to != l.pool) {
-    l.moving_to->CancelReserve(l.size);
-    quotas_.Uncharge(TenantOf(l.owner), l.moving_to->quota_tier(), l.size);
+  if (l.moving_to != l.PoolOf(l.moving_extent)) {
+    l.moving_to->CancelReserve(l.MovingBytes());
+    quotas_.UnchargePart(TenantOf(l.owner), l.moving_to->quota_tier(), l.MovingBytes(), false,
+                         false);
   }
-  l.moving_to = nullptr;
-  l.moving_note.clear();
-  l.moving_back_from.clear();
-  l.extents_moved.clear();
+  ClearMove(l);
 }
 
-Status LeaseManager::BeginPoolMove(uint64_t id, Pool* to) {
+void LeaseManager::ClearMove(Lease& l) {
+  l.moving_to = nullptr;
+  l.moving_extent = 0;
+  l.moving_note.clear();
+  l.moving_back_from.clear();
+}
+
+Status LeaseManager::BeginExtentMove(uint64_t id, uint32_t extent, Pool* to) {
   auto it = table_.leases().find(id);
   if (it == table_.leases().end()) return Status(Code::kNotFound, "no lease " + std::to_string(id));
   Lease& l = it->second;
@@ -87,35 +105,41 @@ Status LeaseManager::BeginPoolMove(uint64_t id, Pool* to) {
     return Status(Code::kAlreadyExists, "a move of lease " + std::to_string(id) + " to " +
                                             l.moving_to->name() + " is under way");
   }
-  if (to == nullptr || to == l.pool) {
-    return Status(Code::kInvalidArgument,
-                  "lease " + std::to_string(id) + " is already on " + l.pool->name());
+  if (extent >= l.extent_count()) {
+    return Status(Code::kNotFound,
+                  "lease " + std::to_string(id) + " has no extent " + std::to_string(extent));
   }
-  if (std::string(l.pool->backing()) != "memfd" || std::string(to->backing()) != "memfd") {
+  Pool* from = l.PoolOf(extent);
+  if (to == nullptr || to == from) {
+    return Status(Code::kInvalidArgument, "lease " + std::to_string(id) + "'s " +
+                                              WhatMoves(l, extent) + " is already on " +
+                                              from->name());
+  }
+  if (std::string(from->backing()) != "memfd" || std::string(to->backing()) != "memfd") {
     return Status(Code::kInvalidArgument, "devdax memory cannot move between pools");
   }
   if (l.awaited_memory || !l.has_memory() || l.first().fd() < 0) {
     return Status(Code::kUnavailable, "lease " + std::to_string(id) +
                                           "'s memory is not back since the daemon restarted");
   }
+  const uint64_t bytes = l.ExtentBytes(extent);
   const Tenant tenant = TenantOf(l.owner);
   const std::string tier = to->quota_tier();
-  if (Status q = quotas_.Check(tenant, tier, l.size); !q.ok()) {
+  if (Status q = quotas_.Check(tenant, tier, bytes); !q.ok()) {
     return Status(Code::kResourceExhausted, to->name() + ": " + q.message());
   }
   if (Status r = quotas_.CheckReserve(tenant, to->name(), to->capacity(),
-                                      to->leased_bytes() + to->reserved_bytes(), l.size);
+                                      to->leased_bytes() + to->reserved_bytes(), bytes);
       !r.ok()) {
     return Status(Code::kResourceExhausted, r.message());
   }
-  if (!to->TryReserve(l.size)) {
-    return Status(Code::kResourceExhausted, "no room for " + HumanBytes(l.size) + ": " + Room(to));
+  if (!to->TryReserve(bytes)) {
+    return Status(Code::kResourceExhausted, "no room for " + HumanBytes(bytes) + ": " + Room(to));
   }
-  quotas_.Charge(tenant, tier, l.size);
+  quotas_.ChargePart(tenant, tier, bytes, false, false);  // the room only, until Commit
+  ClearMove(l);
   l.moving_to = to;
-  l.moving_note.clear();
-  l.moving_back_from.clear();
-  l.extents_moved.clear();
+  l.moving_extent = extent;
   if (restart_.store != nullptr && !restart_.handed_over) {
     Status st = Persist(l, {});
     if (!st.ok()) {
@@ -127,7 +151,7 @@ Status LeaseManager::BeginPoolMove(uint64_t id, Pool* to) {
   return Status::Ok();
 }
 
-Result<LeaseManager::Lease*> LeaseManager::MovingLease(uint64_t id) {
+Result<LeaseManager::Lease*> LeaseManager::MovingLease(uint64_t id, uint32_t extent) {
   auto it = table_.leases().find(id);
   if (it == table_.leases().end()) {
     return Status(Code::kNotFound, "lease " + std::to_string(id) + " ended during the move");
@@ -135,52 +159,55 @@ Result<LeaseManager::Lease*> LeaseManager::MovingLease(uint64_t id) {
   if (it->second.moving_to == nullptr) {
     return Status(Code::kInternal, "no move of lease " + std::to_string(id) + " is under way");
   }
+  if (it->second.moving_extent != extent) {
+    return Status(Code::kInternal, "the move of lease " + std::to_string(id) + " is of extent " +
+                                       std::to_string(it->second.moving_extent) + ", not " +
+                                       std::to_string(extent));
+  }
   return &it->second;
 }
 
-Status LeaseManager::CommitPoolMove(uint64_t id) {
-  Result<Lease*> moving = MovingLease(id);
+Status LeaseManager::CommitExtentMove(uint64_t id, uint32_t extent) {
+  Result<Lease*> moving = MovingLease(id, extent);
   if (!moving.ok()) return moving.status();
   Lease& l = **moving;
   Pool* to = l.moving_to;
-  if (to == l.pool) {
-    // A move back (after a restart) finished: every page is on the pool
-    // that accounts the lease; nothing changes hands.
-    CXLPOOL_LOG(kInfo) << "lease " << id << ": moved back to " << l.pool->name()
+  Pool* from = l.PoolOf(extent);
+  if (to == from) {
+    // A move back (after a restart) finished: the pages are on the pool
+    // that accounts them; nothing changes hands.
+    CXLPOOL_LOG(kInfo) << "lease " << id << ": " << WhatMoves(l, extent) << " moved back to "
+                       << from->name()
                        << (l.moving_back_from.empty() ? "" : " from " + l.moving_back_from);
-    l.moving_to = nullptr;
-    l.moving_note.clear();
-    l.moving_back_from.clear();
-    l.extents_moved.clear();
+    ClearMove(l);
     Count("pool_moves_back_done");
     (void)Persist(l, {});
     return Status::Ok();
   }
-  Rehome(l, to,
-         "the tiering engine moved its pages from node " + std::to_string(l.pool->numa_node()) +
-             " to node " + std::to_string(to->numa_node()) + " (cxlpoolctl tiering --lease " +
-             std::to_string(id) + " says why)");
-  return Status::Ok();
-}
-
-Status LeaseManager::CommitExtentMove(uint64_t id, uint32_t extent) {
-  Result<Lease*> moving = MovingLease(id);
-  if (!moving.ok()) return moving.status();
-  Lease& l = **moving;
-  if (extent >= l.extents.size()) {
-    return Status(Code::kInternal,
-                  "lease " + std::to_string(id) + " has no extent " + std::to_string(extent));
+  // The room reserved and the charge made at Begin become the extent's.
+  const uint64_t bytes = l.ExtentBytes(extent);
+  const Tenant tenant = TenantOf(l.owner);
+  bool from_keeps = false, to_had = false;
+  for (size_t i = 0; i < l.extent_count(); ++i) {
+    if (i == extent) continue;
+    from_keeps = from_keeps || l.PoolOf(i) == from;
+    to_had = to_had || l.PoolOf(i) == to;
   }
-  if (l.extents.size() == 1) return CommitPoolMove(id);
-  l.extents_moved.resize(l.extents.size(), false);
-  l.extents_moved[extent] = true;
-  Count("pool_move_extents_done");
-  if (std::all_of(l.extents_moved.begin(), l.extents_moved.end(), [](bool b) { return b; })) {
-    return CommitPoolMove(id);
-  }
-  // Half moved: still accounted where it was, the whole lease's room held
-  // on the target, and every extent's place journalled.
-  l.moving_note = ExtentProgress(l) + "; the others follow";
+  from->MoveLeaseOut(bytes, !from_keeps);
+  to->CommitReserve(bytes, !to_had);
+  quotas_.UnchargePart(tenant, to->quota_tier(), bytes, false, false);
+  ChargeTiers(l, false);
+  if (!l.placed_node) l.placed_node = l.pool->numa_node();
+  l.pages_node.reset();
+  l.SetExtentPool(extent, to);
+  ChargeTiers(l, true);
+  ClearMove(l);
+  const std::string spread = Spread(l);
+  l.moved_reason = "the tiering engine moved " + WhatMoves(l, extent) + " from " + Node(from) +
+                   " to " + Node(to) + (spread.empty() ? "" : "; " + spread) +
+                   " (cxlpoolctl tiering --lease " + std::to_string(id) + " says why)";
+  if (l.extent_count() > 1) Count("pool_move_extents_done");
+  if (spread.empty()) Count("leases_moved");
   (void)Persist(l, {});
   return Status::Ok();
 }
@@ -189,120 +216,125 @@ void LeaseManager::Rehome(Lease& l, Pool* to, std::string why) {
   if (!l.placed_node) l.placed_node = l.pool->numa_node();
   l.moved_reason = std::move(why);
   l.pages_node.reset();
-  if (to != l.pool) {
-    const Tenant tenant = TenantOf(l.owner);
-    l.pool->MoveLeaseOut(l.size);
-    if (l.moving_to == to) {
-      // The tiering engine's move: the room reserved and the charge made
-      // at BeginPoolMove become the lease's.
-      to->CommitReserve(l.size);
-    } else {
-      // The pages are there already (a long-term pin moved them): counted
-      // even past the pool's capacity, which admission then sees as full.
-      DropPoolMove(l);
-      to->MoveLeaseIn(l.size);
-      quotas_.Charge(tenant, to->quota_tier(), l.size);
-    }
-    quotas_.Uncharge(tenant, l.tier, l.size);
-    l.tier = to->quota_tier();
-    l.pool = to;
+  // The pages are there already (a long-term pin moved them): counted even
+  // past the pool's capacity, which admission then sees as full.
+  DropPoolMove(l);
+  ChargeTiers(l, false);
+  std::vector<LeaseRecord::PoolBytes> by = l.BytesByPool();
+  bool to_counts = std::any_of(by.begin(), by.end(), [to](const auto& b) { return b.pool == to; });
+  for (const auto& b : by) {
+    if (b.pool == to) continue;
+    b.pool->MoveLeaseOut(b.bytes);
+    to->MoveLeaseIn(b.bytes, !to_counts);
+    to_counts = true;
   }
-  l.moving_to = nullptr;
-  l.moving_note.clear();
-  l.moving_back_from.clear();
-  l.extents_moved.clear();
+  l.extent_pools.clear();
+  l.pool = to;
+  l.tier = to->quota_tier();
+  ChargeTiers(l, true);
   Count("leases_moved");
   (void)Persist(l, {});
 }
 
-Status LeaseManager::AbortPoolMove(uint64_t id, const std::string& split_note) {
+Status LeaseManager::AbortExtentMove(uint64_t id, uint32_t extent, const std::string& split_note) {
   auto it = table_.leases().find(id);
   if (it == table_.leases().end()) return Status::Ok();  // Free dropped the move already
   Lease& l = it->second;
-  if (l.moving_to == nullptr) return Status::Ok();
-  const bool half_moved =
-      std::find(l.extents_moved.begin(), l.extents_moved.end(), true) != l.extents_moved.end();
-  if (split_note.empty() && l.moving_to == l.pool) {
+  if (l.moving_to == nullptr || l.moving_extent != extent) return Status::Ok();
+  Pool* from = l.PoolOf(extent);
+  if (split_note.empty() && l.moving_to == from) {
     // A move back: pages may still be where the interrupted move left them,
     // so it is never dropped; a later round tries again.
-    l.moving_note = (half_moved ? ExtentProgress(l) + "; " : std::string()) + "moving back to " +
-                    l.pool->name() +
+    l.moving_note = "moving " + WhatMoves(l, extent) + " back to " + from->name() +
                     (l.moving_back_from.empty() ? "" : " from " + l.moving_back_from) +
                     " did not finish; it is tried again";
     Count("pool_moves_back_unfinished");
-    CXLPOOL_LOG(kWarning) << "lease " << id << " (" << l.pool->name() << "): " << l.moving_note;
-  } else if (split_note.empty() && half_moved) {
-    // Some extents are on the target already: the room stays reserved
-    // there and the lease says how far it got, until a later move finishes.
-    l.moving_note = ExtentProgress(l) + "; the move of the others did not finish";
-    Count("pool_moves_partial");
-    CXLPOOL_LOG(kWarning) << "lease " << id << " (" << l.pool->name() << " -> "
-                          << l.moving_to->name() << "): " << l.moving_note;
+    CXLPOOL_LOG(kWarning) << "lease " << id << " (" << from->name() << "): " << l.moving_note;
   } else if (split_note.empty()) {
     DropPoolMove(l);
     Count("pool_moves_aborted");
   } else {
-    l.moving_note = half_moved ? ExtentProgress(l) + "; " + split_note : split_note;
+    l.moving_note = split_note;
     Count("pool_moves_split");
-    CXLPOOL_LOG(kWarning) << "lease " << id << " (" << l.pool->name() << " -> "
-                          << l.moving_to->name() << "): " << split_note;
+    CXLPOOL_LOG(kWarning) << "lease " << id << " (" << from->name() << " -> " << l.moving_to->name()
+                          << "): " << split_note;
   }
   (void)Persist(l, {});
   return Status::Ok();
 }
 
-void LeaseManager::RecoverPoolMove(Lease& l, const std::string& to_pool,
-                                   const std::string& back_from,
-                                   const std::vector<std::string>& extent_pools) {
-  if (to_pool.empty()) return;
-  Pool* to = nullptr;
-  for (Pool* p : pool_ptrs_) {
-    if (p->name() == to_pool) to = p;
+void LeaseManager::ChargeTiers(const Lease& l, bool charge) {
+  const Tenant tenant = TenantOf(l.owner);
+  if (l.extent_pools.empty()) {
+    if (charge) {
+      quotas_.Charge(tenant, l.tier, l.size);
+    } else {
+      quotas_.Uncharge(tenant, l.tier, l.size);
+    }
+    return;
   }
-  // The extents the journal says this move put on `to_pool` are there (each
-  // was verified before it was journalled); the others move next.
-  auto take_progress = [&] {
-    if (l.extents.size() <= 1 || extent_pools.size() != l.extents.size()) return false;
-    l.extents_moved.assign(l.extents.size(), false);
-    for (size_t i = 0; i < extent_pools.size(); ++i) {
-      l.extents_moved[i] = extent_pools[i] == to_pool;
+  std::vector<std::pair<std::string, uint64_t>> tiers;
+  for (const auto& b : l.BytesByPool()) {
+    const std::string& tier = b.pool->quota_tier();
+    auto it =
+        std::find_if(tiers.begin(), tiers.end(), [&](const auto& t) { return t.first == tier; });
+    if (it == tiers.end()) it = tiers.insert(tiers.end(), {tier, 0});
+    it->second += b.bytes;
+  }
+  bool first = true;
+  for (const auto& [tier, bytes] : tiers) {
+    if (charge) {
+      quotas_.ChargePart(tenant, tier, bytes, true, first);
+    } else {
+      quotas_.UnchargePart(tenant, tier, bytes, true, first);
     }
-    return true;
-  };
-  if (to == l.pool) {
+    first = false;
+  }
+}
+
+Pool* LeaseManager::PoolNamed(const std::string& name) const {
+  for (Pool* p : pool_ptrs_) {
+    if (p->name() == name) return p;
+  }
+  return nullptr;
+}
+
+void LeaseManager::RecoverPoolMove(Lease& l, const std::string& to_pool,
+                                   const std::string& back_from, uint32_t extent) {
+  if (to_pool.empty()) return;
+  if (extent >= l.extent_count()) {
+    CXLPOOL_LOG(kWarning) << "restart: lease " << l.id << ": the journal's move names extent "
+                          << extent << " of " << l.extent_count() << "; dropped";
+    (void)Persist(l, {});
+    return;
+  }
+  Pool* to = PoolNamed(to_pool);
+  Pool* from = l.PoolOf(extent);
+  const std::string what = WhatMoves(l, extent);
+  l.moving_extent = extent;
+  if (to == from) {
     // A move back (an earlier restart found no room on the move's target)
-    // that this restart interrupted: it goes on from where it got. Its
-    // room is the lease's own.
-    l.moving_to = l.pool;
+    // that this restart interrupted: it goes on. Its room is its own.
+    l.moving_to = from;
     l.moving_back_from = back_from;
-    const std::string from = back_from.empty() ? "another pool" : back_from;
-    l.moving_note = "a move back to " + to_pool + " from " + from +
-                    " was interrupted by a daemon restart; its pages may be on " + from +
+    const std::string there = back_from.empty() ? "another pool" : back_from;
+    l.moving_note = "a move of " + what + " back to " + to_pool + " from " + there +
+                    " was interrupted by a daemon restart; its pages may be on " + there +
                     " until they are moved back";
-    if (take_progress()) {
-      l.moving_note = "a move back from " + from + " was interrupted by a daemon restart with " +
-                      ExtentProgress(l) + "; the others may be on " + from +
-                      " until they are moved back";
-    }
-  } else if (to != nullptr && std::string(to->backing()) == "memfd" && to->TryReserve(l.size)) {
-    quotas_.Charge(TenantOf(l.owner), to->quota_tier(), l.size);
+  } else if (to != nullptr && std::string(to->backing()) == "memfd" &&
+             to->TryReserve(l.ExtentBytes(extent))) {
+    quotas_.ChargePart(TenantOf(l.owner), to->quota_tier(), l.ExtentBytes(extent), false, false);
     l.moving_to = to;
-    l.moving_note = "interrupted by a daemon restart; its pages may be on " + l.pool->name() +
+    l.moving_note = "interrupted by a daemon restart; " + what + " may be on " + from->name() +
                     " and " + to_pool + " until the move is finished";
-    if (take_progress()) {
-      l.moving_note = "interrupted by a daemon restart with " + ExtentProgress(l) +
-                      "; the others may be on " + l.pool->name() + " and " + to_pool +
-                      " until the move is finished";
-    }
   } else {
-    // Finish it the other way: every page back on the pool that accounts
-    // it, every extent (the one the move was on when the daemon died may be
-    // split). Journalled like a forward move, so that a restart during it
-    // goes on with it (the branch above).
-    l.moving_to = l.pool;
+    // Finish it the other way: every page of the extent back on the pool
+    // that accounts it. Journalled like a forward move, so that a restart
+    // during it goes on with it (the branch above).
+    l.moving_to = from;
     l.moving_back_from = to_pool;
-    l.extents_moved.clear();
-    l.moving_note = "a move to " + to_pool + " was interrupted by a daemon restart and " +
+    l.moving_note = "a move of " + what + " to " + to_pool +
+                    " was interrupted by a daemon restart and " +
                     (to == nullptr ? "that pool is gone" : "it has no room now") +
                     "; its pages may be split until they are moved back";
     (void)Persist(l, {});

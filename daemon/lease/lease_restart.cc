@@ -124,13 +124,13 @@ DurableLease LeaseManager::ToDurable(const Lease& l) const {
   if (l.identity.size() > 1) d.extents = l.identity;
   d.dax_device = l.first().dax_device();
   d.dax_rdev = l.first().device_number();
-  if (l.moving_to != nullptr) d.migrating_to_pool = l.moving_to->name();
-  if (l.moving_to != nullptr) d.migrating_back_from_pool = l.moving_back_from;
-  if (l.moving_to != nullptr && !l.extents_moved.empty() && d.extents.size() > 1) {
-    d.extent_pools.assign(d.extents.size(), "");
-    for (size_t i = 0; i < d.extents.size() && i < l.extents_moved.size(); ++i) {
-      if (l.extents_moved[i]) d.extent_pools[i] = l.moving_to->name();
-    }
+  if (l.moving_to != nullptr) {
+    d.migrating_to_pool = l.moving_to->name();
+    d.migrating_back_from_pool = l.moving_back_from;
+    d.migrating_extent = l.moving_extent;
+  }
+  if (!l.extent_pools.empty() && d.extents.size() == l.extent_pools.size()) {
+    for (const Pool* p : l.extent_pools) d.extent_pools.push_back(p->name());
   }
   auto add = [&](HolderId h) {
     if (std::find(d.holders.begin(), d.holders.end(), h) == d.holders.end()) {
@@ -285,13 +285,45 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
       drop("every holder exited while the daemon was down");
       continue;
     }
-    if (d.size_bytes == 0 || !pool->TryReserve(d.size_bytes)) {
+    // Split between pools: each extent is accounted to the pool the
+    // journal names (one no longer configured, or not a memfd pool: the
+    // lease's own, said in the log).
+    std::vector<Pool*> extent_pools;
+    if (dax_pool == nullptr && d.extent_pools.size() == extents.size() && extents.size() > 1) {
+      for (const std::string& name : d.extent_pools) {
+        Pool* p = name.empty() ? pool : PoolNamed(name);
+        if (p == nullptr || std::string(p->backing()) != "memfd") {
+          CXLPOOL_LOG(kWarning) << "restart: lease " << d.id << ": an extent's pool " << name
+                                << " is no longer a memfd pool; accounted to " << pool->name()
+                                << " (its pages may be elsewhere)";
+          p = pool;
+        }
+        extent_pools.push_back(p);
+      }
+    }
+    std::vector<std::pair<Pool*, uint64_t>> by_pool{{pool, 0}};
+    for (size_t i = 0; i < extents.size(); ++i) {
+      Pool* p = extent_pools.empty() ? pool : extent_pools[i];
+      auto it =
+          std::find_if(by_pool.begin(), by_pool.end(), [p](const auto& b) { return b.first == p; });
+      if (it == by_pool.end()) it = by_pool.insert(by_pool.end(), {p, 0});
+      it->second += extents.size() == 1 ? d.size_bytes : extents[i].size_bytes;
+    }
+    if (extents.empty()) by_pool.front().second = d.size_bytes;
+    size_t reserved = 0;
+    while (reserved < by_pool.size() && d.size_bytes != 0 &&
+           by_pool[reserved].first->TryReserve(by_pool[reserved].second)) {
+      ++reserved;
+    }
+    if (reserved < by_pool.size()) {
       // Never double-grant: without room on paper its holders cannot keep it.
-      drop("it does not fit " + pool->name() + " any more (" + HumanBytes(pool->free_bytes()) +
+      Pool* full = by_pool[reserved].first;
+      for (size_t i = 0; i < reserved; ++i) by_pool[i].first->CancelReserve(by_pool[i].second);
+      drop("it does not fit " + full->name() + " any more (" + HumanBytes(full->free_bytes()) +
            " free); its holders' reclaim will be rejected");
       continue;
     }
-    pool->CommitReserve(d.size_bytes);
+    for (const auto& [p, bytes] : by_pool) p->CommitReserve(bytes);
     bool adopted = false;
     if (dax_pool != nullptr) {
       adopted = !fds.empty();
@@ -338,9 +370,15 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
     fresh.inode = d.inode;
     fresh.inode_dev = d.inode_dev;
     fresh.identity = extents;
+    fresh.extent_pools = std::move(extent_pools);
+    if (!fresh.extent_pools.empty()) {
+      Pool* first = fresh.extent_pools.front();
+      fresh.SetExtentPool(0, first);  // settles pool (and tier) on the one holding most
+    }
     Lease& l = table_.Add(std::move(fresh));  // indexed by owner and name
-    quotas_.Charge(TenantOf(l.owner), l.tier, l.size);
-    RecoverPoolMove(l, d.migrating_to_pool, d.migrating_back_from_pool, d.extent_pools);
+    ChargeTiers(l, true);
+    RecoverPoolMove(l, d.migrating_to_pool, d.migrating_back_from_pool,
+                    d.migrating_extent.value_or(FirstNotOn(d)));
     if (alive.size() != d.holders.size()) (void)Persist(l, {});
     restart_.awaiting_any = true;
     Count(adopted ? "restart_adopted" : "restart_awaiting");

@@ -1,8 +1,10 @@
 #include "lease/lease_table.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "cxlpool/common/status.h"
+#include "pool/pool.h"
 
 namespace cxlpool {
 
@@ -11,6 +13,52 @@ std::vector<GrantedExtent> LeaseRecord::GrantedExtents() const {
   out.reserve(extents.size());
   for (const auto& e : extents) out.push_back({e->fd(), e->size_bytes(), e->page_size()});
   return out;
+}
+
+size_t LeaseRecord::extent_count() const {
+  return std::max<size_t>({extents.size(), identity.size(), size_t{1}});
+}
+
+uint64_t LeaseRecord::ExtentBytes(size_t i) const {
+  if (extent_count() == 1) return size;
+  if (i < identity.size()) return identity[i].size_bytes;
+  if (i < extents.size() && extents[i] != nullptr) return extents[i]->size_bytes();
+  return 0;
+}
+
+std::vector<LeaseRecord::PoolBytes> LeaseRecord::BytesByPool() const {
+  std::vector<PoolBytes> out;
+  const size_t n = extent_count();
+  out.push_back(PoolBytes{pool, 0, {}});
+  for (size_t i = 0; i < n; ++i) {
+    Pool* p = PoolOf(i);
+    auto it = std::find_if(out.begin(), out.end(), [p](const PoolBytes& b) { return b.pool == p; });
+    if (it == out.end()) it = out.insert(out.end(), PoolBytes{p, 0, {}});
+    it->bytes += ExtentBytes(i);
+    it->extents.push_back(i);
+  }
+  if (n == 1) out.front().bytes = size;
+  if (out.size() > 1 && out.front().extents.empty()) out.erase(out.begin());
+  return out;
+}
+
+void LeaseRecord::SetExtentPool(size_t i, Pool* to) {
+  const size_t n = extent_count();
+  if (i >= n) return;
+  if (extent_pools.empty()) extent_pools.assign(n, pool);
+  extent_pools[i] = to;
+  std::vector<PoolBytes> by = BytesByPool();
+  if (by.size() == 1) {
+    pool = by.front().pool;
+    extent_pools.clear();
+  } else {
+    auto most = std::max_element(by.begin(), by.end(), [](const PoolBytes& a, const PoolBytes& b) {
+      return a.bytes < b.bytes;
+    });
+    // Stays where it is on a tie, so the lease's pool does not flap.
+    if (most->bytes > by.front().bytes || by.front().pool != pool) pool = most->pool;
+  }
+  tier = pool->quota_tier();
 }
 
 std::vector<int> LeaseRecord::Fds() const {

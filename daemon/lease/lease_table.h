@@ -72,24 +72,49 @@ struct LeaseRecord {
   std::string moved_reason;
   std::optional<int> pages_node;
   // Tiering (lease_migration.cc): what the holder asked for (its GPU, its
-  // node), and a move between pools under way (room reserved on moving_to).
+  // node), and where each extent is accounted.
   std::string gpu;
   std::optional<int> home_node;
+  // The pool each extent is accounted to, by extent index, when they are
+  // not all on `pool` (the tiering engine moves a lease extent by extent,
+  // and a lease may stay split: its hot extents on DRAM, its cold ones on
+  // CXL); empty when every extent is on `pool`. `pool` is then the one
+  // holding most of its bytes, and `tier` its quota tier. The tenant is
+  // charged each extent's bytes in its own pool's tier.
+  std::vector<Pool*> extent_pools;
+  // A move of one extent to another pool under way (room for that extent
+  // reserved on moving_to and charged in its tier); nullptr none.
   Pool* moving_to = nullptr;
+  uint32_t moving_extent = 0;
   std::string moving_note;
-  // moving_to == pool: a move back of pages that an interrupted move to this
-  // pool (by name; it may be gone) left there; "" unknown.
+  // moving_to == PoolOf(moving_extent): a move back of pages that an
+  // interrupted move to this pool (by name; it may be gone) left there; ""
+  // unknown.
   std::string moving_back_from;
-  // A lease of several extents moves one extent at a time: those whose pages
-  // that move has put on moving_to already (verified), by extent index;
-  // empty when none has. The lease stays accounted to `pool`, with the room
-  // of the whole lease reserved on moving_to, until every extent is there.
-  std::vector<bool> extents_moved;
 
   // The first extent: its kind and page size are the lease's (every extent
   // of a lease has the same).
   const Backing& first() const { return *extents.front(); }
   bool has_memory() const { return !extents.empty() && extents.front() != nullptr; }
+  // How many extents it has (also before its memory is back after a restart).
+  size_t extent_count() const;
+  // The pool extent `i` is accounted to, and its bytes.
+  Pool* PoolOf(size_t i) const { return i < extent_pools.size() ? extent_pools[i] : pool; }
+  uint64_t ExtentBytes(size_t i) const;
+  // The bytes of a move under way (its extent's; the lease's when it has one).
+  uint64_t MovingBytes() const { return ExtentBytes(moving_extent); }
+  // The lease's bytes by the pool accounting them: `pool` first, then the
+  // others in extent order; one entry when it is not split.
+  struct PoolBytes {
+    Pool* pool = nullptr;
+    uint64_t bytes = 0;
+    std::vector<size_t> extents;  // their indexes
+  };
+  std::vector<PoolBytes> BytesByPool() const;
+  // Extent `i` is accounted to `to` now; a lease whose extents are all on
+  // one pool is accounted to it (extent_pools empty), else `pool` becomes
+  // the one holding most of its bytes. tier follows pool.
+  void SetExtentPool(size_t i, Pool* to);
   // The borrowed fds and places of the extents (for a reply).
   std::vector<GrantedExtent> GrantedExtents() const;
   // The extents' fds, in order (-1 where there is none).

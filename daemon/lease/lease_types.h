@@ -84,6 +84,13 @@ struct LeaseSnapshot {
   // A lease of several extents: each one's size, in mapping order (empty
   // for one).
   std::vector<uint64_t> extent_bytes;
+  // A lease split between pools (the tiering engine moved some of its
+  // extents): each extent's pool and node, parallel to extent_bytes, and
+  // how much is where ("3 of 16 extents (6 MiB) on node0, ..."); empty when
+  // every extent is on `pool`.
+  std::vector<std::string> extent_pools;
+  std::vector<int> extent_nodes;
+  std::string spread;
   bool from_warm_stock = false;  // every extent came from the warm reserve
   std::string placement_reason;
   std::string pool;
@@ -94,7 +101,7 @@ struct LeaseSnapshot {
   std::optional<int> placed_numa_node;
   std::string moved_reason;
   // A move between pools under way or left unfinished (tiering): where to
-  // and how far ("to node0: 2 of 4 extents on node0 ..."); "" none.
+  // and of what ("to node0: interrupted by a daemon restart; extent 3 ..."); "" none.
   std::string migration;
 };
 

@@ -229,17 +229,18 @@ Status QuotaTable::Check(const Tenant& t, const std::string& tier, uint64_t byte
 }
 
 void QuotaTable::Add(QuotaScope scope, const std::string& subject, const std::string& tier,
-                     uint64_t bytes, int sign) {
+                     uint64_t bytes, int sign, bool in_tier, bool in_total) {
   for (const std::string& t : {tier, std::string()}) {
     Key k{static_cast<int>(scope), subject, t};
     Used& u = used_[k];
+    const uint64_t n = (t.empty() ? in_total : in_tier) ? 1 : 0;
     if (sign > 0) {
       u.bytes += bytes;
-      u.leases += 1;
+      u.leases += n;
     } else {
-      CXLPOOL_CHECK(u.bytes >= bytes && u.leases >= 1);
+      CXLPOOL_CHECK(u.bytes >= bytes && u.leases >= n);
       u.bytes -= bytes;
-      u.leases -= 1;
+      u.leases -= n;
       if (u.leases == 0 && u.bytes == 0) used_.erase(k);
     }
     if (tier.empty()) break;  // "" is both the tier and the total
@@ -252,6 +253,20 @@ void QuotaTable::Charge(const Tenant& t, const std::string& tier, uint64_t bytes
 
 void QuotaTable::Uncharge(const Tenant& t, const std::string& tier, uint64_t bytes) {
   for (const auto& [scope, subject] : Subjects(t)) Add(scope, subject, tier, bytes, -1);
+}
+
+void QuotaTable::ChargePart(const Tenant& t, const std::string& tier, uint64_t bytes, bool in_tier,
+                            bool in_total) {
+  for (const auto& [scope, subject] : Subjects(t)) {
+    Add(scope, subject, tier, bytes, +1, in_tier, in_total);
+  }
+}
+
+void QuotaTable::UnchargePart(const Tenant& t, const std::string& tier, uint64_t bytes,
+                              bool in_tier, bool in_total) {
+  for (const auto& [scope, subject] : Subjects(t)) {
+    Add(scope, subject, tier, bytes, -1, in_tier, in_total);
+  }
 }
 
 int32_t QuotaTable::PriorityOf(const Tenant& t) const {

@@ -64,6 +64,14 @@ class QuotaTable {
   void Charge(const Tenant& t, const std::string& tier, uint64_t bytes);
   // Undoes exactly one Charge with the same arguments.
   void Uncharge(const Tenant& t, const std::string& tier, uint64_t bytes);
+  // Part of a lease: `bytes` in `tier` and in the tenant's total, the lease
+  // counted in the tier only when `in_tier` and in the total only when
+  // `in_total` (a lease split between tiers counts once in each of its
+  // tiers and once in all; a move's room counts bytes only).
+  void ChargePart(const Tenant& t, const std::string& tier, uint64_t bytes, bool in_tier,
+                  bool in_total);
+  void UnchargePart(const Tenant& t, const std::string& tier, uint64_t bytes, bool in_tier,
+                    bool in_total);
 
   // ---- priority classes ----
   int32_t PriorityOf(const Tenant& t) const;
@@ -106,7 +114,7 @@ class QuotaTable {
   Status CheckOne(QuotaScope scope, const std::string& subject, const std::string& tier,
                   uint64_t bytes) const;
   void Add(QuotaScope scope, const std::string& subject, const std::string& tier, uint64_t bytes,
-           int sign);
+           int sign, bool in_tier = true, bool in_total = true);
   void Rebuild();
 
   std::map<Key, QuotaRule> config_;

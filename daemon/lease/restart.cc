@@ -117,6 +117,13 @@ std::vector<DurableExtent> ExtentsOf(const DurableLease& lease) {
   return {DurableExtent{lease.size_bytes, lease.inode, lease.inode_dev}};
 }
 
+uint32_t FirstNotOn(const DurableLease& lease) {
+  for (size_t i = 0; i < lease.extent_pools.size(); ++i) {
+    if (lease.extent_pools[i] != lease.migrating_to_pool) return static_cast<uint32_t>(i);
+  }
+  return 0;
+}
+
 Status CheckLeaseFds(const std::vector<UniqueFd>& fds, const DurableLease& lease) {
   const size_t n = ExtentsOf(lease).size();
   if (fds.size() != n) {

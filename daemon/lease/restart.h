@@ -85,13 +85,16 @@ struct DurableLease {
   std::string dax_device;         // devdax: the device ("dax0.1"), else ""
   uint64_t dax_rdev = 0;          // devdax: its device number (st_rdev); 0 unknown
   std::vector<HolderId> holders;  // every process holding a reference
-  // A move to another pool was begun and not finished (tiering): that pool;
-  // `pool` itself: a move back from migrating_back_from_pool.
+  // A move of one extent to another pool was begun and not finished
+  // (tiering): that pool and the extent (unset in an older daemon's record:
+  // FirstNotOn); the extent's own pool: a move back from
+  // migrating_back_from_pool.
   std::string migrating_to_pool;
   std::string migrating_back_from_pool;
-  // With it, for a lease of several extents: the pool each extent's pages
-  // were verified on ("" the lease's pool), parallel to `extents`; empty
-  // when no extent has moved yet.
+  std::optional<uint32_t> migrating_extent;
+  // A lease of several extents split between pools: the pool accounting
+  // each extent ("" the lease's pool), parallel to `extents`; empty when
+  // every extent is on `pool`.
   std::vector<std::string> extent_pools;
 };
 
@@ -157,6 +160,10 @@ bool HolderAlive(const ProcessProbe& probe, const HolderId& holder);
 // The extents of `lease` in mapping order: `extents`, or the one extent of
 // size_bytes that an empty list means.
 std::vector<DurableExtent> ExtentsOf(const DurableLease& lease);
+
+// The extent an older daemon's journalled move (no migrating_extent) was
+// on: the first not on migrating_to_pool yet (0 when none is).
+uint32_t FirstNotOn(const DurableLease& lease);
 
 // Checks that `fd` is the memfd of extent `index` of `lease`: a regular file
 // with the journalled inode (and device when known), exactly that extent's

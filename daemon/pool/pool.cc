@@ -46,11 +46,11 @@ void Pool::CancelReserve(uint64_t bytes) {
   reserved_ -= bytes;
 }
 
-void Pool::CommitReserve(uint64_t bytes) {
+void Pool::CommitReserve(uint64_t bytes, bool new_lease) {
   CXLPOOL_CHECK(reserved_ >= bytes);
   reserved_ -= bytes;
   leased_ += bytes;
-  ++lease_count_;
+  if (new_lease) ++lease_count_;
 }
 
 void Pool::BeginReclaim(uint64_t bytes) {
@@ -60,15 +60,15 @@ void Pool::BeginReclaim(uint64_t bytes) {
   --lease_count_;
 }
 
-void Pool::MoveLeaseOut(uint64_t bytes) {
+void Pool::MoveLeaseOut(uint64_t bytes, bool whole_lease) {
   CXLPOOL_CHECK(leased_ >= bytes && lease_count_ > 0);
   leased_ -= bytes;
-  --lease_count_;
+  if (whole_lease) --lease_count_;
 }
 
-void Pool::MoveLeaseIn(uint64_t bytes) {
+void Pool::MoveLeaseIn(uint64_t bytes, bool whole_lease) {
   leased_ += bytes;
-  ++lease_count_;
+  if (whole_lease) ++lease_count_;
 }
 
 void Pool::ReleaseLeased(uint64_t bytes) {

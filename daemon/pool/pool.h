@@ -78,7 +78,9 @@ class Pool {
   // would exceed capacity even after retiring ready reserve extents.
   bool TryReserve(uint64_t bytes);
   void CancelReserve(uint64_t bytes);
-  void CommitReserve(uint64_t bytes);  // the build succeeded: reserved -> leased
+  // The build succeeded: reserved -> leased. `new_lease` false: more bytes
+  // of a lease the pool counts already (an extent of a split lease moved in).
+  void CommitReserve(uint64_t bytes, bool new_lease = true);
   // A lease ended: its bytes move from leased to reclaiming and stay used
   // until its reclaim finishes on a worker; then ReleaseLeased frees them.
   void BeginReclaim(uint64_t bytes);
@@ -86,9 +88,11 @@ class Pool {
   // A lease's pages left this pool's node (its holder's long-term pin
   // migrated them): its bytes move to the pool of the node holding them
   // now. MoveLeaseIn counts them even beyond the capacity: they are there
-  // already; admission then sees the pool as full.
-  void MoveLeaseOut(uint64_t bytes);
-  void MoveLeaseIn(uint64_t bytes);
+  // already; admission then sees the pool as full. `whole_lease` false:
+  // some of the lease's bytes stay (or were) here already (one extent of a
+  // lease split between pools), so the pool's lease count stays.
+  void MoveLeaseOut(uint64_t bytes, bool whole_lease = true);
+  void MoveLeaseIn(uint64_t bytes, bool whole_lease = true);
   // Does a build of `bytes` that TryReserve just refused fit once every
   // reclaim in flight has finished (and ready reserve extents are retired)? False
   // when nothing is being reclaimed: waiting would not help.

@@ -57,13 +57,14 @@ journal::LeaseRecord ToRecord(const DurableLease& d) {
   r.set_dax_rdev(d.dax_rdev);
   r.set_migrating_to_pool(d.migrating_to_pool);
   r.set_migrating_back_from_pool(d.migrating_back_from_pool);
+  if (d.migrating_extent) r.set_migrating_extent(*d.migrating_extent);
   for (size_t i = 0; i < d.extents.size(); ++i) {
     const DurableExtent& x = d.extents[i];
     journal::ExtentRecord* e = r.add_extents();
     e->set_size_bytes(x.size_bytes);
     e->set_inode(x.inode);
     e->set_inode_dev(x.inode_dev);
-    if (i < d.extent_pools.size()) e->set_migrated_to_pool(d.extent_pools[i]);
+    if (i < d.extent_pools.size()) e->set_pool(d.extent_pools[i]);
   }
   for (const HolderId& h : d.holders) {
     journal::Holder* x = r.add_holders();
@@ -115,13 +116,15 @@ DurableLease FromRecord(const journal::LeaseRecord& r) {
   d.dax_rdev = r.dax_rdev();
   d.migrating_to_pool = r.migrating_to_pool();
   d.migrating_back_from_pool = r.migrating_back_from_pool();
-  bool any_migrated = false;
+  if (r.has_migrating_extent()) d.migrating_extent = r.migrating_extent();
+  bool any_elsewhere = false;
   for (const auto& e : r.extents()) {
     d.extents.push_back(DurableExtent{e.size_bytes(), e.inode(), e.inode_dev()});
-    d.extent_pools.push_back(e.migrated_to_pool());
-    any_migrated = any_migrated || !e.migrated_to_pool().empty();
+    // An older daemon's extent verified on its move's target is accounted there now.
+    d.extent_pools.push_back(!e.pool().empty() ? e.pool() : e.migrated_to_pool());
+    any_elsewhere = any_elsewhere || !d.extent_pools.back().empty();
   }
-  if (!any_migrated) d.extent_pools.clear();
+  if (!any_elsewhere) d.extent_pools.clear();
   for (const auto& h : r.holders()) {
     d.holders.push_back(HolderId{static_cast<pid_t>(h.pid()), h.start_time()});
   }

@@ -33,12 +33,24 @@ uint64_t Overlap(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen) {
   return hi > lo ? hi - lo : 0;
 }
 
-// Whether unit `i` of `f` still has to go to `to`: during a move there,
-// every unit not verified there yet (a move back too, whose units are all
-// accounted to `to` already); else every unit accounted elsewhere.
+// Whether unit `i` of `f` is accounted elsewhere than `to`.
 bool Pending(const LeaseFacts& f, uint32_t i, const std::string& to) {
-  if (f.moving_to == to) return !f.units[i].on_target;
   return f.units[i].pool != to;
+}
+
+// The pool holding most of a lease's bytes (the first of its units' on a tie).
+std::string MostOn(const LeaseFacts& f) {
+  std::string best;
+  uint64_t best_bytes = 0;
+  for (const UnitFacts& u : f.units) {
+    uint64_t b = 0;
+    for (const UnitFacts& v : f.units) b += v.pool == u.pool ? v.length : 0;
+    if (b > best_bytes) {
+      best = u.pool;
+      best_bytes = b;
+    }
+  }
+  return best;
 }
 
 }  // namespace
@@ -427,8 +439,6 @@ void TieringEngine::Round() {
       u.unit = i;
       u.offset = f.units[i].offset;
       u.length = f.units[i].length;
-      // The lease is accounted to one pool: a move of any unit takes it all.
-      u.room_bytes = f.size_bytes;
       u.pool = f.units[i].pool;
       u.temperature = Temperature(ut);
       u.urgent = ut.urgent;
@@ -439,7 +449,8 @@ void TieringEngine::Round() {
         u.not_movable = "a move of this lease is under way";
       }
       if (u.not_movable.empty() && !f.moving_to.empty()) {
-        u.not_movable = "an unfinished move to " + f.moving_to + " comes first" +
+        u.not_movable = "an unfinished move of unit " + std::to_string(f.moving_unit) + " to " +
+                        f.moving_to + " comes first" +
                         (f.moving_note.empty() ? "" : " (" + f.moving_note + ")");
       }
       if (u.not_movable.empty() && !moves_off_.empty())
@@ -479,38 +490,6 @@ void TieringEngine::Round() {
                                       : 0;
   PolicyOutput out = Decide(options_.policy, ps, us, now, budget);
   pressure_ = out.pressure;
-  // A lease is accounted to one pool, so moving one unit of a lease of
-  // several moves all of them: a demotion goes only when none of its units
-  // is still warm (a promotion of any hot unit takes the lease, as a lease
-  // of one unit is taken by any hot part of it).
-  std::vector<Decision> kept;
-  for (const Decision& d : out.decisions) {
-    std::string warm;
-    if (d.direction == Direction::kDemote) {
-      for (const UnitState& u : us) {
-        if (u.lease_id != d.lease_id || u.unit == d.unit) continue;
-        if (u.urgent == Hint::kDontNeed || u.temperature <= options_.policy.cold_threshold) {
-          continue;
-        }
-        char t[64];
-        std::snprintf(t, sizeof t, "%.2f > cold %.2f", u.temperature,
-                      options_.policy.cold_threshold);
-        warm = "stays: demoting it would take all of lease " + std::to_string(d.lease_id) + " to " +
-               d.to_pool + ", and its unit " + std::to_string(u.unit) +
-               " is still warm (temperature " + t + ")";
-        break;
-      }
-    }
-    if (warm.empty()) {
-      kept.push_back(d);
-      continue;
-    }
-    auto it = tracks_.find(d.lease_id);
-    if (it != tracks_.end() && d.unit < it->second.units.size()) {
-      it->second.units[d.unit].verdict = warm;
-    }
-  }
-  out.decisions = std::move(kept);
   for (size_t i = 0; i < out.decisions.size(); ++i) {
     const Decision& d = out.decisions[i];
     auto it = tracks_.find(d.lease_id);
@@ -545,26 +524,16 @@ void TieringEngine::Round() {
     d.cooperative = f.long_term_pin || !t.pinned_by.empty();
     if (d.cooperative && t.pinned_by.empty()) d.cooperative = false;
     d.rule = f.moving_back ? "rollback" : "resume";
-    if (!t.follow_kind.empty()) {
-      // The next unit of a lease this engine is moving unit by unit: paced
-      // like any move.
-      d.direction = t.follow_kind == "demote" ? Direction::kDemote : Direction::kPromote;
-      d.rule = "follow";
-      d.why = "unit " + std::to_string(f.moving_unit) + " of " + std::to_string(f.units.size()) +
-              " of lease " + std::to_string(f.id) + " follows the others to " + f.moving_to + " (" +
-              t.follow_why + ")";
-      if (!limiter_.TryTake(d.length, now)) {
-        ScheduleRound(limiter_.NsUntil(d.length, now));
-        return;
-      }
-    } else if (f.moving_back) {
-      d.why = "move lease " + std::to_string(f.id) + " back to " + f.moving_to +
+    if (f.moving_back) {
+      d.why = "move unit " + std::to_string(f.moving_unit) + " of lease " + std::to_string(f.id) +
+              " back to " + f.moving_to +
               ", the pool that accounts it, from where an unfinished move left its pages" +
               (f.moving_note.empty() ? "" : " (" + f.moving_note + ")");
       limiter_.Charge(d.length, now);
     } else {
-      d.why = "finish the move of lease " + std::to_string(f.id) + " from " + uf.pool + " to " +
-              f.moving_to + " that was begun and not finished" +
+      d.why = "finish the move of unit " + std::to_string(f.moving_unit) + " of lease " +
+              std::to_string(f.id) + " from " + uf.pool + " to " + f.moving_to +
+              " that was begun and not finished" +
               (f.moving_note.empty() ? "" : " (" + f.moving_note + ")");
       limiter_.Charge(d.length, now);
     }
@@ -579,22 +548,29 @@ void TieringEngine::Round() {
     ScheduleRound(limiter_.NsUntil(d.length, now));
     return;
   }
-  Begin(d, *fit->second, false);
+  std::vector<uint32_t> also;
+  for (size_t i = 1; i < out.decisions.size(); ++i) {
+    const Decision& o = out.decisions[i];
+    if (o.lease_id == d.lease_id && o.to_pool == d.to_pool && o.unit != d.unit) {
+      also.push_back(o.unit);
+    }
+  }
+  Begin(d, *fit->second, false, also);
 }
 
-void TieringEngine::Begin(const Decision& d, const LeaseFacts& f, bool resume) {
+void TieringEngine::Begin(const Decision& d, const LeaseFacts& f, bool resume,
+                          const std::vector<uint32_t>& also) {
   const int64_t now = clock_->MonotonicNs();
   Move m;
   m.id = next_migration_id_++;
   m.d = d;
-  m.kind = !resume || d.rule == "follow" ? DirectionName(d.direction)
-           : d.rule == "rollback"        ? "rollback"
-                                         : "resume";
+  m.kind = !resume ? DirectionName(d.direction) : d.rule == "rollback" ? "rollback" : "resume";
   m.from_node = NodeOfPool(d.from_pool);
   m.to_node = NodeOfPool(d.to_pool);
   m.page_size = d.unit < f.units.size() ? f.units[d.unit].page_size : 4096;
   m.cooperative = d.cooperative;
   m.begun_ns = now;
+  m.lease_pool = MostOn(f);
   for (size_t i = 0; i < f.holders.size(); ++i) {
     m.pids[f.holders[i]] = i < f.holder_pids.size() ? f.holder_pids[i] : -1;
   }
@@ -613,12 +589,6 @@ void TieringEngine::Begin(const Decision& d, const LeaseFacts& f, bool resume) {
       Count("moves_refused");
       return;
     }
-    if (f.units.size() > 1) {
-      // The lease is accounted to one pool: its other units follow.
-      LeaseTrack& t = tracks_[d.lease_id];
-      t.follow_kind = m.kind;
-      t.follow_why = d.why;
-    }
   }
   if (m.cooperative) {
     LeaseTrack& t = tracks_[d.lease_id];
@@ -628,10 +598,14 @@ void TieringEngine::Begin(const Decision& d, const LeaseFacts& f, bool resume) {
     if (m.waiting.empty()) m.cooperative = false;  // its pins are gone: move in place
   }
   if (m.cooperative && f.units.size() > 1) {
-    // The holders pin the lease as one range: every unit not on the target
-    // moves in the same pause (a move back's too: one pause for the lease).
-    for (uint32_t i = 0; i < f.units.size(); ++i) {
-      if (i != d.unit && Pending(f, i, d.to_pool)) m.next_units.push_back(i);
+    // The holders pin the lease as one range: the other units the policy
+    // sends to the same pool this round move in the same pause, each begun
+    // on its own when its turn comes (NextUnit).
+    for (uint32_t i : also) {
+      if (i < f.units.size() && i != d.unit && Pending(f, i, d.to_pool)) {
+        m.next_units.push_back(i);
+        limiter_.Charge(f.units[i].length, now);
+      }
     }
     m.units = static_cast<uint32_t>(f.units.size());
     m.first_why = d.why;
@@ -747,16 +721,18 @@ void TieringEngine::Moved(uint64_t id, Result<MoveReport> r) {
                                                  : "bytes_demoted",
           m.d.length);
     Count("moves_done");
+    // Its holders hear where the lease is accounted now (the pool holding
+    // most of it) when that changed.
     std::optional<LeaseFacts> now_f = table_->Find(m.d.lease_id);
-    if (now_f && now_f->moving_to.empty()) {
-      // The whole lease is there now (one unit, or the last of several).
-      auto t = tracks_.find(m.d.lease_id);
-      if (t != tracks_.end()) t->second.follow_kind.clear();
+    if (now_f && MostOn(*now_f) == m.d.to_pool && m.lease_pool != m.d.to_pool) {
+      m.lease_pool = m.d.to_pool;
       for (const auto& [c, pid] : m.pids) holders_->Moved(c, m.d.lease_id, m.to_node, m.d.to_pool);
     }
     if (!m.next_units.empty()) {
       Record(m, "moved", r->ToString(), r->move_ns);
       if (NextUnit()) return;
+      Finish("moved", r->ToString(), r->move_ns, true, true);
+      return;
     }
     Finish("moved", r->ToString(), r->move_ns, true);
     return;
@@ -801,6 +777,13 @@ bool TieringEngine::NextUnit() {
     const uint32_t u = m.next_units.front();
     m.next_units.pop_front();
     if (u >= f->units.size() || !Pending(*f, u, m.d.to_pool)) continue;
+    if (Status st = table_->BeginMove(m.d.lease_id, u, m.d.to_pool); !st.ok()) {
+      // No room for more of it: the lease stays split, each extent accounted where it is.
+      m.refused_unit = u;
+      m.refused_detail = st.ToString();
+      m.next_units.clear();
+      break;
+    }
     m.d.unit = u;
     m.d.offset = f->units[u].offset;
     m.d.length = f->units[u].length;
@@ -848,22 +831,24 @@ void TieringEngine::RolledBack(uint64_t id, std::string first, Result<MoveReport
 }
 
 void TieringEngine::Finish(const std::string& outcome, const std::string& detail, int64_t move_ns,
-                           bool moved) {
+                           bool moved, bool recorded) {
   Move m = std::move(*move_);
   move_.reset();
   const int64_t now = clock_->MonotonicNs();
-  Record(m, outcome, detail, move_ns);
-  if (auto t = tracks_.find(m.d.lease_id); t != tracks_.end() && !t->second.follow_kind.empty()) {
-    std::optional<LeaseFacts> f = table_->Find(m.d.lease_id);
-    if (!f || f->moving_to.empty()) t->second.follow_kind.clear();  // nothing left to follow
-  }
+  if (!recorded) Record(m, outcome, detail, move_ns);
   if (m.cooperative) {
     MigrationOutcome o;
-    // Several units: moved when all of them are (none left to move), else
-    // the lease is half moved and its node is not one.
+    // Several units: moved when every unit this pause was for did; the
+    // node is one only when the whole lease is on it (else it is split).
     const bool half = !moved && m.units_moved > 0;
-    o.moved = moved && m.next_units.empty();
-    o.numa_node = moved ? m.to_node : (outcome == "split" || half ? -1 : m.from_node);
+    o.moved = moved && m.next_units.empty() && !m.refused_unit;
+    bool whole = true;
+    if (std::optional<LeaseFacts> f = table_->Find(m.d.lease_id)) {
+      for (const UnitFacts& u : f->units) whole = whole && u.pool == m.d.to_pool;
+    }
+    o.numa_node = moved && whole                                    ? m.to_node
+                  : outcome == "split" || half || (moved && !whole) ? -1
+                                                                    : m.from_node;
     o.bytes = m.bytes_moved;
     o.move_ns = move_ns;
     o.detail = outcome + ": " + detail;
@@ -873,6 +858,16 @@ void TieringEngine::Finish(const std::string& outcome, const std::string& detail
       Count("cooperative_pause_ns_total", static_cast<uint64_t>(now - m.first_ready_ns));
     }
     if (moved) Count("cooperative_moved");
+  }
+  if (m.refused_unit) {
+    m.d.unit = *m.refused_unit;
+    if (std::optional<LeaseFacts> f = table_->Find(m.d.lease_id); f && m.d.unit < f->units.size()) {
+      m.d.offset = f->units[m.d.unit].offset;
+      m.d.length = f->units[m.d.unit].length;
+      m.d.from_pool = f->units[m.d.unit].pool;
+    }
+    Record(m, "refused", m.refused_detail, 0);
+    Count("moves_refused");
   }
   if (!stopped_) {
     std::weak_ptr<bool> alive = alive_;
@@ -950,7 +945,11 @@ TieringReport TieringEngine::Report(std::optional<uint32_t> owner) const {
   rep.pressure = pressure_;
   rep.counters = counters_;
   if (move_) {
-    rep.in_flight = "migration " + std::to_string(move_->id) + ": " + move_->d.why;
+    // "migration 3 (lease 7 unit 2, begun 1.2 s ago): <why>"
+    rep.in_flight = "migration " + std::to_string(move_->id) + " (lease " +
+                    std::to_string(move_->d.lease_id) + " unit " + std::to_string(move_->d.unit) +
+                    ", begun " + Secs(clock_->MonotonicNs() - move_->begun_ns) +
+                    " ago): " + move_->d.why;
   }
   std::set<uint64_t> shown;
   for (const LeaseFacts& f : table_->Leases()) {

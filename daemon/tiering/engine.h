@@ -245,11 +245,6 @@ class TieringEngine {
     std::set<ConnId> pinned_by;
     int64_t coop_retry_ns = 0;
     std::string coop_why;
-    // A move of this lease's units that this engine began and that is not
-    // whole yet (the lease is accounted to one pool): its direction and why,
-    // for the units that follow.
-    std::string follow_kind;
-    std::string follow_why;
   };
   struct Move {
     uint64_t id = 0;
@@ -267,6 +262,8 @@ class TieringEngine {
     std::set<ConnId> waiting;
     std::map<ConnId, ReadyDone> ready;
     std::map<ConnId, pid_t> pids;
+    // Where the lease was accounted mostly (its holders are told when that changes).
+    std::string lease_pool;
     // Cooperative, several units: the units to move after `d.unit` within
     // the same pause (every unit not on the target), and what moved so far.
     std::deque<uint32_t> next_units;
@@ -274,6 +271,10 @@ class TieringEngine {
     std::string first_why;
     uint32_t units_moved = 0;
     uint64_t bytes_moved = 0;
+    // NextUnit could not begin the move of this unit (no room, quota): the
+    // pause ends with the lease split; recorded as refused after the others.
+    std::optional<uint32_t> refused_unit;
+    std::string refused_detail;
   };
 
   LeaseTrack& Track(const LeaseFacts& f);
@@ -284,13 +285,18 @@ class TieringEngine {
   void MaybeSample(const std::vector<LeaseFacts>& leases);
   // A round: refresh, decide, start a move when none runs.
   void Round();
-  void Begin(const Decision& d, const LeaseFacts& f, bool resume);
+  // `also`: more units of the same lease the policy sends to the same pool
+  // this round, moved in the same pause when its holders pin it.
+  void Begin(const Decision& d, const LeaseFacts& f, bool resume,
+             const std::vector<uint32_t>& also = {});
   void Run();
   void Moved(uint64_t id, Result<MoveReport> r);
   // Cooperative, several units: the next unit of the same pause, if any.
   bool NextUnit();
   void RolledBack(uint64_t id, std::string first, Result<MoveReport> r);
-  void Finish(const std::string& outcome, const std::string& detail, int64_t move_ns, bool moved);
+  // `recorded`: the last unit's record is written already (a pause of several units).
+  void Finish(const std::string& outcome, const std::string& detail, int64_t move_ns, bool moved,
+              bool recorded = false);
   void CancelCooperative(const std::string& why);
   void Record(const Move& m, const std::string& outcome, const std::string& detail,
               int64_t move_ns);

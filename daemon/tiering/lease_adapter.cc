@@ -61,35 +61,35 @@ LeaseFacts LeaseManagerTable::Convert(const LeaseManager::MigrationFacts& m) con
   f.priority = m.priority;
   f.holders = m.holders;
   f.holder_pids = m.holder_pids;
-  // One unit per extent, at its place in the mapping; an extent a move
-  // under way has put on the target already is shown there.
+  // One unit per extent, at its place in the mapping, on the pool that
+  // accounts it.
   const uint64_t page = s.page_size != 0 ? s.page_size : 4096;
-  auto unit_at = [&](uint64_t offset, uint64_t length, bool moved) {
+  auto unit_at = [&](uint64_t offset, uint64_t length) {
     UnitFacts u;
     u.offset = offset;
     u.length = length;
     u.page_size = page;
-    u.pool = moved ? m.moving_to->name() : s.pool;
-    u.numa_node = moved ? m.moving_to->numa_node() : s.numa_node;
-    u.on_target = moved;
+    const size_t i = f.units.size();
+    const Pool* p = i < m.extent_pools.size() ? m.extent_pools[i] : nullptr;
+    u.pool = p != nullptr ? p->name() : s.pool;
+    u.numa_node = p != nullptr ? p->numa_node() : s.numa_node;
     f.units.push_back(u);
   };
   if (m.extents.size() > 1) {
     uint64_t offset = 0;
-    for (size_t i = 0; i < m.extents.size(); ++i) {
-      const bool moved = m.moving_to != nullptr && i < m.extents_moved.size() && m.extents_moved[i];
-      unit_at(offset, m.extents[i].size_bytes, moved);
-      offset += m.extents[i].size_bytes;
+    for (const GrantedExtent& e : m.extents) {
+      unit_at(offset, e.size_bytes);
+      offset += e.size_bytes;
     }
   } else if (!s.extent_bytes.empty()) {
     // Several extents whose memory is not back yet after a restart.
     uint64_t offset = 0;
     for (uint64_t b : s.extent_bytes) {
-      unit_at(offset, b, false);
+      unit_at(offset, b);
       offset += b;
     }
   } else {
-    unit_at(0, s.size_bytes, false);
+    unit_at(0, s.size_bytes);
   }
   const bool memfd = m.pool != nullptr && std::string(m.pool->backing()) == "memfd";
   if (!local_) {
@@ -108,13 +108,8 @@ LeaseFacts LeaseManagerTable::Convert(const LeaseManager::MigrationFacts& m) con
   if (m.moving_to != nullptr) {
     f.moving_to = m.moving_to->name();
     f.moving_note = m.moving_note;
-    f.moving_back = m.moving_to == m.pool;
-    // The next extent to move: the first not on the target yet.
-    f.moving_unit = 0;
-    while (f.moving_unit < f.units.size() && f.moving_unit < m.extents_moved.size() &&
-           m.extents_moved[f.moving_unit]) {
-      ++f.moving_unit;
-    }
+    f.moving_unit = m.moving_extent;
+    f.moving_back = f.moving_unit < f.units.size() && f.units[f.moving_unit].pool == f.moving_to;
   }
   return f;
 }
@@ -174,11 +169,10 @@ Status LeaseManagerTable::BeginMove(uint64_t id, uint32_t unit, const std::strin
   auto f = Find(id);
   if (!f) return Status(Code::kNotFound, "no lease " + std::to_string(id));
   if (unit >= f->units.size()) return Status(Code::kNotFound, "no unit " + std::to_string(unit));
-  // A lease is accounted to one pool: the room of all of it is reserved on
-  // the target now, and its extents follow one by one (CommitMove).
+  // Each extent is accounted to its own pool: room for this one only.
   Pool* to = PoolNamed(to_pool);
   if (to == nullptr) return Status(Code::kNotFound, "no pool " + to_pool);
-  return leases_->BeginPoolMove(id, to);
+  return leases_->BeginExtentMove(id, unit, to);
 }
 
 Status LeaseManagerTable::CommitMove(uint64_t id, uint32_t unit) {
@@ -186,8 +180,7 @@ Status LeaseManagerTable::CommitMove(uint64_t id, uint32_t unit) {
 }
 
 Status LeaseManagerTable::AbortMove(uint64_t id, uint32_t unit, const std::string& split_note) {
-  (void)unit;  // the reservation is the whole lease's
-  return leases_->AbortPoolMove(id, split_note);
+  return leases_->AbortExtentMove(id, unit, split_note);
 }
 
 TieringOptions TieringOptionsFrom(const TieringConfig& c) {

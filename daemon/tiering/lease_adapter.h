@@ -5,13 +5,12 @@
 //
 // What it answers:
 //  - each extent of a lease is a unit (its own memfd, at its offset in the
-//    mapping); the lease is accounted to one pool, so a move reserves room
-//    for all of it on the target up front and the accounting moves with the
-//    last extent (LeaseManager::CommitExtentMove); meanwhile each unit's
-//    pool is where its pages are, and on_target says which are there. A
-//    move back (moving_to is the lease's own pool, after a restart found no
-//    room on a move's target) is shown the same way: moving_back, every
-//    unit on the lease's pool, on_target the ones verified back;
+//    mapping) on the pool that accounts it: each extent is accounted on
+//    its own, so a move reserves room for that extent only and its commit
+//    moves that extent's bytes (LeaseManager::BeginExtentMove,
+//    CommitExtentMove), and a lease may stay split between pools. A move
+//    back (moving_to is the unit's own pool, after a restart found no room
+//    on a move's target) is moving_back;
 //  - promote_pool: the first DRAM memfd pool in the placement order for the
 //    GPU the lease was asked near (lease/placement.h), else for the node the
 //    holder ran on, else for the lease's own node;

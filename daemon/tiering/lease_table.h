@@ -2,12 +2,12 @@
 // nothing of how the daemon keeps its leases:
 //
 //  - LeaseTable: the leases (each an ordered list of units: byte ranges that
-//    move as one: an extent, each its own memfd), the
-//    pools, a way to open a unit's memory for a move, and the accounting of
-//    a move (begin: room reserved on the target and the intent journalled;
-//    commit: the unit's bytes and its tenant's quota charge move to the
-//    target; abort: the reservation goes, and a note says when the pages
-//    are left split). The daemon implements it over LeaseManager
+//    move as one: an extent, each its own memfd, each accounted to its own
+//    pool), the pools, a way to open a unit's memory for a move, and the
+//    accounting of a move (begin: room for the unit reserved on the target
+//    and the intent journalled; commit: the unit's bytes and its tenant's
+//    quota charge move to the target; abort: the reservation goes, and a
+//    note says when the pages are left split). The daemon implements it over LeaseManager
 //    (lease_adapter.h); tests implement it with a map.
 //  - HolderChannel: server pushes to the holders of a lease (the
 //    cooperative migration of long-term pinned memory).
@@ -42,11 +42,8 @@ struct UnitFacts {
   uint64_t offset = 0;  // in the lease
   uint64_t length = 0;
   uint64_t page_size = 4096;
-  std::string pool;  // where this unit is accounted
+  std::string pool;  // where this unit is accounted (units of one lease may differ)
   int numa_node = -1;
-  // A move of the lease is under way (LeaseFacts::moving_to) and this unit's
-  // pages were verified there already.
-  bool on_target = false;
 };
 
 struct LeaseFacts {
@@ -65,14 +62,14 @@ struct LeaseFacts {
   bool long_term_pin = false;      // asked for as long-term pinned when allocated
   std::string promote_pool;        // fast pool nearest its holder's GPU ("" none)
   std::string demote_pool;         // slow pool nearest it ("" none)
-  // A move begun and not finished (reservation held on this pool), e.g.
-  // journalled by a daemon that was killed mid-migration, or a lease of
-  // several units some of which are there already; "" none.
+  // A move of one unit begun and not finished (reservation held on this
+  // pool), e.g. journalled by a daemon that was killed mid-migration; ""
+  // none.
   std::string moving_to;
-  uint32_t moving_unit = 0;  // the next unit to move there
+  uint32_t moving_unit = 0;  // the unit it is of
   std::string moving_note;   // what the accounting says about it
-  // moving_to is the pool that accounts the lease: a move back of pages an
-  // interrupted move left elsewhere (every unit not on_target goes there).
+  // moving_to is the pool that accounts that unit: a move back of pages an
+  // interrupted move left elsewhere.
   bool moving_back = false;
 };
 
@@ -99,12 +96,8 @@ class LeaseTable {
   // under way), IO (journal).
   virtual Status BeginMove(uint64_t id, uint32_t unit, const std::string& to_pool) = 0;
   // The unit's pages are all on the target (verified): its accounting and
-  // its tenant's quota move there; journalled. A table that accounts a
-  // lease to one pool may reserve the whole lease at BeginMove and move the
-  // accounting with the last unit: until then Find says moving_to, with
-  // moving_unit the next unit not there, and each unit's pool where its
-  // pages are. NOT_FOUND (the lease ended meanwhile: nothing to do),
-  // INTERNAL (no move begun).
+  // its tenant's quota move there; journalled. NOT_FOUND (the lease ended
+  // meanwhile: nothing to do), INTERNAL (no move of that unit begun).
   virtual Status CommitMove(uint64_t id, uint32_t unit) = 0;
   // The move did not finish. `split_note` empty: the pages are whole where
   // they were, the reservation is released. Non-empty: some pages are

@@ -90,30 +90,17 @@ class Planner {
   int64_t Keep(const PoolState& p) const {
     return p.tier == TierClass::kFast ? Low(p) : Fraction(p.capacity_bytes, c_.slow_reserve);
   }
-  // What moving u to `to` takes there: its room (the whole lease, once per
-  // lease and target), else its length.
-  int64_t Need(const UnitState& u, const std::string& to) const {
-    if (u.room_bytes <= u.length) return static_cast<int64_t>(u.length);
-    auto it = whole_.find(u.lease_id);
-    if (it != whole_.end() && it->second == to) return 0;  // counted with another extent
-    return static_cast<int64_t>(u.room_bytes);
-  }
   // Would `to` keep its watermark (fast) or reserve (slow) after taking u?
   bool Fits(const UnitState& u, const std::string& to) const {
     const PoolState* p = Pool(to);
-    return p != nullptr && Free(to) - Need(u, to) >= Keep(*p);
+    return p != nullptr && Free(to) - static_cast<int64_t>(u.length) >= Keep(*p);
   }
   std::string RoomText(const UnitState& u, const std::string& to) const {
     const PoolState* p = Pool(to);
     if (p == nullptr) return "pool " + to + " is unknown";
     int64_t free = std::max<int64_t>(Free(to), 0);
-    const int64_t need = Need(u, to);
     return to + " has " + HumanBytes(static_cast<uint64_t>(free)) + " free, needs " +
-           HumanBytes(static_cast<uint64_t>(need)) +
-           (need > static_cast<int64_t>(u.length)
-                ? " (all of lease " + std::to_string(u.lease_id) + ", which moves whole)"
-                : "") +
-           " + " + HumanBytes(static_cast<uint64_t>(Keep(*p))) +
+           HumanBytes(u.length) + " + " + HumanBytes(static_cast<uint64_t>(Keep(*p))) +
            (p->tier == TierClass::kFast ? " (low watermark)" : " (reserve)");
   }
 
@@ -145,10 +132,8 @@ class Planner {
       return false;
     }
     budget_ -= static_cast<int64_t>(u.length);
-    const int64_t need = Need(u, to);
-    proj_[u.pool].free += need;
-    proj_[to].free -= need;
-    if (u.room_bytes > u.length) whole_[u.lease_id] = to;
+    proj_[u.pool].free += static_cast<int64_t>(u.length);
+    proj_[to].free -= static_cast<int64_t>(u.length);
     decided_.insert(Key{u.lease_id, u.unit});
     out.stays.erase(Key{u.lease_id, u.unit});
     Decision d;
@@ -191,8 +176,6 @@ class Planner {
   int64_t budget_;
   std::map<std::string, Projected> proj_;
   std::set<Key> decided_;
-  // Leases that move whole whose room is projected already: id -> target.
-  std::map<uint64_t, std::string> whole_;
 };
 
 bool OnFast(const Planner& p, const UnitState& u) {
@@ -350,9 +333,8 @@ PolicyOutput Decide(const PolicyConfig& config, const std::vector<PoolState>& po
   for (const UnitState* w : wanting) {
     const std::string& to = w->promote_pool;
     const PoolState* tp = p.Pool(to);
-    int64_t need = p.Need(*w, to) + p.Keep(*tp) - p.Free(to);
+    int64_t need = static_cast<int64_t>(w->length) + p.Keep(*tp) - p.Free(to);
     std::vector<const UnitState*> victims;
-    std::set<uint64_t> victim_leases;  // a lease that moves whole frees its room once
     int64_t found = 0;
     const double swap = config.swap_ratio;
     auto colder = [&](const UnitState& x) {
@@ -366,11 +348,7 @@ PolicyOutput Decide(const PolicyConfig& config, const std::vector<PoolState>& po
              false)) {
       if (found >= need) break;
       victims.push_back(v);
-      if (v->room_bytes <= v->length) {
-        found += static_cast<int64_t>(v->length);
-      } else if (victim_leases.insert(v->lease_id).second) {
-        found += static_cast<int64_t>(v->room_bytes);
-      }
+      found += static_cast<int64_t>(v->length);
     }
     if (found < need) {
       p.Stay(*w, "hot (" + p.TempWhy(*w) + "), but " + p.RoomText(*w, to) +

@@ -20,9 +20,6 @@
 //     ranges of the same or a lower priority class from that pool that are
 //     cold, or `swap_ratio` times colder than it (so that when every range
 //     is warm, the hottest still get DRAM; the ratio is the hysteresis).
-// Room: a range needs its `room_bytes` (the whole lease, for a lease that
-// moves whole) free on the target, beyond the watermark or reserve, so that
-// a move the table would refuse for lack of room is never decided.
 // Hysteresis: a range between the cold and the hot threshold never moves;
 // a range that moved stays put for `min_residency`; and a demotion target
 // keeps `slow_reserve` of itself free. Opted-out leases (pinned to their
@@ -84,10 +81,6 @@ struct UnitState {
   uint32_t unit = 0;  // index in the lease (an extent; 0 for a one-memfd lease)
   uint64_t offset = 0;
   uint64_t length = 0;
-  // The room a move of this range takes on its target, when more than
-  // `length`: a lease accounted to one pool moves whole, so any of its
-  // extents needs the room of all of them (counted once per lease). 0: length.
-  uint64_t room_bytes = 0;
   std::string pool;  // where it is accounted now
   double temperature = 0;
   std::optional<Hint> urgent;       // kWillNeed or kDontNeed, still pending

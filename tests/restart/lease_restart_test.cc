@@ -64,6 +64,13 @@ TestMemfd MakeMemfd(uint64_t id, uint64_t size, pid_t owner, uid_t uid = 1000) {
   return m;
 }
 
+Pool* NamedPool(LeaseManager& mgr, const std::string& name) {
+  for (Pool* p : mgr.pools()) {
+    if (p->name() == name) return p;
+  }
+  return nullptr;
+}
+
 UniqueFd Dup(const UniqueFd& fd) { return UniqueFd(::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0)); }
 
 // The fakes outlive the manager (bases are destroyed after the derived part,
@@ -487,11 +494,12 @@ TEST(LeaseRestartTest, AReclaimMustHandBackEveryExtentInOrder) {
   EXPECT_EQ(b.Pool("node0").reclaiming_bytes, 0u);
 }
 
-// A tiering move of a lease of several extents goes one extent at a time;
-// the journal says which extents are on the target already. A daemon killed
-// half way comes back with the lease half moved, its room on the target
-// reserved again, and the move finishes from where it was.
-TEST(LeaseRestartTest, AMultiExtentLeaseKilledHalfMovedComesBackHalfMovedAndFinishes) {
+// Each extent of a lease is accounted to its own pool: a lease the tiering
+// engine moved in part stays split, and the journal says which extent is
+// where. A daemon killed during the move of one extent comes back with the
+// lease split as it was, that extent's room on the target reserved again,
+// and the move finishes from where it was.
+TEST(LeaseRestartTest, ASplitLeaseKilledDuringAnExtentMoveComesBackSplitAndFinishes) {
   DurableLease rec;
   std::vector<UniqueFd> fds;
   {
@@ -500,37 +508,65 @@ TEST(LeaseRestartTest, AMultiExtentLeaseKilledHalfMovedComesBackHalfMovedAndFini
     a.ConnectPid(1, 500);
     auto g = a.Alloc(1, 5 << 20, 0);
     ASSERT_TRUE(g.ok()) << g.status().ToString();
-    ASSERT_EQ(g->extents.size(), 3u);
+    ASSERT_EQ(g->extents.size(), 3u);  // 2 + 2 + 1 MiB
     for (const auto& e : g->extents) fds.emplace_back(::fcntl(e.fd, F_DUPFD_CLOEXEC, 0));
     const uint64_t id = g->lease.id;
-    Pool* node2 = nullptr;
-    for (Pool* p : a.mgr->pools()) {
-      if (p->name() == "node2") node2 = p;
-    }
+    Pool* node2 = NamedPool(*a.mgr, "node2");
     ASSERT_NE(node2, nullptr);
-    ASSERT_TRUE(a.mgr->BeginPoolMove(id, node2).ok());
+    ASSERT_TRUE(a.mgr->BeginExtentMove(id, 1, node2).ok());
     EXPECT_TRUE(a.store.leases.at(id).extent_pools.empty());  // nothing moved yet
+    EXPECT_EQ(a.store.leases.at(id).migrating_extent, std::optional<uint32_t>(1));
+    // Room for that extent only.
+    EXPECT_EQ(a.Pool("node2").capacity_bytes - a.Pool("node2").free_bytes, 2u << 20);
     ASSERT_TRUE(a.mgr->CommitExtentMove(id, 1).ok());
+    EXPECT_EQ(a.store.leases.at(id).extent_pools,
+              (std::vector<std::string>{"node0", "node2", "node0"}));
+    EXPECT_TRUE(a.store.leases.at(id).migrating_to_pool.empty());
+    EXPECT_EQ(a.Pool("node0").leased_bytes, 3u << 20);
+    EXPECT_EQ(a.Pool("node2").leased_bytes, 2u << 20);
+    auto listed = a.mgr->LeaseForMigration(id);
+    ASSERT_TRUE(listed.has_value());
+    EXPECT_EQ(listed->lease.pool, "node0");  // holds most of it
+    EXPECT_EQ(listed->lease.spread,
+              "2 of 3 extents (3.0 MiB) on node0, 1 of 3 extents (2.0 MiB) on node2");
+    EXPECT_EQ(listed->lease.extent_pools, (std::vector<std::string>{"node0", "node2", "node0"}));
+    // The next extent's move is under way when the daemon is killed.
+    ASSERT_TRUE(a.mgr->BeginExtentMove(id, 0, node2).ok());
+    EXPECT_EQ(a.mgr->BeginExtentMove(id, 2, node2).code(), Code::kAlreadyExists);
+    EXPECT_EQ(a.mgr->CommitExtentMove(id, 2).code(), Code::kInternal);  // not that extent's move
     rec = a.store.leases.at(id);
     EXPECT_EQ(rec.migrating_to_pool, "node2");
+    EXPECT_EQ(rec.migrating_extent, std::optional<uint32_t>(0));
     EXPECT_EQ(rec.pool, "node0");
-    EXPECT_EQ(rec.extent_pools, (std::vector<std::string>{"", "node2", ""}));
-    // Both pools count it while it is half moved: no overcommit.
-    EXPECT_EQ(a.Pool("node0").leased_bytes, 5u << 20);
-    EXPECT_EQ(a.Pool("node2").capacity_bytes - a.Pool("node2").free_bytes, 5u << 20);
+    EXPECT_EQ(a.Pool("node2").capacity_bytes - a.Pool("node2").free_bytes, 4u << 20);
     a.mgr->HandOver();  // killed here
   }
-  // The journal record keeps the extents' places across an upgrade.
+  // The journal record keeps the extents' places and the move across an upgrade.
   EXPECT_EQ(FromRecord(ToRecord(rec)).extent_pools, rec.extent_pools);
-  // A move back (the lease's own pool as the target) keeps where from.
-  DurableLease back = rec;
-  back.migrating_to_pool = rec.pool;
-  back.migrating_back_from_pool = "node2";
-  EXPECT_EQ(FromRecord(ToRecord(back)).migrating_to_pool, "node0");
-  EXPECT_EQ(FromRecord(ToRecord(back)).migrating_back_from_pool, "node2");
-  DurableLease unmoved = rec;
-  unmoved.extent_pools.clear();
-  EXPECT_TRUE(FromRecord(ToRecord(unmoved)).extent_pools.empty());
+  EXPECT_EQ(FromRecord(ToRecord(rec)).migrating_extent, rec.migrating_extent);
+  DurableLease whole = rec;
+  whole.extent_pools.clear();
+  whole.migrating_extent.reset();
+  EXPECT_TRUE(FromRecord(ToRecord(whole)).extent_pools.empty());
+  EXPECT_FALSE(FromRecord(ToRecord(whole)).migrating_extent.has_value());
+  // An older daemon's record of a move (the lease moved whole: extents on
+  // the target named by migrated_to_pool, no extent index) reads as those
+  // extents accounted there and the move of the first one not there.
+  {
+    DurableLease old = rec;
+    old.migrating_extent.reset();
+    old.extent_pools = {"", "node2", ""};
+    journal::LeaseRecord r = ToRecord(old);
+    for (auto& e : *r.mutable_extents()) {
+      e.set_migrated_to_pool(e.pool());
+      e.clear_pool();
+    }
+    DurableLease read = FromRecord(r);
+    EXPECT_EQ(read.extent_pools, old.extent_pools);
+    EXPECT_EQ(FirstNotOn(read), 0u);
+    read.extent_pools = {"node2", "node2", ""};
+    EXPECT_EQ(FirstNotOn(read), 2u);
+  }
   {
     RestartHarness b;
     b.probe.start[500] = 77;
@@ -542,16 +578,26 @@ TEST(LeaseRestartTest, AMultiExtentLeaseKilledHalfMovedComesBackHalfMovedAndFini
     ASSERT_TRUE(f.has_value());
     ASSERT_NE(f->moving_to, nullptr);
     EXPECT_EQ(f->moving_to->name(), "node2");
-    EXPECT_EQ(f->extents_moved, (std::vector<bool>{false, true, false}));
-    EXPECT_NE(f->moving_note.find("1 of 3 extents on node2"), std::string::npos) << f->moving_note;
-    EXPECT_EQ(b.Pool("node0").leased_bytes, 5u << 20);
-    EXPECT_EQ(b.Pool("node2").capacity_bytes - b.Pool("node2").free_bytes, 5u << 20);
+    EXPECT_EQ(f->moving_extent, 0u);
+    ASSERT_EQ(f->extent_pools.size(), 3u);
+    EXPECT_EQ(f->extent_pools[1]->name(), "node2");
+    EXPECT_NE(f->moving_note.find("extent 0 (2.0 MiB) may be on node0 and node2"),
+              std::string::npos)
+        << f->moving_note;
+    EXPECT_EQ(b.Pool("node0").leased_bytes, 3u << 20);
+    // node2: extent 1, and the room of extent 0's move (counted as leased).
+    EXPECT_EQ(b.Pool("node2").leased_bytes, 4u << 20);
+    EXPECT_EQ(b.Pool("node2").capacity_bytes - b.Pool("node2").free_bytes, 4u << 20);
     EXPECT_EQ(b.mgr->Counters().at("restart_interrupted_moves"), 1u);
-    // The rest of the move: extents 0 and 2; the last one moves the accounting.
+    // The move goes on: extent 0, then extent 2 makes the lease whole on node2.
     ASSERT_TRUE(b.mgr->CommitExtentMove(rec.id, 0).ok());
     EXPECT_EQ(b.store.leases.at(rec.id).extent_pools,
-              (std::vector<std::string>{"node2", "node2", ""}));
-    EXPECT_EQ(b.Pool("node0").leased_bytes, 5u << 20);
+              (std::vector<std::string>{"node2", "node2", "node0"}));
+    EXPECT_EQ(b.store.leases.at(rec.id).pool, "node2");  // 4 of its 5 MiB
+    EXPECT_EQ(b.Pool("node0").leased_bytes, 1u << 20);
+    EXPECT_EQ(b.Pool("node2").leased_bytes, 4u << 20);
+    Pool* node2 = NamedPool(*b.mgr, "node2");
+    ASSERT_TRUE(b.mgr->BeginExtentMove(rec.id, 2, node2).ok());
     ASSERT_TRUE(b.mgr->CommitExtentMove(rec.id, 2).ok());
     EXPECT_EQ(b.Pool("node0").leased_bytes, 0u);
     EXPECT_EQ(b.Pool("node2").leased_bytes, 5u << 20);
@@ -561,6 +607,102 @@ TEST(LeaseRestartTest, AMultiExtentLeaseKilledHalfMovedComesBackHalfMovedAndFini
     EXPECT_EQ(b.mgr->CommitExtentMove(rec.id, 0).code(), Code::kInternal);  // no move now
     b.mgr->HandOver();
   }
+}
+
+// The same through the real journal, with no fd store: the next daemon
+// reads the split and the move back from the file, and keeps them when the
+// holder hands the extents back (RECLAIM).
+TEST(LeaseRestartTest, ASplitLeaseComesBackSplitThroughTheJournalFileAndItsHoldersReclaim) {
+  char tmpl[] = "/tmp/cxlpool-split-XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl), nullptr);
+  const std::string dir = std::string(tmpl) + "/state";
+  uint64_t id = 0;
+  std::vector<UniqueFd> fds;
+  {
+    auto store = JournalStore::Open(dir, nullptr);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    FakeProbe probe;
+    Harness a(TwoSocketCxl());
+    a.mgr->EnableRestart(store->get(), &probe, 1);
+    a.mgr->SetMaxExtentBytes(2 << 20);
+    probe.start[500] = 77;
+    CallerInfo ci;
+    ci.pid = 500;
+    ci.uid = 1000;
+    ci.gid = 1000;
+    ci.start_time = 77;
+    a.mgr->Connect(1, ci);
+    auto g = a.Alloc(1, 5 << 20, 0);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    id = g->lease.id;
+    for (const auto& e : g->extents) fds.emplace_back(::fcntl(e.fd, F_DUPFD_CLOEXEC, 0));
+    Pool* node2 = NamedPool(*a.mgr, "node2");
+    ASSERT_TRUE(a.mgr->BeginExtentMove(id, 1, node2).ok());
+    ASSERT_TRUE(a.mgr->CommitExtentMove(id, 1).ok());
+    ASSERT_TRUE(a.mgr->BeginExtentMove(id, 0, node2).ok());
+    a.mgr->HandOver();
+  }
+  auto store = JournalStore::Open(dir, nullptr);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  FakeProbe probe;
+  probe.start[500] = 77;
+  Harness b(TwoSocketCxl());
+  b.mgr->EnableRestart(store->get(), &probe, 1);
+  auto journalled = (*store)->JournalledLeases();
+  ASSERT_EQ(journalled.size(), 1u);
+  EXPECT_EQ(journalled[0].extent_pools, (std::vector<std::string>{"node0", "node2", "node0"}));
+  EXPECT_EQ(journalled[0].migrating_extent, std::optional<uint32_t>(0));
+  auto r = b.mgr->Recover(journalled, {}, std::chrono::seconds(60));
+  EXPECT_EQ(r.awaiting, 1u);
+  EXPECT_EQ(r.dropped, 0u);
+  CallerInfo ci;
+  ci.pid = 500;
+  ci.uid = 1000;
+  ci.gid = 1000;
+  ci.start_time = 77;
+  b.mgr->Connect(1, ci);
+  LeaseManager::ReclaimItem it;
+  it.id = id;
+  it.size_bytes = 5 << 20;
+  for (const auto& fd : fds) it.fds.push_back(Dup(fd));
+  std::vector<LeaseManager::ReclaimItem> v;
+  v.push_back(std::move(it));
+  auto out = b.mgr->Reclaim(1, std::move(v));
+  ASSERT_EQ(out.accepted.size(), 1u) << (out.rejected.empty() ? "" : out.rejected[0].second);
+  auto st = b.mgr->Stat(1, id);
+  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  EXPECT_EQ(st->spread, "2 of 3 extents (3.0 MiB) on node0, 1 of 3 extents (2.0 MiB) on node2");
+  EXPECT_NE(st->migration.find("to node2: extent 0"), std::string::npos) << st->migration;
+  EXPECT_EQ(b.Pool("node0").leased_bytes, 3u << 20);
+  EXPECT_EQ(b.Pool("node2").leased_bytes, 4u << 20);  // extent 1 and extent 0's room
+  b.mgr->HandOver();
+  std::filesystem::remove_all(tmpl);
+}
+
+// A split lease that ends gives each pool back its own bytes, and its
+// tenant's charge in each tier.
+TEST(LeaseRestartTest, ASplitLeaseReleasedGivesEachPoolItsBytesBack) {
+  RestartHarness a;
+  a.mgr->SetMaxExtentBytes(2 << 20);
+  a.ConnectPid(1, 500);
+  auto g = a.Alloc(1, 5 << 20, 0);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  const uint64_t id = g->lease.id;
+  Pool* node2 = NamedPool(*a.mgr, "node2");
+  ASSERT_NE(node2, nullptr);
+  ASSERT_TRUE(a.mgr->BeginExtentMove(id, 2, node2).ok());
+  ASSERT_TRUE(a.mgr->CommitExtentMove(id, 2).ok());
+  ASSERT_TRUE(a.mgr->BeginExtentMove(id, 0, node2).ok());  // still under way at the release
+  EXPECT_EQ(a.Pool("node0").leased_bytes, 4u << 20);
+  EXPECT_EQ(a.Pool("node2").leased_bytes, 3u << 20);  // extent 2, and extent 0's room
+  ASSERT_TRUE(a.mgr->Release(1, id).ok());
+  a.Drain();
+  for (const char* name : {"node0", "node2"}) {
+    EXPECT_EQ(a.Pool(name).leased_bytes, 0u) << name;
+    EXPECT_EQ(a.Pool(name).reclaiming_bytes, 0u) << name;
+    EXPECT_EQ(a.Pool(name).free_bytes, a.Pool(name).capacity_bytes) << name;
+  }
+  EXPECT_TRUE(a.mgr->LeaseForMigration(id) == std::nullopt);
 }
 
 TEST(LeaseRestartTest, TheFdStoreGivesBackAllExtentsOrNone) {

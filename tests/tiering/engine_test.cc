@@ -60,10 +60,9 @@ class FakeTable final : public LeaseTable {
     leases[id] = f;
     return leases[id];
   }
-  // A lease of `n` extents of `each` bytes, accounted to one pool as the
-  // daemon does (LeaseManagerTable): a move reserves the whole lease on the
-  // target, each unit's commit puts that unit there, the last one moves the
-  // accounting; meanwhile moving_note says how far it got.
+  // A lease of `n` extents of `each` bytes, each accounted on its own as
+  // the daemon does (LeaseManagerTable): a move reserves room for one unit
+  // on the target and its commit puts that unit there.
   LeaseFacts& AddExtentLease(uint64_t id, const std::string& pool, uint32_t n, uint64_t each,
                              std::vector<ConnId> holders) {
     LeaseFacts& f = AddLease(id, pool, n * each, std::move(holders));
@@ -76,10 +75,8 @@ class FakeTable final : public LeaseTable {
       u.numa_node = pools.at(pool).numa_node;
       f.units.push_back(u);
     }
-    home[id] = pool;
     return f;
   }
-  bool Whole(uint64_t id) const { return home.count(id) != 0; }
   uint32_t UnitsOn(uint64_t id, const std::string& pool) const {
     uint32_t k = 0;
     for (const UnitFacts& u : leases.at(id).units) k += u.pool == pool ? 1 : 0;
@@ -118,7 +115,7 @@ class FakeTable final : public LeaseTable {
     if (!begin_error.ok()) return begin_error;
     LeaseFacts& f = leases.at(id);
     if (!f.moving_to.empty()) return Status(Code::kAlreadyExists, "moving");
-    uint64_t len = Whole(id) ? f.size_bytes : f.units[unit].length;
+    uint64_t len = f.units[unit].length;
     if (pools.at(to).free_bytes < len) return Status(Code::kResourceExhausted, "no room");
     pools.at(to).free_bytes -= len;
     f.moving_to = to;
@@ -129,27 +126,7 @@ class FakeTable final : public LeaseTable {
     auto it = leases.find(id);
     if (it == leases.end()) return Status(Code::kNotFound, "ended");
     LeaseFacts& f = it->second;
-    if (Whole(id)) {
-      if (f.moving_to.empty()) return Status(Code::kInternal, "no move");
-      f.units[unit].pool = f.moving_to;
-      f.units[unit].numa_node = pools.at(f.moving_to).numa_node;
-      f.units[unit].on_target = true;
-      ++commits;
-      const uint32_t there = UnitsOn(id, f.moving_to);
-      if (there < f.units.size()) {
-        f.moving_unit = 0;
-        while (f.units[f.moving_unit].pool == f.moving_to) ++f.moving_unit;
-        f.moving_note = std::to_string(there) + " of " + std::to_string(f.units.size()) +
-                        " extents on " + f.moving_to;
-        return Status::Ok();
-      }
-      pools.at(home[id]).free_bytes += f.size_bytes;
-      home[id] = f.moving_to;
-      for (UnitFacts& u : f.units) u.on_target = false;
-      f.moving_to.clear();
-      f.moving_note.clear();
-      return Status::Ok();
-    }
+    if (f.moving_to.empty() || f.moving_unit != unit) return Status(Code::kInternal, "no move");
     UnitFacts& u = f.units[unit];
     if (f.moving_to != u.pool) pools.at(u.pool).free_bytes += u.length;
     u.pool = f.moving_to;
@@ -165,17 +142,6 @@ class FakeTable final : public LeaseTable {
     LeaseFacts& f = it->second;
     if (f.moving_to.empty()) return Status::Ok();
     ++aborts;
-    if (Whole(id)) {
-      const uint32_t there = UnitsOn(id, f.moving_to);
-      if (note.empty() && there == 0) {
-        pools.at(f.moving_to).free_bytes += f.size_bytes;
-        f.moving_to.clear();
-      } else {
-        f.moving_note = std::to_string(there) + " of " + std::to_string(f.units.size()) +
-                        " extents on " + f.moving_to + (note.empty() ? "" : "; " + note);
-      }
-      return Status::Ok();
-    }
     if (note.empty()) {
       if (f.moving_to != f.units[unit].pool)
         pools.at(f.moving_to).free_bytes += f.units[unit].length;
@@ -189,8 +155,7 @@ class FakeTable final : public LeaseTable {
 
   std::map<uint64_t, LeaseFacts> leases;
   std::map<std::string, PoolFacts> pools;
-  std::map<uint64_t, std::string> home;  // AddExtentLease: the pool accounting it
-  std::vector<uint32_t> opened;          // OpenUnit's units, in order
+  std::vector<uint32_t> opened;  // OpenUnit's units, in order
   Status begin_error;
   int begins = 0, commits = 0, aborts = 0;
 };
@@ -291,9 +256,9 @@ class EngineTest : public ::testing::Test {
   }
   MigrationRecord Last() { return history().back(); }
   std::vector<MigrationRecord> history() { return engine->Report(std::nullopt).history; }
-  std::string Verdict(uint64_t id) {
+  std::string Verdict(uint64_t id, size_t unit = 0) {
     for (const auto& l : engine->Report(std::nullopt).leases)
-      if (l.id == id) return l.units.at(0).verdict;
+      if (l.id == id) return l.units.at(unit).verdict;
     return "<no lease>";
   }
 
@@ -615,6 +580,11 @@ TEST_F(EngineTest, CooperativeMoveWaitsForTheHolderAndAnswersAfterTheMove) {
       << Verdict(1);
   // The holder is at its safe point.
   clock.AdvanceNs(300'000'000);
+  // What is in flight, and since when.
+  EXPECT_EQ(engine->Report(std::nullopt)
+                .in_flight.rfind("migration 1 (lease 1 unit 0, begun 0.3 s ago): ", 0),
+            0u)
+      << engine->Report(std::nullopt).in_flight;
   std::optional<Result<MigrationOutcome>> answer;
   engine->OnMigrationReady(7, ask.migration_id, true, "",
                            [&](Result<MigrationOutcome> o) { answer.emplace(std::move(o)); });
@@ -758,7 +728,7 @@ TEST_F(EngineTest, ReportsOnlyTheOwnersLeasesWhenAsked) {
 
 // ---- leases of several extents: each extent is a unit, moved alone ----
 
-TEST_F(EngineTest, AMultiExtentLeaseIsPromotedExtentByExtentAndAccountedWhole) {
+TEST_F(EngineTest, AMultiExtentLeaseIsPromotedExtentByExtentEachAccountedOnItsOwn) {
   Make();
   table.AddExtentLease(1, "node2", 4, 16 * kMiB, {7});
   Copy(7, 1, 3.0);
@@ -782,8 +752,8 @@ TEST_F(EngineTest, AMultiExtentLeaseIsPromotedExtentByExtentAndAccountedWhole) {
   EXPECT_EQ(table.opened, (std::vector<uint32_t>{0, 1, 2, 3}));
   ASSERT_EQ(seen.size(), 4u);
   for (uint32_t i = 0; i < 4; ++i) {
-    EXPECT_EQ(seen[i].first, i);                  // i extents there before the (i+1)th
-    EXPECT_EQ(seen[i].second, kGiB - 64 * kMiB);  // the whole lease reserved up front
+    EXPECT_EQ(seen[i].first, i);                            // i extents there before the (i+1)th
+    EXPECT_EQ(seen[i].second, kGiB - (i + 1) * 16 * kMiB);  // room for each one as it goes
   }
   EXPECT_EQ(table.UnitsOn(1, "node0"), 4u);
   EXPECT_TRUE(table.leases.at(1).moving_to.empty());
@@ -797,17 +767,16 @@ TEST_F(EngineTest, AMultiExtentLeaseIsPromotedExtentByExtentAndAccountedWhole) {
     EXPECT_EQ(h[i].direction, "promote");
     EXPECT_EQ(h[i].bytes, 16 * kMiB);
   }
-  EXPECT_NE(h[1].why.find("follows the others to node0"), std::string::npos) << h[1].why;
-  // The holder is told once, when the whole lease is there.
+  // The holder is told once, when most of the lease is there.
   ASSERT_EQ(channel.moved.size(), 1u);
   EXPECT_EQ(channel.moved[0].node, 0);
   EXPECT_EQ(engine->counters().at("bytes_promoted"), 64 * kMiB);
 }
 
-// The VM tier's case: DRAM capped at 8 MiB (free 8 MiB), a will_need lease
-// of 8 x 2 MiB on CXL. Each extent fits, the lease does not: no move is begun
-// (the table would refuse each, round after round); the lease says why.
-TEST_F(EngineTest, AMultiExtentLeaseTooBigForTheFreeRoomIsNotTriedExtentByExtent) {
+// The VM tier's case: DRAM capped at 8 MiB, a will_need lease of 8 x 2 MiB
+// on CXL. Each extent is accounted on its own: the extents that fit move,
+// no move is refused, and the lease stays split, saying why the rest stays.
+TEST_F(EngineTest, AMultiExtentLeaseTooBigForTheFreeRoomMovesWhatFitsAndStaysSplit) {
   table.pools.at("node0").capacity_bytes = 8 * kMiB;
   table.pools.at("node0").free_bytes = 8 * kMiB;
   Make();
@@ -818,20 +787,15 @@ TEST_F(EngineTest, AMultiExtentLeaseTooBigForTheFreeRoomIsNotTriedExtentByExtent
     Drain();
     clock.AdvanceNs(kSec);
   }
-  EXPECT_EQ(table.begins, 0);
-  EXPECT_TRUE(migrator.requests.empty());
-  EXPECT_TRUE(history().empty());
-  EXPECT_NE(Verdict(1).find("needs 16.0 MiB (all of lease 1, which moves whole)"),
-            std::string::npos)
-      << Verdict(1);
-  // With room for all of it, it goes, extent by extent.
-  table.pools.at("node0").capacity_bytes = kGiB;
-  table.pools.at("node0").free_bytes = kGiB;
-  ASSERT_TRUE(Hint(7, 1, 0, 16 * kMiB, tiering::Hint::kWillNeed).ok());
-  engine->Tick();
-  Drain();
-  EXPECT_EQ(table.begins, 1);
-  EXPECT_EQ(table.UnitsOn(1, "node0"), 8u);
+  const uint32_t fast = table.UnitsOn(1, "node0");
+  EXPECT_GE(fast, 1u);
+  EXPECT_LE(fast, 4u);
+  EXPECT_EQ(fast + table.UnitsOn(1, "node2"), 8u);
+  EXPECT_EQ(table.begins, table.commits);  // none refused
+  EXPECT_TRUE(table.leases.at(1).moving_to.empty());
+  EXPECT_EQ(table.pools.at("node0").free_bytes, 8 * kMiB - fast * 2 * kMiB);
+  EXPECT_EQ(table.pools.at("node2").free_bytes, kGiB - (8 - fast) * 2 * kMiB);
+  EXPECT_NE(Verdict(1, 7).find("node0"), std::string::npos) << Verdict(1, 7);
 }
 
 TEST_F(EngineTest, AColdMultiExtentLeaseIsDemotedExtentByExtent) {
@@ -843,14 +807,13 @@ TEST_F(EngineTest, AColdMultiExtentLeaseIsDemotedExtentByExtent) {
   ASSERT_EQ(migrator.requests.size(), 3u);
   for (const MoveRequest& r : migrator.requests) EXPECT_EQ(r.target_node, 2);
   EXPECT_EQ(table.UnitsOn(1, "node2"), 3u);
-  EXPECT_EQ(table.home.at(1), "node2");
   EXPECT_EQ(table.pools.at("node0").free_bytes, kGiB);
   for (const auto& r : history()) EXPECT_EQ(r.direction, "demote") << r.why;
 }
 
-// Moving one extent moves the whole lease (it is accounted to one pool): a
-// dont_need for one extent while another is still in use demotes nothing.
-TEST_F(EngineTest, AColdExtentOfALeaseWithAWarmOneStaysAndSaysWhy) {
+// Each extent is accounted on its own: a dont_need for one extent while
+// another is still in use demotes that one only, and the lease stays split.
+TEST_F(EngineTest, AColdExtentOfALeaseWithAWarmOneIsDemotedAlone) {
   Make();
   table.AddExtentLease(1, "node0", 2, 32 * kMiB, {7});
   TieringEngine::Signal s;
@@ -862,19 +825,23 @@ TEST_F(EngineTest, AColdExtentOfALeaseWithAWarmOneStaysAndSaysWhy) {
   ASSERT_TRUE(Hint(7, 1, 0, 32 * kMiB, tiering::Hint::kDontNeed).ok());
   engine->Tick();
   Drain();
-  EXPECT_TRUE(migrator.requests.empty());
-  EXPECT_NE(Verdict(1).find("would take all of lease 1 to node2, and its unit 1 is still warm"),
-            std::string::npos)
-      << Verdict(1);
-  // Once the other extent is done with too, the lease goes.
+  ASSERT_EQ(migrator.requests.size(), 1u);
+  EXPECT_EQ(migrator.requests[0].target_node, 2);
+  EXPECT_EQ(table.leases.at(1).units[0].pool, "node2");
+  EXPECT_EQ(table.leases.at(1).units[1].pool, "node0");
+  EXPECT_EQ(table.pools.at("node0").free_bytes, kGiB - 32 * kMiB);
+  auto rep = engine->Report(std::nullopt);
+  EXPECT_EQ(rep.leases[0].units[0].pool, "node2");
+  EXPECT_EQ(rep.leases[0].units[1].pool, "node0");
+  // Once the other extent is done with too, it follows.
   ASSERT_TRUE(Hint(7, 1, 32 * kMiB, 32 * kMiB, tiering::Hint::kDontNeed).ok());
   engine->Tick();
   Drain();
   EXPECT_EQ(migrator.requests.size(), 2u);
-  EXPECT_EQ(table.home.at(1), "node2");
+  EXPECT_EQ(table.UnitsOn(1, "node2"), 2u);
 }
 
-TEST_F(EngineTest, OneExtentFailingLeavesTheLeaseHalfMovedAndSaysSoThenFinishesLater) {
+TEST_F(EngineTest, OneExtentFailingLeavesTheLeaseSplitAndSaysSoThenFinishesLater) {
   Make();
   table.AddExtentLease(1, "node2", 4, 16 * kMiB, {7});
   int calls = 0;
@@ -887,26 +854,28 @@ TEST_F(EngineTest, OneExtentFailingLeavesTheLeaseHalfMovedAndSaysSoThenFinishesL
   Copy(7, 1, 3);
   engine->Tick();
   Drain();
-  ASSERT_EQ(migrator.requests.size(), 4u);
+  ASSERT_EQ(migrator.requests.size(), 5u);
   EXPECT_EQ(migrator.requests[3].target_node, 2);  // extent 2 moved back whole
-  EXPECT_EQ(Last().outcome, "rolled back");
-  EXPECT_EQ(Last().unit, 2u);
-  // Two of four on node0; the lease still accounted to node2, its room held on node0.
-  EXPECT_EQ(table.UnitsOn(1, "node0"), 2u);
-  EXPECT_EQ(table.home.at(1), "node2");
-  EXPECT_EQ(table.leases.at(1).moving_to, "node0");
-  EXPECT_EQ(table.pools.at("node0").free_bytes, kGiB - 64 * kMiB);
-  EXPECT_EQ(table.pools.at("node2").free_bytes, kGiB - 64 * kMiB);
+  bool rolled_back = false;
+  for (const auto& r : history()) {
+    if (r.unit == 2) rolled_back = rolled_back || r.outcome == "rolled back";
+  }
+  EXPECT_TRUE(rolled_back);
+  // Three of four on node0, each accounted there; extent 2 on node2.
+  EXPECT_EQ(table.UnitsOn(1, "node0"), 3u);
+  EXPECT_TRUE(table.leases.at(1).moving_to.empty());
+  EXPECT_EQ(table.pools.at("node0").free_bytes, kGiB - 48 * kMiB);
+  EXPECT_EQ(table.pools.at("node2").free_bytes, kGiB - 16 * kMiB);
   auto rep = engine->Report(std::nullopt);
-  EXPECT_NE(rep.leases[0].moving.find("2 of 4 extents on node0"), std::string::npos)
-      << rep.leases[0].moving;
   EXPECT_EQ(rep.leases[0].units[1].pool, "node0");
   EXPECT_EQ(rep.leases[0].units[2].pool, "node2");
   EXPECT_EQ(rep.leases[0].units[2].numa_node, 2);
-  // Not retried at once; after min_residency the rest follows.
+  EXPECT_NE(Verdict(1, 2).find("did not finish and was undone"), std::string::npos)
+      << Verdict(1, 2);
+  // Not retried at once; after min_residency it goes.
   engine->Tick();
   Drain();
-  EXPECT_EQ(migrator.requests.size(), 4u);
+  EXPECT_EQ(migrator.requests.size(), 5u);
   busy = false;
   clock.AdvanceNs(31 * kSec);
   engine->Tick();
@@ -919,7 +888,7 @@ TEST_F(EngineTest, OneExtentFailingLeavesTheLeaseHalfMovedAndSaysSoThenFinishesL
   EXPECT_EQ(Last().direction, "promote");
 }
 
-TEST_F(EngineTest, StoppingMidLeaseLeavesItHalfMovedAndTheNextEngineResumesIt) {
+TEST_F(EngineTest, StoppingMidLeaseLeavesItSplitAndAccountedAsItIs) {
   Make();
   table.AddExtentLease(1, "node2", 4, 16 * kMiB, {7});
   int calls = 0;
@@ -932,20 +901,19 @@ TEST_F(EngineTest, StoppingMidLeaseLeavesItHalfMovedAndTheNextEngineResumesIt) {
   Drain();
   EXPECT_EQ(migrator.requests.size(), 2u);  // no new extent after Stop
   EXPECT_EQ(table.UnitsOn(1, "node0"), 2u);
-  EXPECT_EQ(table.leases.at(1).moving_to, "node0");
-  EXPECT_EQ(table.leases.at(1).moving_unit, 2u);
-  EXPECT_EQ(table.pools.at("node0").free_bytes, kGiB - 64 * kMiB);  // reserved, not lost
-  // A new engine (a restart) finishes it from where the table says.
+  EXPECT_TRUE(table.leases.at(1).moving_to.empty());
+  EXPECT_EQ(table.pools.at("node0").free_bytes, kGiB - 32 * kMiB);
+  EXPECT_EQ(table.pools.at("node2").free_bytes, kGiB - 32 * kMiB);
+  // A new engine (a restart) moves the rest once they are hot again.
   migrator.behave = nullptr;
   Make();
+  Copy(7, 1, 3);
   engine->Tick();
   Drain();
   ASSERT_EQ(migrator.requests.size(), 4u);
-  EXPECT_EQ(table.opened.back(), 3u);
   EXPECT_EQ(table.UnitsOn(1, "node0"), 4u);
   EXPECT_TRUE(table.leases.at(1).moving_to.empty());
   EXPECT_EQ(table.pools.at("node2").free_bytes, kGiB);
-  EXPECT_EQ(Last().direction, "resume");
 }
 
 TEST_F(EngineTest, ACooperativeMultiExtentLeaseMovesEveryExtentInOnePause) {
@@ -998,9 +966,15 @@ TEST_F(EngineTest, ACooperativeMultiExtentMoveFailingMidwayAnswersHalfMoved) {
   EXPECT_FALSE((*answer)->moved);
   EXPECT_EQ((*answer)->numa_node, -1);  // half moved: no one node
   EXPECT_EQ((*answer)->bytes, 16 * kMiB);
-  EXPECT_EQ(table.UnitsOn(1, "node0"), 1u);
+  // The one that moved is accounted there; the failed one went back and is
+  // not tried again before min_residency; the next round asks for the one
+  // not tried yet (room reserved for it alone).
+  EXPECT_EQ(table.leases.at(1).units[0].pool, "node0");
+  EXPECT_EQ(table.leases.at(1).units[1].pool, "node2");
   EXPECT_EQ(table.leases.at(1).moving_to, "node0");
-  EXPECT_NE(table.leases.at(1).moving_note.find("1 of 3 extents on node0"), std::string::npos);
+  EXPECT_EQ(table.leases.at(1).moving_unit, 2u);
+  EXPECT_EQ(channel.asks.size(), 2u);
+  EXPECT_EQ(table.pools.at("node0").free_bytes, kGiB - 32 * kMiB);
 }
 
 }  // namespace

@@ -216,67 +216,6 @@ TEST_F(PolicyTest, PromotionKeepsTheLowWatermarkAndHigherPriorityGoesFirst) {
       << Stay(o, 1);
 }
 
-// A lease that moves whole (accounted to one pool) needs room for all of
-// it on the target, whichever extent is hot; counted once per lease. Before
-// this, a 2 MiB extent of a 16 MiB lease "fitted" 8 MiB of free DRAM, and
-// the table refused every such move for lack of room, round after round.
-TEST_F(PolicyTest, AnExtentOfALeaseThatMovesWholeNeedsRoomForTheWholeLease) {
-  P("node0").capacity_bytes = 20 * kMiB;  // low watermark 2 MiB
-  P("node0").free_bytes = 8 * kMiB;
-  auto lease_of_4 = [&](uint64_t id, double temp) {
-    for (uint32_t i = 0; i < 4; ++i) {
-      units.push_back(Unit(id, "node2", temp, 2 * kMiB));
-      units.back().unit = i;
-      units.back().offset = i * 2 * kMiB;
-      units.back().room_bytes = 8 * kMiB;
-    }
-  };
-  lease_of_4(1, 5.0);
-  PolicyOutput o = Run();
-  EXPECT_TRUE(o.decisions.empty()) << o.decisions[0].why;
-  const std::string& why = o.stays[std::make_pair(uint64_t{1}, uint32_t{0})];
-  EXPECT_NE(why.find("node0 has 8.0 MiB free, needs 8.0 MiB (all of lease 1, which moves whole)"),
-            std::string::npos)
-      << why;
-  // 12 MiB free: lease 1 goes (each of its hot extents, its room taken once);
-  // a second such lease then finds 4 MiB and stays.
-  P("node0").free_bytes = 12 * kMiB;
-  lease_of_4(2, 4.0);
-  o = Run();
-  ASSERT_EQ(o.decisions.size(), 4u);
-  for (const Decision& d : o.decisions) {
-    EXPECT_EQ(d.lease_id, 1u);
-    EXPECT_EQ(d.direction, Direction::kPromote);
-  }
-  const std::string& why2 = o.stays[std::make_pair(uint64_t{2}, uint32_t{0})];
-  EXPECT_NE(why2.find("node0 has 4.0 MiB free, needs 8.0 MiB (all of lease 2"), std::string::npos)
-      << why2;
-  // A cold lease that moves whole makes room once, for all of itself: its
-  // 4 extents free 8 MiB, enough for hot lease 2 (8 MiB + 2 MiB watermark
-  // on 4 MiB free needs 6 MiB).
-  units.clear();
-  P("node0").free_bytes = 4 * kMiB;
-  lease_of_4(2, 4.0);
-  for (uint32_t i = 0; i < 4; ++i) {
-    units.push_back(Unit(3, "node0", 0.0, 2 * kMiB));
-    units.back().unit = i;
-    units.back().room_bytes = 8 * kMiB;
-  }
-  o = Run();
-  size_t demoted = 0, promoted = 0;
-  for (const Decision& d : o.decisions) {
-    if (d.direction == Direction::kDemote) {
-      EXPECT_EQ(d.lease_id, 3u);
-      ++demoted;
-    } else {
-      EXPECT_EQ(d.lease_id, 2u);
-      ++promoted;
-    }
-  }
-  EXPECT_GE(demoted, 1u);
-  EXPECT_EQ(promoted, 4u);
-}
-
 TEST_F(PolicyTest, DemandDemotesColderRangesOfTheSameOrLowerPriority) {
   // DRAM nearly full (free 110 MiB, just above the low watermark): a hot
   // priority-3 range needs room; cold ranges of priority <= 3 make it.

@@ -4,6 +4,7 @@
 // by default; others see their own.
 #include <time.h>
 
+#include <algorithm>
 #include <iostream>
 #include <nlohmann/json.hpp>
 
@@ -64,12 +65,35 @@ nlohmann::ordered_json LeaseJson(const proto::LeaseInfo& l) {
                                                : nlohmann::ordered_json(l.moved_reason());
   j["migration"] = l.migration().empty() ? nlohmann::ordered_json(nullptr)
                                          : nlohmann::ordered_json(l.migration());
+  // Split between pools: how much is where, and each extent's pool.
+  j["spread"] =
+      l.spread().empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(l.spread());
+  if (!l.spread().empty()) {
+    nlohmann::ordered_json ex = nlohmann::ordered_json::array();
+    for (const auto& e : l.extents()) {
+      ex.push_back({{"size_bytes", e.size_bytes()},
+                    {"pool", e.pool()},
+                    {"numa_node", e.has_numa_node() ? nlohmann::ordered_json(e.numa_node())
+                                                    : nlohmann::ordered_json(nullptr)}});
+    }
+    j["extent_pools"] = std::move(ex);
+  }
   return j;
 }
 
 // "1", or "0 (moved from 2)" once a pin moved the pages.
 std::string NodeCell(const proto::LeaseInfo& l) {
   std::string s = std::to_string(l.numa_node());
+  if (!l.spread().empty()) {
+    // "0+2": every node it is on, the one holding most first.
+    std::vector<int> nodes{l.numa_node()};
+    for (const auto& e : l.extents()) {
+      if (e.has_numa_node() && std::find(nodes.begin(), nodes.end(), e.numa_node()) == nodes.end())
+        nodes.push_back(e.numa_node());
+    }
+    s.clear();
+    for (int n : nodes) s += (s.empty() ? "" : "+") + std::to_string(n);
+  }
   if (l.has_placed_numa_node()) s += " (moved from " + std::to_string(l.placed_numa_node()) + ")";
   return s;
 }
@@ -101,6 +125,7 @@ int RunLeases(const LeasesOptions& o) {
     if (!l.moved_reason().empty()) {
       std::cout << "lease " << l.id() << " moved: " << l.moved_reason() << "\n";
     }
+    if (!l.spread().empty()) std::cout << "lease " << l.id() << " split: " << l.spread() << "\n";
     if (!l.migration().empty()) {
       std::cout << "lease " << l.id() << " moving " << l.migration() << "\n";
     }
