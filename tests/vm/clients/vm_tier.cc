@@ -21,7 +21,10 @@
 //       As move, without waiting: prints "READY <id>" and keeps working (and
 //       answering safe points) until a line arrives on stdin; the daemon may
 //       be killed and restarted meanwhile. Then: the data intact, the lease
-//       not revoked, and every page on D when given.
+//       not revoked, and every page on D when given. A line "extents
+//       S0:N0,S1:N1,..." says where each extent (of S bytes, in lease order)
+//       must be instead (a lease split between pools): each one's pages
+//       counted alone (move_pages) must all be on its node.
 // Common: --socket PATH. Exit 0 when the check holds, 1 otherwise (reason on
 // stderr), 2 on bad usage.
 #include <poll.h>
@@ -242,9 +245,26 @@ int Run(const Args& a) {
     ok = WaitAllOn(*client, *lease, a.expect, deadline, a.timeout_s, &why);
   }
   int final_node = a.expect;
+  std::vector<std::pair<uint64_t, int>> split;  // hold: "extents S0:N0,..." on stdin
+  if (a.cmd == "hold") {
+    char line[8192] = {};
+    if (std::fgets(line, sizeof line, stdin) != nullptr && std::strncmp(line, "extents ", 8) == 0) {
+      for (char* p = line + 8; *p != '\0' && *p != '\n';) {
+        char* end = nullptr;
+        const uint64_t size = std::strtoull(p, &end, 10);
+        if (end == p || *end != ':') break;
+        p = end + 1;
+        const int node = static_cast<int>(std::strtol(p, &end, 10));
+        if (end == p) break;
+        split.emplace_back(size, node);
+        p = *end == ',' ? end + 1 : end;
+      }
+      final_node = -1;
+    }
+  }
   // --extent: each extent's pages counted alone, printed, and all on `node`.
   auto extents_on = [&](int node) {
-    if (!ok || a.extent == 0) return;
+    if (!ok || a.extent == 0 || node < 0) return;
     bool each = false;
     std::string per = PerExtent(*lease, a.extent, node, &each);
     std::printf("EXTENTS node=%d [%s]\n", node, per.c_str());
@@ -264,6 +284,36 @@ int Run(const Args& a) {
     const auto back_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(a.timeout_s);
     ok = WaitAllOn(*client, *lease, a.then_expect, back_deadline, a.timeout_s, &why);
     extents_on(a.then_expect);
+  }
+  if (ok && !split.empty()) {
+    // Each extent on the node the daemon accounts it to.
+    auto* base = static_cast<char*>(lease->data());
+    std::string per;
+    uint64_t off = 0;
+    for (size_t i = 0; ok && i < split.size(); ++i) {
+      const auto [len, node] = split[i];
+      if (len == 0 || off + len > a.size) {
+        ok = false;
+        why = "extent " + std::to_string(i) + " of " + std::to_string(len) + " bytes at " +
+              std::to_string(off) + " is outside the lease";
+        break;
+      }
+      auto c = cxlpool::tiering::CountPages(base + off, len, 4096);
+      per += (per.empty() ? "" : "; ") + std::to_string(i) + ": " +
+             (c.ok() ? c->ToString() : c.status().ToString());
+      if (!c.ok() || c->pages == 0 || c->On(node) != c->pages) {
+        ok = false;
+        why = "extent " + std::to_string(i) + " is not whole on node " + std::to_string(node) +
+              ": " + (c.ok() ? c->ToString() : c.status().ToString());
+      }
+      off += len;
+    }
+    if (ok && off != a.size) {
+      ok = false;
+      why = "the extents given cover " + std::to_string(off) + " of " + std::to_string(a.size) +
+            " bytes";
+    }
+    std::printf("EXTENTS split [%s]\n", per.c_str());
   }
   uint64_t rounds = 0;
   for (auto& w : workers) {

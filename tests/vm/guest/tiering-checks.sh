@@ -16,10 +16,12 @@
 #  - the daemon is SIGKILLed in the middle of a paced migration; the next
 #    daemon finishes it after the holder hands the lease back, with the
 #    accounting on the right pool and the data intact;
-#  - the same, but the next daemon has no room on DRAM (pools.node.0
-#    capacity below the lease), so it moves the pages back to CXL, paced; it
-#    too is SIGKILLed half way, and a third daemon goes on with the move back:
-#    CXL accounts the lease, DRAM nothing, every page on CXL, data intact;
+#  - the same, but the next daemon has room on DRAM only for the extents
+#    already there: the lease comes back split (each extent accounted where
+#    its pages are) and the extent that was moving goes back to CXL; that
+#    daemon is SIGKILLed before the move back is done, and a third one goes
+#    on with it; the lease stays split, each extent's pages on the node the
+#    daemon accounts it to (move_pages), data intact;
 # cxlpool-bench TIER (T1, T2) is not run here (minutes under TCG); run it with
 #   tests/vm/run-vm-tests.sh --exec 'cxlpool-bench --only tier --quick
 #     --daemon /opt/cxlpool/bin/cxlpoold' cxl-ram
@@ -27,7 +29,7 @@
 VM_TIER_SOCK=/run/cxlpool/tier.sock
 VM_TIER_PID=
 
-vm_tier_config() {  # rate_limit_mbps [max_extent [node0_capacity]]
+vm_tier_config() {  # rate_limit_mbps [max_extent [node0_capacity [tiering_lines]]]
   cat <<CONF
 [daemon]
 grace_period = 120
@@ -39,6 +41,7 @@ min_residency = "0s"
 rate_limit_mbps = $1
 cooperative_deadline = "120s"
 max_pause = "600s"
+${4:-}
 CONF
   [ -z "${3:-}" ] || printf '[pools.node.0]\ncapacity = "%s"\n' "$3"
 }
@@ -47,19 +50,19 @@ vm_tier_json() {
   cxlpoolctl tiering --json --all --socket "$VM_TIER_SOCK" 2>>"$VM_LOG"
 }
 
-# True while a lease's move is under way with at least `min` (default 1) of
-# its extents on the target and more to go ("K of N extents on <pool> (node
-# T)", min <= K < N); any target, or node T when given. `moving` says so for
-# the whole move, also while the next extent waits for the rate limit (a
-# window of (N - min) x 2 s at 1 MiB/s). The answer is kept in
-# /tmp/tier-now.json.
-vm_tier_half_moved() {  # [target_node [min]]
+# True while a lease has at least `min` (default 1) of its extents on node T
+# (default 0), but not all of them, and the move of another one is in
+# flight, begun less than `age` seconds ago (default 3): with 8 MiB extents
+# paced at 1 MiB/s each move takes ~8 s, so a kill right after this finds
+# it under way. The answer is kept in /tmp/tier-now.json.
+vm_tier_half_moved() {  # [target_node [min [age]]]
   vm_tier_json >/tmp/tier-now.json &&
-    jq -e --arg to "${1:-}" --argjson min "${2:-1}" '
-           ([.leases[] | .moving // "" |
-             capture(": (?<k>[0-9]+) of (?<n>[0-9]+) extents on [^ ]+ [(]node (?<t>[0-9]+)[)]") |
-             select((.k | tonumber) >= $min and (.k | tonumber) < (.n | tonumber) and
-                    ($to == "" or .t == $to))] | length > 0)' \
+    jq -e --argjson to "${1:-0}" --argjson min "${2:-1}" --argjson age "${3:-3}" '
+      (.in_flight // "" | capture("[(]lease (?<l>[0-9]+) unit [0-9]+, begun (?<s>[0-9.]+) s ago[)]")) as $f |
+      ($f.s | tonumber) < $age and
+      ([.leases[] | select((.lease_id | tostring) == $f.l and .moving != null) |
+        ([.units[] | select(.numa_node == $to)] | length) as $k |
+        select($k >= $min and $k < (.units | length))] | length > 0)' \
       /tmp/tier-now.json >/dev/null
 }
 
@@ -81,8 +84,18 @@ vm_tier_pools_hold() {  # node bytes empty_node file
     "$4"
 }
 
-vm_tier_start() {  # rate_limit_mbps [max_extent [node0_capacity]]
-  vm_tier_config "$1" "${2:-}" "${3:-}" >/out/tier.toml
+# The pools' account of a split lease: DRAM node 0 holds $1 leased bytes and
+# node $2 holds $3.
+vm_tier_pools_split() {  # dram_bytes cxl_node cxl_bytes file
+  jq -e --argjson d "$1" --argjson c "$2" --argjson x "$3" \
+    '(if type == "array" then . else .pools end) as $p |
+     ([$p[] | select(.numa_node == 0 and .leased_bytes == $d)] | length == 1) and
+     ([$p[] | select(.numa_node == $c and .leased_bytes == $x)] | length == 1)' \
+    "$4"
+}
+
+vm_tier_start() {  # rate_limit_mbps [max_extent [node0_capacity [tiering_lines]]]
+  vm_tier_config "$1" "${2:-}" "${3:-}" "${4:-}" >/out/tier.toml
   cxlpoold --foreground --config /out/tier.toml --socket "$VM_TIER_SOCK" \
     --state-dir /out/tier-state >>/out/tier-daemon.log 2>&1 &
   VM_TIER_PID=$!
@@ -93,7 +106,9 @@ vm_tier_start() {  # rate_limit_mbps [max_extent [node0_capacity]]
 # After a failed check: the daemon's last words and its tiering state on the
 # console, since the result disk may never be written.
 vm_tier_show_daemon() {
-  tail -n 25 /out/tier-daemon.log | cut -c1-400 | sed 's/^/CXLPOOL-VM-NOTE daemon: /'
+  # Its warnings, errors and restart lines (not the connection chatter).
+  grep -E '^[0-9-]+ [0-9:.]+ [WEF] |restart:|tiering:' /out/tier-daemon.log | tail -n 30 |
+    cut -c1-400 | sed 's/^/CXLPOOL-VM-NOTE daemon: /'
   vm_tier_json | jq -c '{in_flight, leases: [.leases[] | select(.moving != null)]}' 2>&1 |
     cut -c1-2000 | sed 's/^/CXLPOOL-VM-NOTE tiering: /'
 }
@@ -177,12 +192,12 @@ vm_tiering_checks() {
   fi
   vm_tier_stop
 
-  # Killed mid-migration: paced at 1 MiB/s (2 MiB steps) a 32 MiB move of 16
-  # extents takes ~30 s. The kill comes as soon as the daemon says at least
-  # one extent is on the target and the move goes on, so it finds the move
-  # half done however slow the guest is (tier-before-kill-forward.json says how far);
-  # a kill after the move ended would leave nothing to resume.
-  if ! vm_check "tiering: daemon paced to 1 MiB/s starts" vm_tier_start 1 2M; then
+  # Killed mid-migration: paced at 1 MiB/s (2 MiB steps) a 32 MiB lease of 4
+  # extents of 8 MiB moves in ~8 s an extent. The kill comes as soon as the
+  # daemon says at least one extent is on the target and the next one's move
+  # began less than 3 s ago, so it finds that move under way however slow
+  # the guest is (tier-before-kill-forward.json says how far).
+  if ! vm_check "tiering: daemon paced to 1 MiB/s starts" vm_tier_start 1 8M; then
     vm_tier_stop
     return
   fi
@@ -194,13 +209,14 @@ vm_tiering_checks() {
   if vm_check "tiering: a hot lease is held on CXL node $_c" \
     vm_wait_for 480 grep -q '^READY' /out/tier-hold.log &&
     vm_check "tiering: its paced migration to DRAM is under way, some extents moved and more to go" \
-      vm_wait_for 480 vm_tier_half_moved; then
+      vm_wait_for 480 vm_tier_half_moved 0 1; then
     vm_tier_kill forward
-    vm_check "tiering: the next daemon starts (unpaced)" vm_tier_start 0 2M
-    vm_check "tiering: it finishes the interrupted move of every extent once the holder hands the lease back" \
+    vm_check "tiering: the next daemon starts (unpaced)" vm_tier_start 0 8M
+    vm_check "tiering: it finishes the interrupted extent's move once the holder hands the lease back, and the hot lease's other extents follow" \
       vm_wait_for 120 sh -c "cxlpoolctl tiering --json --all --socket $VM_TIER_SOCK |
         jq -e '([.migrations[] | select(.direction == \"resume\" and .outcome == \"moved\")] | length >= 1) and
-               .in_flight == null and ([.leases[] | select(.moving != null)] | length == 0)'"
+               .in_flight == null and ([.leases[] | select(.moving != null)] | length == 0) and
+               ([.leases[].units[] | select(.numa_node != 0)] | length == 0)'"
     [ "$?" -eq 0 ] || vm_tier_show_daemon
     cxlpoolctl pools --json --socket "$VM_TIER_SOCK" >/out/tier-pools-restart.json 2>>"$VM_LOG"
     vm_check "tiering: after the restart DRAM node 0 accounts the lease and CXL node $_c nothing" \
@@ -215,62 +231,85 @@ vm_tiering_checks() {
   vm_tier_move_back_kill "$_c"
 }
 
-# Killed during a move back. A will_need lease of 16 extents on CXL moves to
-# DRAM at 1 MiB/s; once 3 extents are there the daemon is SIGKILLed. The next
-# daemon has DRAM node 0 capped below the lease (capacity 8 MiB), so it
-# cannot finish the move and moves every extent back to CXL instead, also
-# paced; it is SIGKILLed once one extent is back, which leaves the extents
-# after it on DRAM (the move goes in lease order). A third daemon, unpaced and
-# still without room on DRAM, must go on with the move back (a "rollback"
-# record), not start it again elsewhere: CXL accounts the lease, DRAM nothing,
-# and the holder finds every page of it on CXL (move_pages), its data intact.
-# The lease stays hot there, and the engine does not try to promote it
-# extent by extent into DRAM that cannot hold all of it.
+# A lease left split by a kill. A will_need lease of 4 extents of 8 MiB on
+# CXL moves to DRAM at 1 MiB/s; once K >= 1 extents are there and the next
+# one is moving, the daemon is SIGKILLed. The next daemon has DRAM node 0
+# capped at K x 8 MiB + 1 MiB (room for the K extents, not for one more) and
+# its tiering engine off: the lease comes back split (K extents accounted to
+# DRAM, the others to CXL) and the extent that was moving is journalled to
+# move back to CXL; that daemon is SIGKILLed before anything moves. A third
+# daemon (engine on, DRAM still capped, its watermarks at 1%, below the
+# 1 MiB left free, so nothing is demoted for pressure) goes on with the move back (a "rollback" record):
+# the lease stays split, the pools account exactly its extents, and the
+# holder finds each extent's pages on the node the daemon accounts it to
+# (move_pages), its data intact.
 vm_tier_move_back_kill() {  # cxl_node
   _c=$1
   _sz=$((32 << 20))
-  if ! vm_check "tiering: daemon paced to 1 MiB/s starts (move back)" vm_tier_start 1 2M; then
+  if ! vm_check "tiering: daemon paced to 1 MiB/s starts (split lease)" vm_tier_start 1 8M; then
     vm_tier_stop
     return
   fi
   [ -p /tmp/tier.fifo ] || mkfifo /tmp/tier.fifo
   exec 9<>/tmp/tier.fifo
   cxlpool-vm-tier hold --socket "$VM_TIER_SOCK" --size "$_sz" --node "$_c" \
-    --threads 1 --hint will_need --expect-node "$_c" <&9 >/out/tier-hold-back.log 2>&1 &
+    --threads 0 --hint will_need <&9 >/out/tier-hold-split.log 2>&1 &
   _h=$!
   # A missed window fails in 2 minutes (with the daemon's last words), well
   # inside the guest's time.
-  if vm_check "tiering: a will_need lease of 16 extents is held on CXL node $_c" \
-    vm_wait_for 240 grep -q '^READY' /out/tier-hold-back.log &&
-    { vm_check "tiering: its paced move to DRAM node 0 has put 3 extents there and goes on" \
-      vm_wait_for 240 vm_tier_half_moved 0 3 || { vm_tier_show_daemon; false; }; }; then
-    vm_tier_kill forward-then-back
-    if vm_check "tiering: the next daemon starts with DRAM node 0 capped at 8 MiB (no room for the lease), paced" \
-      vm_tier_start 1 2M 8M &&
-      { vm_check "tiering: it moves the lease back to CXL node $_c once the holder hands it back: one extent there, more to go" \
-        vm_wait_for 240 vm_tier_half_moved "$_c" 1 || { vm_tier_show_daemon; false; }; }; then
-      vm_tier_kill back
-      vm_check "tiering: a third daemon starts (unpaced, DRAM still capped)" vm_tier_start 0 2M 8M
-      vm_check "tiering: it goes on with the interrupted move back until the lease is whole on CXL" \
+  if vm_check "tiering: a will_need lease of 8 MiB extents is held on CXL node $_c" \
+    vm_wait_for 240 grep -q '^READY' /out/tier-hold-split.log &&
+    { vm_check "tiering: its paced move to DRAM node 0 has put an extent there and the next one is moving" \
+      vm_wait_for 240 vm_tier_half_moved 0 1 || { vm_tier_show_daemon; false; }; }; then
+    _k=$(jq '[.leases[] | select(.moving != null) | [.units[] | select(.numa_node == 0)] | length] | first' \
+      /tmp/tier-now.json)
+    vm_tier_kill split
+    _dram=$(jq '[.leases[] | select(.moving != null) | .units[] | select(.numa_node == 0) | .length] | add' \
+      /tmp/tier-now.json)
+    _cap="$(((_dram >> 20) + 1))M"
+    _n=$(jq '[.leases[] | select(.moving != null) | .units | length] | first' /tmp/tier-now.json)
+    _cxl=$((_sz - _dram))
+    if vm_check "tiering: the next daemon starts with DRAM node 0 capped at $_cap (room for the $_k extents there, not one more), its engine off" \
+      vm_tier_start 0 8M "$_cap" 'enabled = false'; then
+      cxlpoolctl leases --json --socket "$VM_TIER_SOCK" >/tmp/tier-now.json 2>>"$VM_LOG"
+      cp /tmp/tier-now.json /out/tier-leases-split.json
+      vm_check "tiering: the lease comes back split ($_k of $_n extents on node0) with the moving extent to go back to CXL" \
+        jq -e --argjson k "$_k" --argjson n "$_n" '.[0] | (.spread // "" | test("(^|, )\($k) of \($n) extents [(][^)]*[)] on node0")) and
+          (.migration // "" | test("back")) and
+          ([.extent_pools // [] | .[] | select(.numa_node == 0)] | length == $k)' /tmp/tier-now.json ||
+        { vm_tier_show_daemon; jq -c '.[0] | {pool, spread, migration, moved_reason}' /tmp/tier-now.json |
+          cut -c1-600 | sed 's/^/CXLPOOL-VM-NOTE lease: /'; }
+      cxlpoolctl pools --json --socket "$VM_TIER_SOCK" >/out/tier-pools-split.json 2>>"$VM_LOG"
+      vm_check "tiering: DRAM node 0 accounts its $_k extents and CXL node $_c the others" \
+        vm_tier_pools_split "$_dram" "$_c" "$_cxl" /out/tier-pools-split.json
+      kill -9 "$VM_TIER_PID"
+      wait "$VM_TIER_PID" 2>/dev/null
+      VM_TIER_PID=
+      vm_check "tiering: a third daemon starts (engine on, unpaced, DRAM still capped)" \
+        vm_tier_start 0 8M "$_cap" 'dram_low_watermark = "1%"
+dram_high_watermark = "1%"'
+      vm_check "tiering: it goes on with the move back of that extent, and nothing is left moving" \
         vm_wait_for 120 sh -c "cxlpoolctl tiering --json --all --socket $VM_TIER_SOCK |
-          jq -e '([.migrations[] | select(.direction == \"rollback\")] | length >= 1) and
-                 .in_flight == null and ([.leases[] | select(.moving != null)] | length == 0)'"
-      [ "$?" -eq 0 ] || vm_tier_show_daemon
+          jq -e '([.migrations[] | select(.direction == \"rollback\" and .outcome == \"moved\")] | length >= 1) and
+                 .in_flight == null and ([.leases[] | select(.moving != null)] | length == 0)'" ||
+        vm_tier_show_daemon
       cxlpoolctl pools --json --socket "$VM_TIER_SOCK" >/out/tier-pools-back.json 2>>"$VM_LOG"
-      vm_check "tiering: after the move back CXL node $_c accounts the lease and DRAM node 0 nothing" \
-        vm_tier_pools_hold "$_c" "$_sz" 0 /out/tier-pools-back.json
-      # The holder keeps the lease hot, but DRAM cannot hold all of it, and a
-      # lease moves whole: no move is tried (the pool would refuse each one)
-      # and the verdict says so.
-      vm_check "tiering: the hot lease is not tried on the capped DRAM, and its verdict says it needs room for all of it" \
-        vm_wait_for 120 sh -c "cxlpoolctl tiering --json --all --socket $VM_TIER_SOCK >/out/tier-capped.json &&
-          jq -e '([.leases[].units[].verdict | test(\"which moves whole\")] | any) and
-                 ([.migrations[] | select(.outcome == \"refused\")] | length == 0)' /out/tier-capped.json"
+      vm_check "tiering: the lease stays split: DRAM node 0 accounts its $_k extents and CXL node $_c the others" \
+        vm_tier_pools_split "$_dram" "$_c" "$_cxl" /out/tier-pools-back.json
+      cxlpoolctl leases --json --socket "$VM_TIER_SOCK" >/out/tier-leases-back.json 2>>"$VM_LOG"
+      vm_check "tiering: no move was refused for room" sh -c \
+        "cxlpoolctl tiering --json --all --socket $VM_TIER_SOCK |
+         jq -e '[.migrations[] | select(.outcome == \"refused\")] | length == 0'"
     fi
   fi
-  echo done >&9
+  # Each extent where the daemon says it is (or, if an earlier step failed,
+  # no expectation: the holder still checks its data).
+  _where=$(jq -r '.[0].extent_pools // [] | map("\(.size_bytes):\(.numa_node)") | join(",")' \
+    /out/tier-leases-back.json 2>/dev/null)
+  if [ -n "$_where" ]; then echo "extents $_where" >&9; else echo done >&9; fi
   wait "$_h"
-  vm_check_eq "tiering: the holder's data is intact and every page is on CXL node $_c (exit status)" "$?" 0
+  vm_check_eq "tiering: the holder's data is intact and each extent's pages are on the node the daemon accounts it to (exit status)" "$?" 0
+  grep '^EXTENTS' /out/tier-hold-split.log | cut -c1-300 | sed 's/^/CXLPOOL-VM-NOTE /'
   exec 9>&-
   vm_tier_json >/out/tier-back.json
   vm_tier_stop
