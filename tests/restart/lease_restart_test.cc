@@ -64,6 +64,16 @@ TestMemfd MakeMemfd(uint64_t id, uint64_t size, pid_t owner, uid_t uid = 1000) {
   return m;
 }
 
+// A live process (start time 77) of uid/gid `uid`.
+CallerInfo Caller(pid_t pid, uid_t uid = 1000) {
+  CallerInfo ci;
+  ci.pid = pid;
+  ci.uid = uid;
+  ci.gid = uid;
+  ci.start_time = 77;
+  return ci;
+}
+
 Pool* NamedPool(LeaseManager& mgr, const std::string& name) {
   for (Pool* p : mgr.pools()) {
     if (p->name() == name) return p;
@@ -84,12 +94,7 @@ struct RestartHarness : Fakes, Harness {
   // Connect as pid `pid` (start time 77, alive).
   void ConnectPid(ConnId c, pid_t pid, uid_t uid = 1000) {
     probe.start[pid] = 77;
-    CallerInfo ci;
-    ci.pid = pid;
-    ci.uid = uid;
-    ci.gid = uid;
-    ci.start_time = 77;
-    mgr->Connect(c, ci);
+    mgr->Connect(c, Caller(pid, uid));
   }
 };
 
@@ -626,12 +631,7 @@ TEST(LeaseRestartTest, ASplitLeaseComesBackSplitThroughTheJournalFileAndItsHolde
     a.mgr->EnableRestart(store->get(), &probe, 1);
     a.mgr->SetMaxExtentBytes(2 << 20);
     probe.start[500] = 77;
-    CallerInfo ci;
-    ci.pid = 500;
-    ci.uid = 1000;
-    ci.gid = 1000;
-    ci.start_time = 77;
-    a.mgr->Connect(1, ci);
+    a.mgr->Connect(1, Caller(500));
     auto g = a.Alloc(1, 5 << 20, 0);
     ASSERT_TRUE(g.ok()) << g.status().ToString();
     id = g->lease.id;
@@ -655,12 +655,7 @@ TEST(LeaseRestartTest, ASplitLeaseComesBackSplitThroughTheJournalFileAndItsHolde
   auto r = b.mgr->Recover(journalled, {}, std::chrono::seconds(60));
   EXPECT_EQ(r.awaiting, 1u);
   EXPECT_EQ(r.dropped, 0u);
-  CallerInfo ci;
-  ci.pid = 500;
-  ci.uid = 1000;
-  ci.gid = 1000;
-  ci.start_time = 77;
-  b.mgr->Connect(1, ci);
+  b.mgr->Connect(1, Caller(500));
   LeaseManager::ReclaimItem it;
   it.id = id;
   it.size_bytes = 5 << 20;

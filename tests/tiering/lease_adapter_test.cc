@@ -191,6 +191,20 @@ void ExpectTwoOnNode2OneOnNode0(Harness& h, const LeaseFacts& f) {
   EXPECT_EQ(QuotaUse(h, "cxl").first, 4 * kMiB);
 }
 
+// One engine round moves exactly one 2 MiB extent (its own memfd, from
+// offset 0) to `node`.
+bool OneRoundMovesOneExtentTo(Harness& h, tiering::TieringEngine& engine,
+                              const FakeMigrator& migrator, int node) {
+  engine.Tick();
+  h.Drain();
+  EXPECT_EQ(migrator.requests.size(), 1u);
+  if (migrator.requests.size() != 1) return false;
+  EXPECT_EQ(migrator.requests[0].target_node, node);
+  EXPECT_EQ(migrator.requests[0].offset, 0u);
+  EXPECT_EQ(migrator.requests[0].length, 2 * kMiB);
+  return migrator.requests[0].target_node == node && migrator.requests[0].length == 2 * kMiB;
+}
+
 // The holder (conn 1) comes back after a restart and hands its lease of
 // 2 MiB extents back (RECLAIM), so that it holds it again.
 void HolderReclaims(Harness& h, uint64_t id, const std::vector<int>& fds) {
@@ -707,12 +721,7 @@ TEST(LeaseAdapterTest, ASplitLeaseComesBackSplitWithItsExtentMoveAndTheEngineFin
   FakeMigrator migrator;
   FakeChannel channel;
   auto engine = MakeEngine(h, &table, &migrator, &channel);
-  engine->Tick();
-  h.Drain();
-  ASSERT_EQ(migrator.requests.size(), 1u);
-  EXPECT_EQ(migrator.requests[0].target_node, 2);
-  EXPECT_EQ(migrator.requests[0].offset, 0u);
-  EXPECT_EQ(migrator.requests[0].length, 2 * kMiB);
+  ASSERT_TRUE(OneRoundMovesOneExtentTo(h, *engine, migrator, 2));
   auto rep = engine->Report(std::nullopt);
   ASSERT_EQ(rep.history.size(), 1u);
   EXPECT_EQ(rep.history[0].direction, "resume");
@@ -791,11 +800,7 @@ TEST(LeaseAdapterTest, AnExtentMoveWithNoRoomAfterARestartMovesThatExtentBack) {
   FakeMigrator migrator;
   FakeChannel channel;
   auto engine = MakeEngine(h, &table, &migrator, &channel);
-  engine->Tick();
-  h.Drain();
-  ASSERT_EQ(migrator.requests.size(), 1u);
-  EXPECT_EQ(migrator.requests[0].target_node, 0);
-  EXPECT_EQ(migrator.requests[0].length, 2 * kMiB);
+  ASSERT_TRUE(OneRoundMovesOneExtentTo(h, *engine, migrator, 0));
   auto rep = engine->Report(std::nullopt);
   ASSERT_EQ(rep.history.size(), 1u);
   EXPECT_EQ(rep.history[0].direction, "rollback");
