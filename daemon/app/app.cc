@@ -399,7 +399,7 @@ int RunDaemon(const DaemonFlags& command_line) {
   LeaseManager leases(&topo, std::move(*pools), QuotaTable(cfg->quotas), io.get_executor(),
                       workers.get_executor(), &SystemClock::Get());
   leases.SetDaemonLimits(DaemonLimitsNow(*proc, nofile, *limits));
-  leases.SetStockExecutor(stock.get_executor());
+  leases.SetStockExecutor(stock.get_executor(), cfg->stock_workers);
   leases.SetInlineMax(cfg->inline_max_bytes);
   leases.SetMaxExtentBytes(cfg->max_extent_bytes);
   leases.SetBuildConcurrency(cfg->workers);

@@ -142,7 +142,7 @@ struct DaemonConfig {
   // Warm reserve refills run on their own threads at a lower CPU priority,
   // so request-path work (the event loop, cold builds, clients mapping what
   // they were just granted) wins the CPU over refills.
-  uint32_t stock_workers = 1;
+  uint32_t stock_workers = 2;
   int stock_nice = 10;  // nice value of those threads (0..19)
   // SCHED_IDLE for those threads: any other runnable thread (a client being
   // answered, the event loop) preempts a refill at once.

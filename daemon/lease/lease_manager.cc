@@ -442,6 +442,7 @@ ReserveRefiller* LeaseManager::RefillerOf(Pool* pool) {
   ReserveRefiller::Options o;
   o.loop = loop_;
   o.stock = stock_ ? *stock_ : workers_;
+  o.stock_threads = stock_ ? stock_threads_ : 1;
   o.retire = workers_;
   o.room = [pool] { return pool->free_bytes(); };
   o.on_freed = [this] {

@@ -172,8 +172,12 @@ class LeaseManager {
   // Null (the default; a topology that is not this machine's): built as any
   // other lease.
   void SetPinSettle(const FileSystem* proc) { settle_fs_ = proc; }
-  // Where reserve refills run from now on (default: the workers).
-  void SetStockExecutor(Executor stock) { stock_ = std::move(stock); }
+  // Where reserve refills run from now on (default: the workers), and how
+  // many threads run them (a large refill's prefault is shared among them).
+  void SetStockExecutor(Executor stock, uint32_t threads = 1) {
+    stock_ = std::move(stock);
+    stock_threads_ = threads;
+  }
   // Leases up to `bytes` are built and reclaimed on the loop thread itself
   // (their completion is still posted, as from a worker). Default 0: never.
   void SetInlineMax(uint64_t bytes) {
@@ -499,6 +503,7 @@ class LeaseManager {
   Executor loop_;
   Executor workers_;
   std::optional<Executor> stock_;
+  uint32_t stock_threads_ = 1;
   uint64_t inline_max_ = 0;
   uint64_t max_extent_ = 0;
   // Extents beyond the first of every lease in the table (each one more fd

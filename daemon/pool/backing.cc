@@ -225,11 +225,11 @@ Result<BuiltMemfd> BuildMemfd(const MemfdSpec& spec) {
       return pin_error(errno);
     }
   }
-  if (spec.prefault && step == 0 && spec.offer_fill &&
-      spec.size_bytes >= 2 * SharedFillChunk(spec.size_bytes)) {
+  if (spec.prefault && spec.offer_fill && spec.size_bytes >= 2 * SharedFillChunk(spec.size_bytes)) {
+    // Each chunk in steps too, when the build is a background one.
     auto fill = std::make_shared<SharedFill>(
         addr, spec.size_bytes, SharedFillChunk(spec.size_bytes),
-        [page](char* at, uint64_t len) { return PrefaultRange(at, len, page); });
+        [page, step](char* at, uint64_t len) { return Prefault(at, len, page, step); });
     spec.offer_fill(fill);
     CXLPOOL_RETURN_IF_ERROR(fill->Run());  // every chunk done: the mapping may go
   } else if (spec.prefault) {

@@ -83,11 +83,13 @@ struct MemfdSpec {
   // would wait for the whole build. A step is 64 KiB of small pages, or
   // one 2 MiB page for hugetlb and THP.
   bool yield_between_steps = false;
-  // Request-path builds: a prefault of at least two SharedFillChunk()s is
-  // shared (pool/shared_fill.h). This is called on the building thread with
-  // the fill before it fills its own share, so that idle workers can take
-  // chunks (SharedFill::HelpOne); the build returns only once every chunk is
-  // filled. Not with yield_between_steps. Empty: one thread prefaults all.
+  // A prefault of at least two SharedFillChunk()s is shared
+  // (pool/shared_fill.h): cold builds with idle workers, refills with the
+  // other stock threads. This is called on the building thread with the fill
+  // before it fills its own share, so that other threads can take chunks
+  // (SharedFill::HelpOne); the build returns only once every chunk is
+  // filled. With yield_between_steps each chunk is prefaulted in steps.
+  // Empty: one thread prefaults all.
   FillOffer offer_fill;
 };
 

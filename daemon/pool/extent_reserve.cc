@@ -5,6 +5,7 @@
 
 #include "cxlpool/common/log.h"
 #include "cxlpool/common/strings.h"
+#include "pool/shared_fill.h"
 
 namespace cxlpool {
 namespace {
@@ -427,6 +428,19 @@ void ReserveRefiller::Kick() {
   for (uint64_t granule : reserve_->PlanRefill(options_.room())) {
     ++pending_builds_;
     MemfdSpec spec = reserve_->BuildSpec(granule, true);
+    if (options_.stock_threads > 1) {
+      // Runs on the building stock thread; a helper queued behind other
+      // builds finds the fill done and does nothing.
+      spec.offer_fill = [stock = options_.stock, helpers = options_.stock_threads - 1](
+                            const std::shared_ptr<SharedFill>& f) {
+        for (uint32_t i = 0; i < helpers; ++i) {
+          boost::asio::post(stock, [f] {
+            while (f->HelpOne()) {
+            }
+          });
+        }
+      };
+    }
     boost::asio::post(options_.stock, [this, alive, granule, spec, loop = options_.loop,
                                        factory = options_.factory] {
       auto built = factory(spec);

@@ -35,9 +35,11 @@
 // daemon's low-priority stock threads: reniced and SCHED_IDLE, see
 // lease/thread_priority.h), prefaulting in steps with a yield between them
 // (MemfdSpec::yield_between_steps), so a waiting client's work preempts
-// them; retirements run on `retire` (the daemon's ordinary workers: a
-// truncation frees capacity a grant may be waiting for). Results are posted
-// back to `loop`, where all reserve state lives.
+// them. With several stock threads, a large build's prefault is shared
+// (pool/shared_fill.h): a thread with no build of its own fills chunks of
+// another's, so one 1 GiB refill runs on every stock thread. Retirements run on `retire` (the
+// daemon's ordinary workers: a truncation frees capacity a grant may be waiting for). Results are
+// posted back to `loop`, where all reserve state lives.
 //
 // Accounting: the reserve's own bytes are ready + building + retiring, all
 // of them used memory of the pool (pinned; nobody else can use it).
@@ -201,8 +203,11 @@ class ReserveRefiller {
  public:
   using Executor = boost::asio::any_io_executor;
   struct Options {
-    Executor loop;    // where `reserve` lives
-    Executor stock;   // refill builds (low priority)
+    Executor loop;   // where `reserve` lives
+    Executor stock;  // refill builds (low priority)
+    // The threads behind `stock`: above 1, the prefault of a refill build
+    // of at least two SharedFillChunk()s is shared with the others.
+    uint32_t stock_threads = 1;
     Executor retire;  // truncations
     // The bytes the pool may still commit (capacity - used); called on the
     // loop before each refill plan.

@@ -20,7 +20,7 @@ TEST(ConfigTest, EmbeddedDefaultParsesAndMatchesShippedFile) {
   EXPECT_EQ(cfg->pool_defaults.reserve_high.bytes, 512ull << 20);
   EXPECT_EQ(cfg->socket_mode, 0660u);
   EXPECT_EQ(cfg->workers, 2u);
-  EXPECT_EQ(cfg->stock_workers, 1u);
+  EXPECT_EQ(cfg->stock_workers, 2u);
   EXPECT_EQ(cfg->stock_nice, 10);
   EXPECT_TRUE(cfg->stock_idle);
   EXPECT_EQ(cfg->memory_watch_interval, std::chrono::seconds(10));

@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <chrono>
@@ -28,11 +29,13 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "lease/thread_priority.h"
 #include "pool/extent_cut.h"
 #include "pool/extent_reserve.h"
+#include "pool/shared_fill.h"
 
 namespace cxlpool {
 namespace {
@@ -610,8 +613,9 @@ TEST_F(ExtentReserveTest, EvictReconfigureAndFailures) {
 // ---- the refiller on real threads: priorities and no leak between tenants ----
 
 struct Harness {
+  explicit Harness(int stock_threads = 1) : stock(stock_threads) {}
   boost::asio::io_context loop;
-  boost::asio::thread_pool stock{1};
+  boost::asio::thread_pool stock;
   boost::asio::thread_pool retire{1};
   std::mutex mu;
   std::vector<bool> built_idle;  // was each build on a SCHED_IDLE, nice-19 thread?
@@ -721,6 +725,81 @@ TEST_F(ExtentReserveTest, RecycledMemoryReadsZerosForTheNextTenant) {
   ASSERT_TRUE(h.Run([&] { return f.pending_retires() == 0 && f.pending_builds() == 0; }));
   EXPECT_EQ(r.ready_bytes(), 0u);
   EXPECT_EQ(r.retiring_bytes(), 0u);
+}
+
+ReserveRefiller::Options RefillerOn(Harness& h, uint32_t stock_threads) {
+  ReserveRefiller::Options o;
+  o.loop = h.loop.get_executor();
+  o.stock = h.stock.get_executor();
+  o.stock_threads = stock_threads;
+  o.retire = h.retire.get_executor();
+  return o;
+}
+
+TEST_F(ExtentReserveTest, ALargeRefillIsPrefaultedByEveryStockThread) {
+  Harness h(2);
+  // One 8 MiB extent: four 2 MiB chunks (SharedFillChunk).
+  ExtentReserve r("node0", Small(8 * kMiB, 8 * kMiB), Base());
+  ReserveRefiller::Options o = RefillerOn(h, 2);
+  std::mutex mu;
+  uint64_t helped = 0;
+  int offered = 0;
+  o.factory = [&](const MemfdSpec& spec) {
+    MemfdSpec s = spec;
+    EXPECT_TRUE(s.yield_between_steps);
+    if (!spec.offer_fill) return Extent::Create(s);
+    s.offer_fill = [&, offer = spec.offer_fill](const std::shared_ptr<SharedFill>& fill) {
+      offer(fill);
+      // The owner waits until the other stock thread took a chunk, so the
+      // test does not hang on which thread runs first.
+      auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (fill->helped() == 0 && !fill->exhausted() && std::chrono::steady_clock::now() < end) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      std::lock_guard<std::mutex> l(mu);
+      ++offered;
+      helped += fill->helped();
+    };
+    return Extent::Create(s);
+  };
+  ReserveRefiller f(&r, o);
+  f.Kick();
+  ASSERT_TRUE(h.Run([&] { return r.ready_bytes() == 8 * kMiB && f.pending_builds() == 0; }));
+  {
+    std::lock_guard<std::mutex> l(mu);
+    EXPECT_EQ(offered, 1) << "the 8 MiB refill shares its prefault";
+    EXPECT_GE(helped, 1u) << "the other stock thread filled a chunk";
+  }
+  auto t = r.Take(8 * kMiB);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_EQ(t->extents.size(), 1u);
+  const Extent& e = *t->extents[0];
+  ExpectClientView(e.fd(), e.size_bytes(), 0);
+  unsigned long mask = 0;
+  int mode = -1;
+  ASSERT_EQ(::get_mempolicy(&mode, &mask, 64, e.daemon_addr(), MPOL_F_ADDR), 0);
+  EXPECT_EQ(mode, MPOL_BIND);
+  EXPECT_EQ(mask, 1ul) << "bound to node 0 before any chunk was filled";
+  r.Return(std::move(t->extents));
+  f.Stop();
+  ASSERT_TRUE(h.Run([&] { return f.pending_retires() == 0 && f.pending_builds() == 0; }));
+}
+
+TEST_F(ExtentReserveTest, OneStockThreadFillsItsRefillAlone) {
+  Harness h(1);
+  ExtentReserve r("node0", Small(8 * kMiB, 8 * kMiB), Base());
+  ReserveRefiller::Options o = RefillerOn(h, 1);
+  std::atomic<int> offers{0};
+  o.factory = [&](const MemfdSpec& spec) {
+    if (spec.offer_fill) ++offers;
+    return Extent::Create(spec);
+  };
+  ReserveRefiller f(&r, o);
+  f.Kick();
+  ASSERT_TRUE(h.Run([&] { return r.ready_bytes() == 8 * kMiB && f.pending_builds() == 0; }));
+  EXPECT_EQ(offers.load(), 0) << "no other stock thread to share with";
+  f.Stop();
+  ASSERT_TRUE(h.Run([&] { return f.pending_retires() == 0 && f.pending_builds() == 0; }));
 }
 
 }  // namespace
