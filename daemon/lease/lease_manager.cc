@@ -930,6 +930,7 @@ Result<LeaseManager::MoveCheck> LeaseManager::CheckMoved(ConnId conn, uint64_t i
   const std::optional<int> now = census->MajorityNode();
   const int accounted = l.pages_node.value_or(l.pool->numa_node());
   bool where_accounted = !now || *now == accounted;
+  std::string off_pools;  // a split lease: the groups whose pages are elsewhere
   if (!l.extent_pools.empty() && now) {
     // Split between pools: each pool's extents asked on their own; a pin
     // that moved them all shows as a group off its pool's node.
@@ -946,7 +947,13 @@ Result<LeaseManager::MoveCheck> LeaseManager::CheckMoved(ConnId conn, uint64_t i
         for (const auto& [node, n] : c->on_node) part.on_node[node] += n;
       }
       const std::optional<int> there = part.MajorityNode();
-      if (there && *there != b.pool->numa_node()) where_accounted = false;
+      if (there && *there != b.pool->numa_node()) {
+        where_accounted = false;
+        if (!off_pools.empty()) off_pools += ", ";
+        off_pools += std::to_string(b.extents.size()) + " of " + std::to_string(l.extent_count()) +
+                     " extents (" + HumanBytes(b.bytes) + ") accounted to " + b.pool->name() +
+                     " are on node " + std::to_string(*there);
+      }
     }
   }
   if (where_accounted) {
@@ -965,8 +972,12 @@ Result<LeaseManager::MoveCheck> LeaseManager::CheckMoved(ConnId conn, uint64_t i
   for (Pool* p : pool_ptrs_) {
     if (p->numa_node() == *now && std::string(p->backing()) == "memfd") to = p;
   }
-  std::string why = "pages moved from node " + std::to_string(accounted) + " to node " +
-                    std::to_string(*now) + " (daemon's move_pages: " + census->ToString() + ")";
+  const std::string seen = " (daemon's move_pages: " + census->ToString() + ")";
+  std::string why = off_pools.empty()
+                        ? "pages moved from node " + std::to_string(accounted) + " to node " +
+                              std::to_string(*now) + seen
+                        : "pages moved: " + off_pools + "; most of the lease is on node " +
+                              std::to_string(*now) + seen;
   if (to == nullptr) {
     // Nowhere to account them: the lease stays on its pool, and says where its pages are.
     if (!l.placed_node) l.placed_node = l.pool->numa_node();
