@@ -29,7 +29,7 @@ pkgs=(
   python3-numpy python3-pytest python3-torch   # its tests (Debian's PyTorch 1.13)
 )
 if [[ " $* " == *" --vm "* ]]; then
-  pkgs+=(qemu-system-x86 busybox-static ndctl daxctl cpio kmod
+  pkgs+=(qemu-system-x86 busybox-static ndctl daxctl cpio kmod xz-utils
          debootstrap e2fsprogs)   # the systemd guest's root (debootstrap, mke2fs -d)
 fi
 

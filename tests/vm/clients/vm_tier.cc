@@ -14,6 +14,9 @@
 //       pause_ns=P".
 //       --extent E: the lease is made of extents of E bytes (daemon.max_extent):
 //       each one's pages are counted alone (move_pages) and must all be on D.
+//       --plain: the threads read and write the mapping with plain loads and
+//       stores instead, so the daemon hears of the heat only from the
+//       kernel's access sampling (tiering.sampling = "damon").
 //       --then-hint H --then-expect F: once on D, the threads stop (their
 //       last writes are checked at the end), hint H goes for the whole lease,
 //       and every page (every extent) must reach F too.
@@ -57,6 +60,7 @@ struct Args {
   int expect = -1;
   int threads = 2;
   bool pinned = false;
+  bool plain = false;
   std::string hint;
   int timeout_s = 240;
   uint64_t extent = 0;
@@ -67,7 +71,7 @@ struct Args {
 int Usage() {
   std::fprintf(stderr,
                "usage: cxlpool-vm-tier move|hold --size B --node C [--expect-node D] "
-               "[--threads N] [--pinned] [--hint will_need|dont_need] [--timeout S] "
+               "[--threads N] [--plain] [--pinned] [--hint will_need|dont_need] [--timeout S] "
                "[--extent E] [--then-hint H --then-expect F] [--socket P]\n");
   return 2;
 }
@@ -125,9 +129,11 @@ cxlpool::TierHint HintOf(const std::string& h) {
 }
 
 // One thread's share: read it back, check the generation it last wrote,
-// write the next one. Through the copy helpers, so the daemon is told.
+// write the next one. Through the copy helpers, so the daemon is told, or
+// (plain) with loads and stores the daemon can only see through the kernel.
 struct Worker {
   Lease* lease = nullptr;
+  bool plain = false;
   uint64_t offset = 0;
   uint64_t length = 0;
   std::atomic<bool>* stop = nullptr;
@@ -141,8 +147,12 @@ struct Worker {
     while (!stop->load()) {
       ++gen;
       for (size_t i = 0; i < words; ++i) out[i] = Word(offset / 8 + i, gen);
-      if (!lease->CopyIn(offset, out.data(), length).ok() ||
-          !lease->CopyOut(offset, back.data(), length).ok()) {
+      if (plain) {
+        auto* p = reinterpret_cast<volatile uint64_t*>(static_cast<char*>(lease->data()) + offset);
+        for (size_t i = 0; i < words; ++i) p[i] = out[i];
+        for (size_t i = 0; i < words; ++i) back[i] = p[i];
+      } else if (!lease->CopyIn(offset, out.data(), length).ok() ||
+                 !lease->CopyOut(offset, back.data(), length).ok()) {
         bad.fetch_add(1);
         if (first_error.empty()) first_error = "a copy failed";
         return;
@@ -219,6 +229,7 @@ int Run(const Args& a) {
   for (int i = 0; i < n; ++i) {
     auto w = std::make_unique<Worker>();
     w->lease = &*lease;
+    w->plain = a.plain;
     w->length = a.size / static_cast<uint64_t>(n) / 4096 * 4096;
     w->offset = w->length * static_cast<uint64_t>(i);
     w->stop = &stop;
@@ -395,6 +406,8 @@ int main(int argc, char** argv) {
       a.expect = std::atoi(next().c_str());
     } else if (k == "--threads") {
       a.threads = std::atoi(next().c_str());
+    } else if (k == "--plain") {
+      a.plain = true;
     } else if (k == "--pinned") {
       a.pinned = true;
     } else if (k == "--hint") {

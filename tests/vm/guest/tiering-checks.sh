@@ -22,6 +22,10 @@
 #    daemon is SIGKILLed before the move back is done, and a third one goes
 #    on with it; the lease stays split, each extent's pages on the node the
 #    daemon accounts it to (move_pages), data intact;
+#  - where the guest kernel has DAMON sysfs (CXLPOOL_VM_KERNEL_SUITE=
+#    bookworm-backports: Debian's 6.12), a lease on CXL that its holder
+#    reads and writes with plain loads and stores (no copy helper, no hint)
+#    is judged hot from DAMON's samples alone and moves to DRAM;
 # cxlpool-bench TIER (T1, T2) is not run here (minutes under TCG); run it with
 #   tests/vm/run-vm-tests.sh --exec 'cxlpool-bench --only tier --quick
 #     --daemon /opt/cxlpool/bin/cxlpoold' cxl-ram
@@ -229,6 +233,36 @@ vm_tiering_checks() {
   vm_tier_json >/out/tier-restart.json
   vm_tier_stop
   vm_tier_move_back_kill "$_c"
+  vm_tier_damon "$_c"
+}
+
+# DAMON on a real kernel: the only signal is the kernel's sampling of the
+# holder's plain CPU accesses.
+vm_tier_damon() {  # cxl_node
+  if [ ! -d /sys/kernel/mm/damon/admin ]; then
+    vm_skip "tiering: DAMON's samples alone make a lease hot" \
+      "no DAMON sysfs in this kernel (CXLPOOL_VM_KERNEL_SUITE=bookworm-backports has it)"
+    return
+  fi
+  if ! vm_check "tiering: daemon with sampling = \"damon\" starts" \
+    vm_tier_start 0 "" "" 'sampling = "damon"'; then
+    vm_tier_stop
+    return
+  fi
+  vm_tier_json >/out/tier-damon-start.json
+  vm_check "tiering: the daemon samples with DAMON" \
+    jq -e '.kernel | test("kernel access sampling: damon")' /out/tier-damon-start.json ||
+    jq -r .kernel /out/tier-damon-start.json | cut -c1-400 | sed 's/^/CXLPOOL-VM-NOTE /'
+  vm_check "tiering: a lease on CXL node $1 written and read with plain stores and loads by 2 threads (no copy helper, no hint) moves to DRAM node 0 on DAMON's samples; every page there (move_pages), no byte lost" \
+    cxlpool-vm-tier move --socket "$VM_TIER_SOCK" --size $((8 << 20)) --node "$1" \
+    --expect-node 0 --threads 2 --plain || vm_tier_show_daemon
+  vm_tier_json >/out/tier-damon.json
+  vm_check "tiering: cxlpoolctl tiering says the move came from sampled accesses" jq -e \
+    '[.migrations[] | select(.outcome == "moved" and .direction == "promote")] | length >= 1' \
+    /out/tier-damon.json
+  vm_tier_stop
+  vm_check "tiering: the daemon's kdamond is gone after it stops" \
+    sh -c '[ "$(cat /sys/kernel/mm/damon/admin/kdamonds/nr_kdamonds)" = 0 ]'
 }
 
 # A lease left split by a kill. A will_need lease of 4 extents of 8 MiB on

@@ -24,6 +24,29 @@ vm_cache_dir() {
   echo "${CXLPOOL_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cxlpool-vm}"
 }
 
+# apt-get/apt-cache ("get" or "cache") with the host's sources, or, when
+# $CXLPOOL_VM_KERNEL_SUITE names a suite (bookworm-backports: a 6.12 kernel
+# with DAMON), with a private source list and package lists kept in the
+# cache folder. The host's apt state is never touched.
+VM_APT_OPTS=()
+vm_apt_setup() {  # cache
+  local suite=${CXLPOOL_VM_KERNEL_SUITE:-} dir
+  VM_APT_OPTS=()
+  [[ -n $suite ]] || return 0
+  dir=$1/apt-$suite
+  mkdir -p "$dir/lists/partial" "$dir/archives/partial" || return 1
+  echo "deb http://deb.debian.org/debian $suite main" >"$dir/sources.list"
+  VM_APT_OPTS=(-o "Dir::Etc::SourceList=$dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
+    -o "Dir::State::Lists=$dir/lists" -o "Dir::Cache=$dir" -o "Dir::Cache::archives=$dir/archives")
+  apt-get "${VM_APT_OPTS[@]}" update -q >"$dir/update.log" 2>&1 ||
+    vm_log "apt-get update for $suite failed (see $dir/update.log); trying the lists already there"
+}
+vm_apt() {  # get|cache args...
+  local tool=apt-$1
+  shift
+  "$tool" "${VM_APT_OPTS[@]}" "$@"
+}
+
 # The versioned kernel package that linux-image-amd64 depends on, or the one
 # named by $CXLPOOL_VM_KERNEL_PKG.
 vm_kernel_pkg() {
@@ -31,7 +54,7 @@ vm_kernel_pkg() {
     echo "$CXLPOOL_VM_KERNEL_PKG"
     return
   fi
-  apt-cache depends linux-image-amd64 2>/dev/null |
+  vm_apt cache depends linux-image-amd64 2>/dev/null |
     awk '$1 == "Depends:" && $2 ~ /^linux-image-[0-9]/ { print $2; exit }'
 }
 
@@ -50,7 +73,7 @@ vm_kernel_unpack() {  # pkg version dest
   tmp=$(mktemp -d "$(dirname "$dest")/.fetch.XXXXXX") || return 1
   # apt-get download writes into the current directory. As root it warns that
   # the _apt sandbox user cannot write there; that is harmless.
-  if ! (cd "$tmp" && apt-get download -q "${pkg}=${ver}" >"$tmp/apt.log" 2>&1); then
+  if ! (cd "$tmp" && vm_apt get download -q "${pkg}=${ver}" >"$tmp/apt.log" 2>&1); then
     vm_log "apt-get download $pkg=$ver failed:"
     sed 's/^/    /' "$tmp/apt.log" >&2
     rm -rf "$tmp"
@@ -75,6 +98,12 @@ vm_kernel_unpack() {  # pkg version dest
     mkdir -p "$keep_mods/$(dirname "${path#"$full_mods"/}")"
     cp "$path" "$keep_mods/${path#"$full_mods"/}"
   done
+  # Newer kernels ship modules as .ko.xz; the guest's kmod may lack xz, so
+  # the kept ones are stored plain.
+  if find "$keep_mods" -name '*.ko.xz' | grep -q .; then
+    command -v xz >/dev/null || { vm_log "xz missing (xz-utils) for $pkg's modules"; rm -rf "$tmp"; return 1; }
+    find "$keep_mods" -name '*.ko.xz' -exec xz -d {} + || { rm -rf "$tmp"; return 1; }
+  fi
   depmod -b "$tmp/root" "$kver" || { rm -rf "$tmp"; return 1; }
   printf '%s\n' "${VM_MODULES[@]}" >"$tmp/root/.modules"
   rm -rf "$tmp/full" "$tmp"/*.deb "$tmp/apt.log"
@@ -90,10 +119,11 @@ vm_kernel_fetch() {
   mkdir -p "$cache" || { vm_log "cannot create cache $cache"; return 77; }
   exec {vm_lock_fd}>"$cache/.lock"
   flock "$vm_lock_fd"
+  vm_apt_setup "$cache" || { flock -u "$vm_lock_fd"; vm_log "cannot create apt state in $cache"; return 77; }
   pkg=$(vm_kernel_pkg)
   ver=""
   if [[ -n $pkg ]]; then
-    ver=$(apt-cache show --no-all-versions "$pkg" 2>/dev/null | awk '/^Version:/ { print $2; exit }')
+    ver=$(vm_apt cache show --no-all-versions "$pkg" 2>/dev/null | awk '/^Version:/ { print $2; exit }')
   fi
   if [[ -n $pkg && -n $ver ]]; then
     # Keyed by the module list too: runs that want other modules (another
