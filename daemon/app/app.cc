@@ -507,8 +507,12 @@ int RunDaemon(const DaemonFlags& command_line) {
         tiering_thread.get_executor(), tiering::TieringOptionsFrom(cfg->tiering));
     tiering::KernelAccess access = tiering::DetectKernelAccess(*proc, *proc);
     if (fs->IsThisSystem()) {
+      // Names the kdamond this daemon makes, so that one a killed daemon left
+      // is taken back after the restart (docs/daemon.md, "Access sampling").
+      tiering::DamonOptions damon;
+      if (!state_dir.empty()) damon.owner_file = state_dir + "/damon.owner";
       if (auto sampler = tiering::ChooseSampler(cfg->tiering.sampling, &access, proc.get(),
-                                                proc.get(), kernel_writer.get())) {
+                                                proc.get(), kernel_writer.get(), damon)) {
         tiering_engine->SetSampler(std::move(sampler));
       }
     }

@@ -1,13 +1,16 @@
 #include "tiering/damon_sampler.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <set>
 #include <utility>
 
+#include "cxlpool/common/proc.h"
 #include "cxlpool/common/strings.h"
 
 namespace cxlpool::tiering {
@@ -16,6 +19,7 @@ namespace {
 constexpr char kAdmin[] = "/sys/kernel/mm/damon/admin";
 constexpr char kPagemap[] = "/proc/self/pagemap";
 constexpr uint64_t kPage = 4096;
+constexpr char kBootId[] = "/proc/sys/kernel/random/boot_id";
 
 uint64_t Le64(const std::string& s, size_t at) {
   uint64_t v = 0;
@@ -36,8 +40,75 @@ DamonSampler::~DamonSampler() { Close(); }
 
 void DamonSampler::Close() {
   if (running_) (void)Stop();
-  if (opened_) (void)Write(std::string(kAdmin) + "/kdamonds/nr_kdamonds", "0");
+  if (opened_ && Write(std::string(kAdmin) + "/kdamonds/nr_kdamonds", "0").ok()) RemoveOwner();
   opened_ = false;
+}
+
+// The owner record: "pid P\nstart S\nboot B\n". No fsync: a kdamond does
+// not outlive a reboot, and the page cache outlives a killed process.
+void DamonSampler::WriteOwner() {
+  if (options_.owner_file.empty()) return;
+  const pid_t me = ::getpid();
+  auto stat = ReadProcStat(*proc_, me);
+  auto boot = proc_->ReadTrimmed(kBootId);
+  const std::string text = "pid " + std::to_string(me) + "\nstart " +
+                           std::to_string(stat.ok() ? stat->start_time : 0) + "\nboot " +
+                           (boot.ok() ? *boot : std::string()) + "\n";
+  const int fd = ::open(options_.owner_file.c_str(),
+                        O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  bool ok = fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const int err = errno;
+  if (fd >= 0) ::close(fd);
+  if (!ok) {
+    last_error_ = "DAMON owner record " + options_.owner_file + ": " + std::strerror(err) +
+                  " (a kdamond left by a killed daemon will not be taken back)";
+  }
+}
+
+void DamonSampler::RemoveOwner() const {
+  if (!options_.owner_file.empty()) ::unlink(options_.owner_file.c_str());
+}
+
+Result<std::string> DamonSampler::LeftByUs() const {
+  if (options_.owner_file.empty()) return Status(Code::kNotFound, "no owner record");
+  std::ifstream in(options_.owner_file);
+  if (!in) return Status(Code::kNotFound, "no owner record");
+  std::map<std::string, std::string> rec;
+  std::string key, value;
+  while (in >> key && std::getline(in >> std::ws, value)) rec[key] = value;
+  auto pid = ParseU64(rec["pid"]);
+  auto start = ParseU64(rec["start"]);
+  const std::string what = "the owner record " + options_.owner_file;
+  if (!pid || !start || *pid == 0 || *pid > 0x7fffffff) {
+    return Status(Code::kInvalidArgument, what + " is garbled; kdamond 0 is left alone");
+  }
+  auto boot = proc_->ReadTrimmed(kBootId);
+  if (rec["boot"] != (boot.ok() ? *boot : std::string())) {
+    return Status(Code::kUnavailable, what + " is from another boot; kdamond 0 is not cxlpoold's");
+  }
+  const pid_t owner = static_cast<pid_t>(*pid);
+  if (owner != ::getpid()) {
+    auto st = ReadProcStat(*proc_, owner);
+    if (st.ok() && !st->gone() && st->start_time == *start) {
+      return Status(Code::kUnavailable, "kdamond 0 belongs to cxlpoold pid " +
+                                            std::to_string(owner) + ", which still runs");
+    }
+  }
+  const std::vector<std::pair<std::string, std::string>> ours = {
+      {Ctx() + "/operations", "paddr"},
+      {Ctx() + "/targets/nr_targets", "1"},
+      {Ctx() + "/schemes/nr_schemes", "1"},
+      {Ctx() + "/schemes/0/action", "stat"},
+  };
+  for (const auto& [path, want] : ours) {
+    auto got = sys_->ReadTrimmed(path);
+    if (!got.ok() || *got != want) {
+      return Status(Code::kUnavailable, "kdamond 0 is not set up as cxlpoold sets it up (" + path +
+                                            " is " + (got.ok() ? *got : got.status().message()) +
+                                            ", not " + want + "); it is left alone");
+    }
+  }
+  return "kdamond 0 left by cxlpoold pid " + std::to_string(owner) + " (gone)";
 }
 
 std::string DamonSampler::Kd() const { return std::string(kAdmin) + "/kdamonds/0"; }
@@ -58,13 +129,30 @@ Status DamonSampler::Open() {
   const uint64_t n = ParseU64(*nr).value_or(~0ull);
   if (n != 0) {
     auto st = sys_->ReadTrimmed(Kd() + "/state");
-    return Status(Code::kUnavailable, "DAMON is in use by someone else: " + *nr +
-                                          " kdamond(s) set up (kdamond 0 " +
-                                          (st.ok() ? *st : std::string("state unknown")) +
-                                          "), which cxlpoold does not change");
+    auto left = n == 1 ? LeftByUs() : Result<std::string>(Status(Code::kNotFound, ""));
+    if (!left.ok()) {
+      const bool said = left.status().code() != Code::kNotFound;
+      return Status(Code::kUnavailable,
+                    "DAMON is in use by someone else: " + *nr + " kdamond(s) set up (kdamond 0 " +
+                        (st.ok() ? *st : std::string("state unknown")) +
+                        "), which cxlpoold does not change" +
+                        (said ? "; " + left.status().message() : std::string()));
+    }
+    // Ours, from a killed daemon: stopped and removed, then made afresh.
+    if (!st.ok() || *st != "off") {
+      if (Status s = Write(Kd() + "/state", "off"); !s.ok()) {
+        return Status(s.code(), "stopping " + *left + ": " + s.message());
+      }
+    }
+    if (Status s = Write(nr_path, "0"); !s.ok()) {
+      return Status(s.code(), "removing " + *left + ": " + s.message());
+    }
+    RemoveOwner();
+    reclaimed_ = *left;
   }
   CXLPOOL_RETURN_IF_ERROR(Write(nr_path, "1"));
   opened_ = true;  // from here on the destructor removes the kdamond again
+  WriteOwner();
   auto fail = [&](Status s) {
     (void)Write(nr_path, "0");
     opened_ = false;
@@ -330,6 +418,7 @@ std::unique_ptr<AccessSampler> ChooseSampler(const std::string& mode, KernelAcce
       access->why =
           "DAMON paddr monitoring of each lease's page frames (kdamond 0, created by cxlpoold "
           "while there are leases to sample) sees every holder's CPU accesses";
+      if (!d->reclaimed().empty()) access->why += "; took back " + d->reclaimed();
       access->damon_driven = true;
       return d;
     }

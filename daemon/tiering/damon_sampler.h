@@ -23,6 +23,15 @@
 // watch and when it is destroyed. Anything else is a clear refusal from
 // Open, which the daemon logs and shows in `cxlpoolctl tiering`.
 //
+// A daemon killed while it samples cannot remove its kdamond. So while one
+// runs, an owner record (DamonOptions::owner_file, in the state directory)
+// names the process that made it: pid, start time and boot id. Open takes
+// back a lone kdamond 0 only when the record names a process of this boot
+// that is gone and the kdamond is still set up exactly as the sampler sets
+// it up (paddr, one target, one "stat" scheme); it stops and removes it,
+// then starts afresh, and says so (reclaimed()). A live owner (a second
+// daemon) or any other kdamond is left alone.
+//
 // Every sysfs read goes through the FileSystem seam and every write through
 // KernelFileWriter, so tests drive the sampler against a fake DAMON that
 // fails closed (tests/tiering/damon_sampler_test.cc).
@@ -49,6 +58,9 @@ struct DamonOptions {
   uint64_t aggr_us = 100000;     // aggregation interval: nr_accesses counts up to aggr/sample
   uint64_t update_us = 1000000;  // operations update interval
   uint32_t max_regions = 4096;   // monitoring regions at most (runs of contiguous frames)
+  // The owner record ("" = none: a kdamond left by a killed daemon then
+  // stays until an administrator removes it).
+  std::string owner_file;
 };
 
 class DamonSampler final : public AccessSampler {
@@ -61,7 +73,8 @@ class DamonSampler final : public AccessSampler {
   DamonSampler& operator=(const DamonSampler&) = delete;
 
   // Claims kdamond 0: requires DAMON's sysfs, no kdamond already there (not
-  // ours to change), and "paddr" among the operations. Nothing runs until
+  // ours to change; one a killed cxlpoold left is taken back, see above),
+  // and "paddr" among the operations. Nothing runs until
   // the first Sample with a target. UNSUPPORTED (no DAMON sysfs, no paddr),
   // UNAVAILABLE (DAMON in use by someone else), PERMISSION_DENIED / IO
   // (a write failed; what was created is removed again).
@@ -78,6 +91,9 @@ class DamonSampler final : public AccessSampler {
   const std::string& last_error() const { return last_error_; }
   // Regions committed to the kdamond (for tests and the report).
   size_t regions() const { return committed_.size(); }
+  // What Open took back ("" when nothing): "kdamond 0 left by cxlpoold pid N
+  // (gone)".
+  const std::string& reclaimed() const { return reclaimed_; }
 
  private:
   struct Run {  // physical [start, end), of one unit
@@ -93,6 +109,11 @@ class DamonSampler final : public AccessSampler {
   std::string Kd() const;   // .../kdamonds/0
   std::string Ctx() const;  // .../kdamonds/0/contexts/0
   Status Write(const std::string& path, const std::string& value);
+  // Whether the lone kdamond 0 is one a gone process of ours left: its
+  // description, or why not (NOT_FOUND: no owner record).
+  Result<std::string> LeftByUs() const;
+  void WriteOwner();
+  void RemoveOwner() const;
   Result<std::vector<Run>> Frames(const Tracked& t) const;
   // Writes the regions (sorted, merged) and starts or commits the kdamond.
   Status Commit(std::vector<Run> regions);
@@ -110,6 +131,7 @@ class DamonSampler final : public AccessSampler {
   std::vector<Run> committed_;
   std::map<Key, Tracked> tracked_;
   std::string last_error_;
+  std::string reclaimed_;
 };
 
 // The sampler for `mode` ("auto", "idle_page", "damon", "off") on this

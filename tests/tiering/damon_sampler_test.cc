@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <set>
 
@@ -51,6 +53,102 @@ TEST_F(DamonSamplerTest, AKdamondThatIsNotOursIsLeftAlone) {
   EXPECT_EQ(st.code(), Code::kUnavailable) << st.ToString();
   EXPECT_NE(st.message().find("in use by someone else"), std::string::npos) << st.ToString();
   EXPECT_TRUE(k.writes.empty()) << k.writes.front();
+}
+
+// A killed daemon: its sampler had kdamond 0 running when it died, and its
+// owner record names `pid` (this process's record, rewritten).
+class LeftKdamondTest : public DamonSamplerTest {
+ protected:
+  LeftKdamondTest() {
+    owner = ::testing::TempDir() + "damon-owner-" + std::to_string(::getpid());
+    opts.owner_file = owner;
+  }
+  ~LeftKdamondTest() override { ::unlink(owner.c_str()); }
+  FakeDamon Crashed(const std::string& record) {
+    FakeDamon left;
+    {
+      DamonSampler s(&k, &k, &k, opts);
+      EXPECT_TRUE(s.Open().ok());
+      (void)s.Sample({Target(1, 0, 0, 2 * kMiB)});
+      EXPECT_TRUE(k.running) << s.last_error();
+      std::ifstream in(owner);
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      EXPECT_NE(text.find("pid " + std::to_string(::getpid()) + "\n"), std::string::npos) << text;
+      left = k;  // the state the kernel keeps when the process dies here
+    }
+    EXPECT_FALSE(std::ifstream(owner).good()) << "a clean close removes the record";
+    std::ofstream(owner) << record;
+    left.writes.clear();
+    return left;
+  }
+  std::string owner;
+  DamonOptions opts;
+};
+
+TEST_F(LeftKdamondTest, AKdamondAKilledDaemonLeftIsStoppedRemovedAndMadeAfresh) {
+  FakeDamon left = Crashed("pid 999999\nstart 5\nboot \n");
+  ASSERT_TRUE(left.running);
+  DamonSampler s(&left, &left, &left, opts);
+  Status st = s.Open();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_NE(s.reclaimed().find("cxlpoold pid 999999 (gone)"), std::string::npos) << s.reclaimed();
+  ASSERT_GE(left.writes.size(), 3u);
+  EXPECT_EQ(left.writes[0], kKd + "/state=off");
+  EXPECT_EQ(left.writes[1], std::string(kAdmin) + "/kdamonds/nr_kdamonds=0");
+  EXPECT_EQ(left.writes[2], std::string(kAdmin) + "/kdamonds/nr_kdamonds=1");
+  EXPECT_FALSE(left.running);
+  // The record names this process now, and the kdamond samples again.
+  std::ifstream in(owner);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("pid " + std::to_string(::getpid()) + "\n"), std::string::npos) << text;
+  (void)s.Sample({Target(1, 0, 0, 2 * kMiB)});
+  EXPECT_TRUE(left.running) << s.last_error();
+  s.Close();
+  EXPECT_EQ(left.File(std::string(kAdmin) + "/kdamonds/nr_kdamonds"), "0");
+  EXPECT_FALSE(std::ifstream(owner).good());
+}
+
+TEST_F(LeftKdamondTest, ALiveOwnerAnotherBootAnotherSetupOrAGarbledRecordIsLeftAlone) {
+  struct Case {
+    const char* name;
+    std::string record;
+    std::function<void(FakeDamon*)> tweak;
+    const char* says;
+  };
+  const std::string stat = "4242 (cxlpoold) S 1 4242 4242 0 -1 0 0 0 0 0 0 0 0 0 20 0 3 0 77 0";
+  const std::vector<Case> cases = {
+      {"live owner", "pid 4242\nstart 77\nboot \n",
+       [&](FakeDamon* f) { f->Put("/proc/4242/stat", stat); }, "pid 4242, which still runs"},
+      {"another boot", "pid 999999\nstart 5\nboot aaaa\n",
+       [](FakeDamon* f) { f->Put("/proc/sys/kernel/random/boot_id", "bbbb"); }, "another boot"},
+      {"another setup", "pid 999999\nstart 5\nboot \n",
+       [](FakeDamon* f) { f->Put(kCtx + "/schemes/0/action", "pageout"); },
+       "not set up as cxlpoold sets it up"},
+      {"garbled", "pid x\n", [](FakeDamon*) {}, "garbled"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    FakeDamon left = Crashed(c.record);
+    c.tweak(&left);
+    DamonSampler s(&left, &left, &left, opts);
+    Status st = s.Open();
+    EXPECT_EQ(st.code(), Code::kUnavailable) << st.ToString();
+    EXPECT_NE(st.message().find("in use by someone else"), std::string::npos) << st.ToString();
+    EXPECT_NE(st.message().find(c.says), std::string::npos) << st.ToString();
+    EXPECT_TRUE(left.writes.empty()) << left.writes.front();
+    EXPECT_TRUE(left.running);
+    EXPECT_TRUE(s.reclaimed().empty());
+  }
+}
+
+TEST_F(LeftKdamondTest, WithoutARecordALeftKdamondIsSomeoneElses) {
+  FakeDamon left = Crashed("");
+  ::unlink(owner.c_str());
+  DamonSampler s(&left, &left, &left, opts);
+  Status st = s.Open();
+  EXPECT_EQ(st.code(), Code::kUnavailable) << st.ToString();
+  EXPECT_EQ(st.message().find("owner record"), std::string::npos) << st.ToString();
+  EXPECT_TRUE(left.writes.empty());
 }
 
 TEST_F(DamonSamplerTest, NoSysfsOrNoPaddrIsUnsupportedAndWhatWasMadeIsRemoved) {

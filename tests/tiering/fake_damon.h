@@ -155,6 +155,8 @@ class FakeDamon final : public FileSystem, public KernelFileWriter {
   bool hide_pfns = false;
   bool running = false;
 
+  // A file of the fake's own (a /proc/<pid>/stat, the boot id).
+  void Put(const std::string& path, const std::string& value) { files_[path] = value; }
   void RemoveSysfs() {
     dirs_.clear();
     files_.clear();
