@@ -20,6 +20,11 @@
 #   CXLPOOL_VM_CACHE        kernel cache (default ~/.cache/cxlpool-vm)
 #   CXLPOOL_VM_KERNEL_PKG   kernel package to use instead of the one
 #                           linux-image-amd64 depends on
+#   CXLPOOL_VM_KERNEL_SUITE other Debian suite to take linux-image-amd64
+#                           from, e.g. bookworm-backports (6.12, with DAMON
+#                           sysfs); its apt lists live in the cache folder
+#   CXLPOOL_VM_APPEND       extra kernel command-line arguments
+#   CXLPOOL_VM_QEMU_ARGS    extra QEMU arguments (split on spaces)
 #   CXLPOOL_VM_SKIP=1       skip (exit 77)
 # exit: 0 every topology passed; 1 a check, boot or guest failed;
 #       77 prerequisites missing (no qemu, busybox, tools or kernel).
@@ -89,6 +94,19 @@ t_start=$(date +%s.%N)
 vm_kernel_fetch || exit $?
 vm_log "kernel $VM_KERNEL_PKG ($VM_KVER)"
 
+# Kernels from 6.3 on (the backports 6.12) need two settings to use Debian
+# 12's QEMU 7.2 CXL device: cxl_pci fails its probe when it may not set up
+# event-log interrupts, which QEMU 7.2 does not emulate, unless the firmware
+# keeps CXL error reporting (pcie_ports=compat: no _OSC control is asked
+# for); and a region commits only where the CPU can flush caches by memory
+# region, which the kernel refuses under a hypervisor (CPUID bit cleared).
+kernel_append="" kernel_qemu=()
+if awk -v v="$VM_KVER" 'BEGIN { split(v, p, /[.-]/); exit !(p[1] > 6 || (p[1] == 6 && p[2] >= 3)) }'; then
+  kernel_append="pcie_ports=compat"
+  kernel_qemu=(-cpu qemu64,-hypervisor)
+  vm_log "kernel $VM_KVER: $kernel_append, ${kernel_qemu[*]} (QEMU 7.2's CXL device)"
+fi
+
 # One initramfs per invocation (the project's binaries change between runs).
 initrd=$out/.initramfs-$$.cpio
 vm_build_initramfs "$out/.initramfs-$$" "$initrd" || exit $?
@@ -117,11 +135,17 @@ run_topology() {
   local append="console=ttyS0 panic=-1 oops=panic loglevel=4 cxlpool.topology=$topo"
   ((shell)) && append+=" cxlpool.shell=1"
   ((capture)) && append+=" cxlpool.capture=1"
+  [[ -n $kernel_append ]] && append+=" $kernel_append"
+  [[ -n ${CXLPOOL_VM_APPEND:-} ]] && append+=" $CXLPOOL_VM_APPEND"
+  local -a qextra=("${kernel_qemu[@]}")
+  local -a quser=()
+  [[ -n ${CXLPOOL_VM_QEMU_ARGS:-} ]] && read -ra quser <<<"$CXLPOOL_VM_QEMU_ARGS"
+  qextra+=("${quser[@]}")
   local -a qemu=("$QEMU" -accel tcg -nodefaults -no-user-config -display none -no-reboot
     -kernel "$VM_VMLINUZ" -initrd "$initrd" -append "$append"
     -drive "file=$work/out.img,format=raw,if=none,id=outdisk,cache=unsafe"
     -device virtio-blk-pci,drive=outdisk,bus=pcie.0
-    "${targs[@]}")
+    "${targs[@]}" "${qextra[@]}")
   local t0 t1
   t0=$(date +%s.%N)
   vm_qemu_run "$work" "$timeout_s" "$shell" "$verbose" "${qemu[@]}"

@@ -46,6 +46,14 @@ ARGS
 # Guest: load the stack, then memdev -> pmem region -> devdax namespace.
 # Sets VM_CXL_REGION, VM_ND_REGION, VM_DAX_DEV. Every step is a check.
 cxl_guest_make_devdax() {
+  # A kernel that onlines hot-added memory itself (auto_online_blocks
+  # "online", as Debian's 6.12 does) puts it in ZONE_NORMAL before daxctl
+  # can choose; the checks want daxctl's choice (movable unless told).
+  _auto=/sys/devices/system/memory/auto_online_blocks
+  if [ -w $_auto ] && [ "$(cat $_auto)" != offline ]; then
+    vm_note "auto_online_blocks was $(cat $_auto); set to offline so that daxctl onlines"
+    echo offline >$_auto
+  fi
   vm_check "modprobe CXL/NVDIMM/DAX stack" modprobe -a cxl_acpi cxl_pci cxl_mem cxl_pmem \
     libnvdimm nd_pmem dax_pmem device_dax kmem
   vm_check "kernel: memdev mem0 appears" vm_wait_for 240 test -e /sys/bus/cxl/devices/mem0

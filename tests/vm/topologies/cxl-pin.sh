@@ -36,7 +36,7 @@ topo_guest_setup() {
 }
 
 # The CXL node's memory blocks, in address order.
-pin_blocks() { ls -d /sys/devices/system/node/node$VM_CXL_NODE/memory* 2>/dev/null | sort -V; }
+pin_blocks() { ls -d /sys/devices/system/node/node$VM_CXL_NODE/memory[0-9]* 2>/dev/null | sort -V; }
 
 # Every block of the CXL node onlined to zone $1 (the first word of valid_zones).
 pin_all_blocks_in() {

@@ -30,7 +30,7 @@ topo_guest_checks() {
   for _m in $(vm_nodes_in $_n/has_memory); do [ "$_m" = "$VM_CXL_NODE" ] && _has=yes; done
   vm_check_eq "kernel: CXL node $VM_CXL_NODE in has_memory" "$_has" yes
   vm_check "kernel: CXL node's memory blocks online movable" sh -c \
-    "for b in $_n/node$VM_CXL_NODE/memory*; do grep -q Movable \$b/valid_zones || exit 1; done"
+    "for b in $_n/node$VM_CXL_NODE/memory[0-9]*; do grep -q Movable \$b/valid_zones || exit 1; done"
   vm_check "kernel: 4 MiB mbind'ed to CXL node $VM_CXL_NODE lands there and reads back" \
     cxlpool-vm-probe bind "$VM_CXL_NODE" 4
   if vm_have cxlpoolctl && [ -s "$VM_JSON" ]; then
@@ -59,7 +59,7 @@ cxl_guest_doctor_movable() {
   vm_check "daxctl online-memory --no-movable $VM_DAX_DEV" \
     daxctl online-memory --no-movable "$VM_DAX_DEV"
   vm_check "kernel: CXL node's memory blocks now online in ZONE_NORMAL" sh -c \
-    "for b in /sys/devices/system/node/node$VM_CXL_NODE/memory*; do
+    "for b in /sys/devices/system/node/node$VM_CXL_NODE/memory[0-9]*; do
        [ \"\$(cat \$b/valid_zones)\" = Normal ] || exit 1; done"
   cxlpoolctl doctor --json >/out/doctor-normal.json 2>>"$VM_LOG"
   vm_check "doctor no longer flags cxl_movable" jq -e \
