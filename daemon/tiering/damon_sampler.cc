@@ -162,6 +162,7 @@ Status DamonSampler::Open() {
   auto ops = sys_->ReadTrimmed(Ctx() + "/avail_operations");
   if (!ops.ok()) return fail(ops.status());
   std::vector<std::string> avail = SplitWhitespace(*ops);
+  operations_ = avail;
   if (std::find(avail.begin(), avail.end(), "paddr") == avail.end()) {
     return fail(Status(Code::kUnsupported,
                        "DAMON has no \"paddr\" operations (CONFIG_DAMON_PADDR); "
@@ -412,6 +413,8 @@ std::unique_ptr<AccessSampler> ChooseSampler(const std::string& mode, KernelAcce
   } else {
     auto d = std::make_unique<DamonSampler>(sys, proc, writer, damon);
     Status st = d->Open();
+    // With no kdamond at start there was no context to read them from.
+    if (access->damon_operations.empty()) access->damon_operations = d->operations();
     if (st.ok()) {
       d->Close();  // opened again once there is a lease to sample
       access->sampler = "damon";

@@ -94,6 +94,9 @@ class DamonSampler final : public AccessSampler {
   // What Open took back ("" when nothing): "kdamond 0 left by cxlpoold pid N
   // (gone)".
   const std::string& reclaimed() const { return reclaimed_; }
+  // The context's avail_operations as Open read them (empty before; they
+  // can only be read while a kdamond exists).
+  const std::vector<std::string>& operations() const { return operations_; }
 
  private:
   struct Run {  // physical [start, end), of one unit
@@ -132,6 +135,7 @@ class DamonSampler final : public AccessSampler {
   std::map<Key, Tracked> tracked_;
   std::string last_error_;
   std::string reclaimed_;
+  std::vector<std::string> operations_;
 };
 
 // The sampler for `mode` ("auto", "idle_page", "damon", "off") on this

@@ -299,6 +299,8 @@ TEST_F(DamonSamplerTest, ChooseSamplerSaysWhichAndWhy) {
     EXPECT_STREQ(s->name(), "damon");
     EXPECT_EQ(a.sampler, "damon");
     EXPECT_NE(a.ToString().find("; driven by cxlpoold"), std::string::npos) << a.ToString();
+    EXPECT_NE(a.ToString().find("operations vaddr,fvaddr,paddr"), std::string::npos)
+        << a.ToString();
     // Idle, it holds no kdamond; with a lease to sample, it does.
     EXPECT_EQ(k.File(std::string(kAdmin) + "/kdamonds/nr_kdamonds"), "0");
     (void)s->Sample({Target(1, 0, 0, 2 * kMiB)});
