@@ -25,7 +25,9 @@
 #  - where the guest kernel has DAMON sysfs (CXLPOOL_VM_KERNEL_SUITE=
 #    bookworm-backports: Debian's 6.12), a lease on CXL that its holder
 #    reads and writes with plain loads and stores (no copy helper, no hint)
-#    is judged hot from DAMON's samples alone and moves to DRAM;
+#    is judged hot from DAMON's samples alone and moves to DRAM, the
+#    sampler's own live test passes, and a daemon SIGKILLed while its
+#    kdamond samples leaves it behind for the next daemon to take back;
 # cxlpool-bench TIER (T1, T2) is not run here (minutes under TCG); run it with
 #   tests/vm/run-vm-tests.sh --exec 'cxlpool-bench --only tier --quick
 #     --daemon /opt/cxlpool/bin/cxlpoold' cxl-ram
@@ -244,6 +246,10 @@ vm_tier_damon() {  # cxl_node
       "no DAMON sysfs in this kernel (CXLPOOL_VM_KERNEL_SUITE=bookworm-backports has it)"
     return
   fi
+  if vm_have tiering_damon_live_test; then
+    vm_check "tiering: DamonSampler on this kernel sees a touched range hot and an untouched one cold (tiering_damon_live_test)" \
+      tiering_damon_live_test
+  fi
   if ! vm_check "tiering: daemon with sampling = \"damon\" starts" \
     vm_tier_start 0 "" "" 'sampling = "damon"'; then
     vm_tier_stop
@@ -263,6 +269,43 @@ vm_tier_damon() {  # cxl_node
   vm_tier_stop
   vm_check "tiering: the daemon's kdamond is gone after it stops" \
     sh -c '[ "$(cat /sys/kernel/mm/damon/admin/kdamonds/nr_kdamonds)" = 0 ]'
+  vm_tier_damon_kill
+}
+
+# A daemon SIGKILLed while its kdamond samples a held lease leaves the
+# kdamond running; the next daemon on the same state directory takes it back
+# (its owner record names the dead one), samples with DAMON again, and
+# removes it when it stops. The holder's data stays intact throughout.
+vm_tier_damon_kill() {
+  _kd=/sys/kernel/mm/damon/admin/kdamonds
+  vm_check "tiering: daemon with sampling = \"damon\" starts again" \
+    vm_tier_start 0 "" "" 'sampling = "damon"' || { vm_tier_stop; return; }
+  [ -p /tmp/tier.fifo ] || mkfifo /tmp/tier.fifo
+  exec 9<>/tmp/tier.fifo
+  cxlpool-vm-tier hold --socket "$VM_TIER_SOCK" --size $((4 << 20)) --node 0 --threads 1 \
+    --plain <&9 >/out/tier-damon-hold.log 2>&1 &
+  _h=$!
+  if vm_check "tiering: a held lease is sampled (kdamond 0 on)" vm_wait_for 120 sh -c \
+    "grep -q '^READY' /out/tier-damon-hold.log && [ \"\$(cat $_kd/0/state 2>/dev/null)\" = on ]"; then
+    kill -9 "$VM_TIER_PID"
+    wait "$VM_TIER_PID" 2>/dev/null
+    VM_TIER_PID=
+    vm_check "tiering: the SIGKILLed daemon's kdamond is left behind" \
+      sh -c "[ \"\$(cat $_kd/nr_kdamonds)\" = 1 ]"
+    vm_check "tiering: the next daemon starts" vm_tier_start 0 "" "" 'sampling = "damon"'
+    vm_tier_json >/out/tier-damon-restart.json
+    vm_check "tiering: it takes the kdamond back and samples with DAMON" jq -e \
+      '.kernel | test("kernel access sampling: damon") and test("took back kdamond 0 left by cxlpoold pid [0-9]+ [(]gone[)]")' \
+      /out/tier-damon-restart.json ||
+      jq -r .kernel /out/tier-damon-restart.json | cut -c1-400 | sed 's/^/CXLPOOL-VM-NOTE /'
+  fi
+  echo done >&9
+  wait "$_h"
+  vm_check_eq "tiering: the held lease's data is intact across the kill (exit status)" "$?" 0
+  exec 9>&-
+  vm_tier_stop
+  vm_check "tiering: no kdamond is left after that daemon stops" \
+    sh -c "[ \"\$(cat $_kd/nr_kdamonds)\" = 0 ]"
 }
 
 # A lease left split by a kill. A will_need lease of 4 extents of 8 MiB on

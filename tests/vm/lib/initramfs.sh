@@ -26,6 +26,7 @@ VM_PROJECT_CANDIDATES=(
   daemon/cxlpoold daemon/cxlpoold/cxlpoold
   tests/vm/cxlpool-vm-probe
   tools/bench/cxlpool-bench
+  tests/tiering/tiering_damon_live_test
 )
 # Any executable in these build folders is packed too (example/test clients).
 VM_PROJECT_GLOBS=(examples tools/examples client_lib/examples tests/vm/clients)
