@@ -132,7 +132,12 @@ run_topology() {
   mapfile -t targs < <(topo_qemu_args "$work")
   truncate -s 64M "$work/out.img"
 
-  local append="console=ttyS0 panic=-1 oops=panic loglevel=4 cxlpool.topology=$topo"
+  # tsc=reliable: no clocksource watchdog. On a loaded TCG host it can find
+  # the TSC skewed against the HPET and mark it unstable; the static-key flip
+  # that follows patches kernel text while the other vCPU runs it, which TCG
+  # does not keep coherent ("Oops: int3" in sched_clock_cpu, then a panic).
+  # TCG's TSC comes from the host's monotonic clock, so it is reliable.
+  local append="console=ttyS0 panic=-1 oops=panic loglevel=4 tsc=reliable cxlpool.topology=$topo"
   ((shell)) && append+=" cxlpool.shell=1"
   ((capture)) && append+=" cxlpool.capture=1"
   [[ -n $kernel_append ]] && append+=" $kernel_append"

@@ -80,6 +80,16 @@ vm_verdict() {
     VM_WHY="guest reported failures"
   fi
   if [[ $VM_STATUS != pass ]] && ((!shell)); then
+    # The first kernel report names the cause; later ones (and the tail) are
+    # often its consequences.
+    local first
+    first=$(grep -a -n -m1 -E '(BUG:|Oops:|WARNING:|Kernel panic|general protection)' \
+      "$dir/console.txt" | cut -d: -f1)
+    if [[ -n $first ]]; then
+      vm_log "$name: first kernel report (line $first of $dir/console.txt):"
+      sed -n "$((first > 5 ? first - 5 : 1)),$((first + 30))p" "$dir/console.txt" |
+        sed 's/^/    | /' >&2
+    fi
     vm_log "$name: $VM_WHY; last console lines ($dir/console.txt):"
     tail -n 40 "$dir/console.txt" | sed 's/^/    | /' >&2
     [[ -s $dir/qemu.log ]] && sed 's/^/    qemu: /' "$dir/qemu.log" >&2
