@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "cxlpool/common/log.h"
+#include "cxlpool/common/proc.h"
 #include "cxlpool/common/strings.h"
 #include "cxlpool/proto/codec.h"
 #include "cxlpool/proto/extents.h"
@@ -29,8 +30,8 @@ void DaemonHandler::OnConnect(ConnectionId conn, const PeerInfo& peer) {
     auto status = proc_->ReadFile("/proc/" + std::to_string(peer.pid) + "/status");
     if (status.ok()) c.groups = ParseStatusGroups(*status);
     // Restart support: the journal tells a holder from a reused pid by this.
-    auto stat = proc_->ReadFile("/proc/" + std::to_string(peer.pid) + "/stat");
-    if (stat.ok()) c.start_time = ParseStatStartTime(*stat).value_or(0);
+    Result<ProcStat> stat = ReadProcStat(*proc_, peer.pid);
+    if (stat.ok()) c.start_time = stat->start_time;
   }
   c.is_admin = peer.uid == 0;
   if (!c.is_admin && options_.admin_gid) {

@@ -100,12 +100,6 @@ class AwaitedMemory final : public Backing {
 
 std::unique_ptr<ProcessProbe> MakeProcProbe() { return std::make_unique<ProcProbe>(); }
 
-std::optional<uint64_t> ParseStatStartTime(const std::string& stat_text) {
-  auto st = ParseProcStat(stat_text);
-  if (!st.ok()) return std::nullopt;
-  return st->start_time;
-}
-
 bool HolderAlive(const ProcessProbe& probe, const HolderId& holder) {
   auto st = probe.StartTime(holder.pid);
   if (!st) return false;

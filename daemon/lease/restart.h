@@ -151,9 +151,6 @@ class ProcessProbe {
 // /proc-backed probe (pidfd_open(2) for OpenPidfd).
 std::unique_ptr<ProcessProbe> MakeProcProbe();
 
-// Field 22 (starttime) of a /proc/<pid>/stat text; nullopt when garbled.
-std::optional<uint64_t> ParseStatStartTime(const std::string& stat_text);
-
 // True if `holder` is still the same live process.
 bool HolderAlive(const ProcessProbe& probe, const HolderId& holder);
 

@@ -994,14 +994,6 @@ TEST(JournalDamageTest, SharedLeaseGoesBackToItsOwnerWhoeverReclaimsFirst) {
   EXPECT_EQ(h.mgr->Stat(1, 30)->owner.uid, 1000u);
 }
 
-TEST(RecoveryHelpersTest, StatStartTime) {
-  EXPECT_EQ(ParseStatStartTime("42 (a b) c) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 "
-                               "123456 1000 10"),
-            123456u);
-  EXPECT_FALSE(ParseStatStartTime("42 (x) S 1").has_value());
-  EXPECT_FALSE(ParseStatStartTime("garbage").has_value());
-}
-
 TEST(RecoveryHelpersTest, StateDirChoice) {
   StateDirChoice c;
   c.fallback = "/var/lib/cxlpool";
