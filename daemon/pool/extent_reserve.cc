@@ -109,15 +109,16 @@ void ExtentReserve::ComputeTargets() {
     targets_[i] += static_cast<uint32_t>(more);
     left -= more * g[i];
   }
-  // Small extents take the place of some of the smallest granule's, at most
-  // a quarter of them (4 per class: 4 x 2 MiB on the default ladder, kept
-  // from a reserve of 64 MiB up).
+  // Small extents come on top of the high watermark, so a reserve of N
+  // bytes still holds a lease of N bytes in whole granules. Kept where they
+  // would be at most a quarter of the smallest granule's bytes (4 per class:
+  // under 8 MiB on the default ladder, from a reserve of 32 MiB up).
   uint64_t small_bytes = 0;
   for (uint64_t c : small_classes_) small_bytes += c * settings_.small_per_class;
   const uint64_t need = (small_bytes + g[0] - 1) / g[0];
   const bool keep_small = small_bytes > 0 && 4 * need <= targets_[0];
   small_targets_.assign(small_classes_.size(), keep_small ? settings_.small_per_class : 0);
-  if (keep_small) targets_[0] -= static_cast<uint32_t>(need);
+  small_target_bytes_ = keep_small ? small_bytes : 0;
 }
 
 uint32_t ExtentReserve::ready_count(size_t level) const {
@@ -196,7 +197,7 @@ void ExtentReserve::Return(std::vector<std::unique_ptr<Extent>> extents) {
     Level* level = LevelOf(e->built_bytes());
     const bool reusable = !e->exposed() && !e->retired() && !stopped_ && level != nullptr &&
                           e->size_bytes() == e->built_bytes() &&
-                          ready_bytes_ + building_bytes_ + e->size_bytes() <= settings_.high_bytes;
+                          ready_bytes_ + building_bytes_ + e->size_bytes() <= limit_bytes();
     if (!reusable) {
       Retire(std::move(e));
       continue;
@@ -211,14 +212,15 @@ std::vector<uint64_t> ExtentReserve::PlanRefill(uint64_t room) {
   std::vector<uint64_t> out;
   if (stopped_) return out;
   uint64_t have = ready_bytes_ + building_bytes_;
-  if (!refilling_ && have <= settings_.low_bytes) refilling_ = true;
+  // The small extents are on top of both watermarks.
+  if (!refilling_ && have <= settings_.low_bytes + small_target_bytes_) refilling_ = true;
   // Small extents: a class down to half its target is topped up (each
   // refill wakes a stock thread and then the loop: batched by two).
   for (size_t i = 0; i < small_.size(); ++i) {
     Level& l = small_[i];
     if (2 * (l.ready.size() + l.building) > small_targets_[i]) continue;
     while (l.ready.size() + l.building < small_targets_[i] && l.failures < kMaxBuildFailures &&
-           l.granule <= room && have + l.granule <= settings_.high_bytes) {
+           l.granule <= room && have + l.granule <= limit_bytes()) {
       ++l.building;
       building_bytes_ += l.granule;
       have += l.granule;
@@ -235,7 +237,7 @@ std::vector<uint64_t> ExtentReserve::PlanRefill(uint64_t room) {
       const Level& l = levels_[i];
       uint32_t count = static_cast<uint32_t>(l.ready.size()) + l.building;
       if (targets_[i] == 0 || count >= targets_[i] || l.failures >= kMaxBuildFailures) continue;
-      if (l.granule > room || have + l.granule > settings_.high_bytes) continue;
+      if (l.granule > room || have + l.granule > limit_bytes()) continue;
       double gap = 1.0 - static_cast<double>(count) / targets_[i];
       if (gap > best_gap) {
         best_gap = gap;
@@ -264,7 +266,7 @@ void ExtentReserve::Built(std::unique_ptr<Extent> extent) {
   if (level != nullptr && level->building > 0) --level->building;
   CXLPOOL_CHECK(building_bytes_ >= bytes);
   building_bytes_ -= bytes;
-  if (stopped_ || level == nullptr || ready_bytes_ + bytes > settings_.high_bytes) {
+  if (stopped_ || level == nullptr || ready_bytes_ + bytes > limit_bytes()) {
     Retire(std::move(extent));
     return;
   }
@@ -319,7 +321,7 @@ uint64_t ExtentReserve::Evict(uint64_t bytes) {
 }
 
 void ExtentReserve::TrimAboveHigh() {
-  while (ready_bytes_ + building_bytes_ > settings_.high_bytes && ready_bytes_ > 0) {
+  while (ready_bytes_ + building_bytes_ > limit_bytes() && ready_bytes_ > 0) {
     // The granule (or small class) most above its target goes first.
     Level* worst = nullptr;
     double worst_excess = -1;

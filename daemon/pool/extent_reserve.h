@@ -26,10 +26,11 @@
 //     smallest granule (extent_cut.h, SmallClasses: 4 KiB .. 1 MiB), so a
 //     lease (or tail) under 2 MiB is one of them shrunk to its exact size,
 //     with no build on the request path. A class down to half its target
-//     is topped up, whatever the watermarks (they are cheap); they take the place of
-//     some of the smallest granule's extents (at most a quarter of them:
-//     none in a reserve below 64 MiB on the default ladder); their bytes
-//     count as ready like any other.
+//     is topped up, whatever the watermarks (they are cheap). They come on
+//     top of the watermarks (limit_bytes: under 8 MiB more on the default
+//     ladder; none in a reserve below 32 MiB), so a reserve of N bytes holds
+//     a lease of N bytes in whole granules; their bytes count as ready like
+//     any other.
 //
 // ReserveRefiller (the work): builds run on the `stock` executor (the
 // daemon's low-priority stock threads: reniced and SCHED_IDLE, see
@@ -113,6 +114,10 @@ class ExtentReserve {
   const std::vector<uint32_t>& small_targets() const { return small_targets_; }
   // Ready extents of every size.
   uint64_t ready_extents() const;
+  // What the reserve holds at most: the high watermark in ladder extents,
+  // plus the small extents' targets on top.
+  uint64_t small_target_bytes() const { return small_target_bytes_; }
+  uint64_t limit_bytes() const { return settings_.high_bytes + small_target_bytes_; }
   bool refilling() const { return refilling_; }
   // Since when (the clock's MonotonicNs) ready bytes have been below the low
   // watermark without a break; nullopt while they are not (or there is no
@@ -185,6 +190,7 @@ class ExtentReserve {
   std::vector<uint64_t> small_classes_;
   std::deque<Level> small_;  // one per small class
   std::vector<uint32_t> small_targets_;
+  uint64_t small_target_bytes_ = 0;
   std::vector<std::unique_ptr<Extent>> to_retire_;
   uint64_t ready_bytes_ = 0;
   uint64_t building_bytes_ = 0;

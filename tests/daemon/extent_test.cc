@@ -419,27 +419,33 @@ TEST(ExtentReserveTargetsTest, SpreadOverTheDefaultLadder) {
   ReserveSettings s;
   s.high_bytes = 4 * kGiB;
   ExtentReserve r("node0", s, Base());
-  // Four 2 MiB extents' worth goes to four small extents of each class.
-  EXPECT_EQ(r.targets(), (std::vector<uint32_t>{12, 31, 3}));
+  // The high watermark in ladder extents; four small extents of each class
+  // on top of it.
+  EXPECT_EQ(r.targets(), (std::vector<uint32_t>{16, 31, 3}));
   EXPECT_EQ(r.small_classes().size(), 9u);  // 4 KiB .. 1 MiB
   EXPECT_EQ(r.small_targets(), std::vector<uint32_t>(9, 4));
+  EXPECT_EQ(r.small_target_bytes(), 4 * (kMiB * 2 - 4 * kKiB));
+  EXPECT_EQ(r.limit_bytes(), 4 * kGiB + r.small_target_bytes());
   s.high_bytes = 256 * kMiB;
   ExtentReserve r2("node0", s, Base());
-  EXPECT_EQ(r2.targets(), (std::vector<uint32_t>{12, 7, 0}));
-  uint64_t total = 0;
-  for (size_t i = 0; i < 3; ++i) total += r2.targets()[i] * s.ladder.granules()[i];
-  for (size_t i = 0; i < 9; ++i) total += r2.small_targets()[i] * r2.small_classes()[i];
-  EXPECT_LE(total, 256 * kMiB);
-  EXPECT_GT(total, 254 * kMiB);
+  EXPECT_EQ(r2.targets(), (std::vector<uint32_t>{16, 7, 0}));
+  uint64_t granules = 0, small = 0;
+  for (size_t i = 0; i < 3; ++i) granules += r2.targets()[i] * s.ladder.granules()[i];
+  for (size_t i = 0; i < 9; ++i) small += r2.small_targets()[i] * r2.small_classes()[i];
+  EXPECT_EQ(granules, 256 * kMiB);
+  EXPECT_EQ(small, r2.small_target_bytes());
+  EXPECT_LT(small, 8 * kMiB);
   s.high_bytes = 0;
   ExtentReserve r3("node0", s, Base());
   EXPECT_EQ(r3.targets(), (std::vector<uint32_t>{0, 0, 0}));
   EXPECT_EQ(r3.small_targets(), std::vector<uint32_t>(9, 0));
-  // Too small a reserve for them: the 2 MiB extents stay.
+  // Too small a reserve for them: none (they would be more than a quarter
+  // of its 2 MiB extents).
   s.high_bytes = 12 * kMiB;
   ExtentReserve r4("node0", s, Base());
   EXPECT_EQ(r4.small_targets(), std::vector<uint32_t>(9, 0));
   EXPECT_EQ(r4.targets(), (std::vector<uint32_t>{6, 0, 0}));
+  EXPECT_EQ(r4.limit_bytes(), 12 * kMiB);
   // hugetlb pools have none (every lease is whole 2 MiB pages).
   MemfdSpec huge = Base();
   huge.hugetlb = true;
@@ -582,11 +588,48 @@ TEST_F(ExtentReserveTest, SmallLeaseIsAShrunkPrebuiltExtentWithNoBuild) {
   r.Return(std::move(t->extents));
   EXPECT_EQ(r.retiring_bytes(), 100 * kKiB + 26 * 4096u);
   EXPECT_EQ(r.small_ready_counts()[5], 4u);
-  // Eviction takes them last: every ladder extent (12 x 2 MiB, 32 MiB) first.
-  EXPECT_EQ(r.Evict(ready - 8 * kMiB), 56 * kMiB);
+  // Eviction takes them last: every ladder extent (16 x 2 MiB, 32 MiB) first.
+  EXPECT_EQ(r.Evict(ready - 8 * kMiB), 64 * kMiB);
   EXPECT_EQ(r.small_ready_counts()[5], 4u);
   r.DropAll();
   EXPECT_EQ(r.ready_bytes(), 0u);
+}
+
+TEST_F(ExtentReserveTest, AReserveOfNBytesHoldsALeaseOfNBytes) {
+  ReserveSettings s;  // the default ladder
+  s.low_bytes = 64 * kMiB;
+  s.high_bytes = 64 * kMiB;
+  ExtentReserve r("node0", s, Base());
+  RefillInline(r);
+  ASSERT_EQ(r.small_ready_counts(), std::vector<uint32_t>(9, 4));
+  EXPECT_EQ(r.ready_bytes(), r.limit_bytes());
+  EXPECT_GT(r.ready_bytes(), 64 * kMiB) << "the small extents are on top";
+  EXPECT_TRUE(r.PlanRefill(UINT64_MAX).empty()) << "full";
+  auto t = r.Take(64 * kMiB);
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_EQ(t->plan.build_bytes, 0u) << "wholly from the reserve";
+  EXPECT_EQ(t->plan.reserve_bytes, 64 * kMiB);
+  EXPECT_EQ(r.ready_bytes(), r.small_target_bytes()) << "the small extents stay";
+  // low == high: any grant of ladder extents starts a refill back to full.
+  auto plan = r.PlanRefill(UINT64_MAX);
+  uint64_t planned = 0;
+  for (uint64_t g : plan) planned += g;
+  EXPECT_EQ(planned, 64 * kMiB);
+  for (uint64_t g : plan) {
+    auto e = Extent::Create(r.BuildSpec(g, true));
+    ASSERT_TRUE(e.ok());
+    r.Built(std::move(*e));
+  }
+  EXPECT_EQ(r.ready_bytes(), r.limit_bytes());
+  auto t2 = r.Take(2 * kMiB);
+  ASSERT_TRUE(t2.ok());
+  EXPECT_EQ(r.PlanRefill(UINT64_MAX), (std::vector<uint64_t>{2 * kMiB}));
+  // An extent that never left the daemon goes back to stock only while the
+  // reserve is below its limit: the refill above already took its place.
+  r.Return(std::move(t2->extents));
+  EXPECT_EQ(r.retiring_bytes(), 2 * kMiB);
+  r.Return(std::move(t->extents));
+  EXPECT_EQ(r.retiring_bytes(), 66 * kMiB);
 }
 
 TEST_F(ExtentReserveTest, EvictReconfigureAndFailures) {
