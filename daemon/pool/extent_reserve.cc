@@ -214,12 +214,15 @@ std::vector<uint64_t> ExtentReserve::PlanRefill(uint64_t room) {
   uint64_t have = ready_bytes_ + building_bytes_;
   // The small extents are on top of both watermarks.
   if (!refilling_ && have <= settings_.low_bytes + small_target_bytes_) refilling_ = true;
-  // Small extents: a class down to half its target is topped up (each
-  // refill wakes a stock thread and then the loop: batched by two).
-  for (size_t i = 0; i < small_.size(); ++i) {
-    Level& l = small_[i];
-    if (2 * (l.ready.size() + l.building) > small_targets_[i]) continue;
-    while (l.ready.size() + l.building < small_targets_[i] && l.failures < kMaxBuildFailures &&
+  // A small class, or a granule below the largest, down to half its target
+  // is topped up whatever the watermarks: every cut ends in those, and a
+  // reserve holding only larger extents would build each lease's small
+  // pieces on the request path until the bytes fall to the low watermark.
+  // Topped up by half a target at a time, each refill wakes a stock thread
+  // and then the loop once per extent.
+  auto top_up = [&](Level& l, uint32_t target) {
+    if (2 * (l.ready.size() + l.building) > target) return;
+    while (l.ready.size() + l.building < target && l.failures < kMaxBuildFailures &&
            l.granule <= room && have + l.granule <= limit_bytes()) {
       ++l.building;
       building_bytes_ += l.granule;
@@ -227,7 +230,9 @@ std::vector<uint64_t> ExtentReserve::PlanRefill(uint64_t room) {
       room -= l.granule;
       out.push_back(l.granule);
     }
-  }
+  };
+  for (size_t i = 0; i < small_.size(); ++i) top_up(small_[i], small_targets_[i]);
+  for (size_t i = 0; i + 1 < levels_.size(); ++i) top_up(levels_[i], targets_[i]);
   if (!refilling_) return out;
   for (;;) {
     // The granule furthest below its target, by share; smaller first on ties.

@@ -21,7 +21,10 @@
 //     level's worth of each middle granule, the rest in the largest. Ready
 //     stock above the high watermark (after a Reconfigure) is retired.
 //     Three failed builds in a row disable a granule until a build of it
-//     succeeds or Reconfigure.
+//     succeeds or Reconfigure. A granule below the largest that is down to
+//     half its target is topped up whatever the watermarks (PlanRefill):
+//     the pieces every cut ends in never run out while larger extents keep
+//     the bytes above the low watermark.
 //   * Small extents: a few prebuilt extents of each small class below the
 //     smallest granule (extent_cut.h, SmallClasses: 4 KiB .. 1 MiB), so a
 //     lease (or tail) under 2 MiB is one of them shrunk to its exact size,

@@ -472,10 +472,10 @@ TEST_F(ExtentReserveTest, RefillsBetweenWatermarksWithinRoom) {
   // 32 MiB high on {2, 8}: 2 x 2 MiB (an eighth), 3 x 8 MiB, and the 4 MiB
   // left over as two more small extents.
   EXPECT_EQ(r.targets(), (std::vector<uint32_t>{4, 3}));
-  auto plan = r.PlanRefill(10 * kMiB);
+  auto plan = r.PlanRefill(5 * kMiB);
   uint64_t planned = 0;
   for (uint64_t g : plan) planned += g;
-  EXPECT_LE(planned, 10 * kMiB) << "never more than the room";
+  EXPECT_EQ(planned, 4 * kMiB) << "never more than the room";
   EXPECT_EQ(r.building_bytes(), planned);
   for (uint64_t g : plan) r.BuildFailed(g);
   EXPECT_EQ(r.building_bytes(), 0u);
@@ -484,14 +484,32 @@ TEST_F(ExtentReserveTest, RefillsBetweenWatermarksWithinRoom) {
   EXPECT_EQ(r.ready_counts(), (std::vector<uint32_t>{4, 3}));
   EXPECT_TRUE(r.PlanRefill(UINT64_MAX).empty());
   EXPECT_FALSE(r.refilling());
-  // Take 12 MiB: one 8 MiB and two 2 MiB. Above the low watermark (20 MiB
-  // left): no refill yet.
-  auto t = r.Take(12 * kMiB);
+  // Take 8 MiB and 2 MiB: above the low watermark (22 MiB left), with 3 of
+  // 4 extents of 2 MiB and 2 of 3 of 8 MiB: no refill yet.
+  auto t = r.Take(10 * kMiB);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
-  EXPECT_EQ(t->extents.size(), 3u);
-  EXPECT_EQ(r.ready_bytes(), 20 * kMiB);
+  EXPECT_EQ(t->extents.size(), 2u);
+  EXPECT_EQ(r.ready_bytes(), 22 * kMiB);
   EXPECT_TRUE(r.PlanRefill(UINT64_MAX).empty());
-  // Take 8 MiB more: 12 MiB left, below low: refill back to high.
+  // 2 MiB more: still above the low watermark (20 MiB), but the 2 MiB
+  // extents are down to half their target: those two are built again; the
+  // largest granule waits for the watermark.
+  auto t1 = r.Take(2 * kMiB);
+  ASSERT_TRUE(t1.ok());
+  EXPECT_EQ(r.ready_bytes(), 20 * kMiB);
+  auto top_up = r.PlanRefill(UINT64_MAX);
+  EXPECT_EQ(top_up, (std::vector<uint64_t>{2 * kMiB, 2 * kMiB}));
+  EXPECT_FALSE(r.refilling());
+  for (uint64_t g : top_up) {
+    auto e = Extent::Create(r.BuildSpec(g, true));
+    ASSERT_TRUE(e.ok()) << e.status().ToString();
+    r.Built(std::move(*e));
+  }
+  EXPECT_TRUE(r.PlanRefill(UINT64_MAX).empty());
+  EXPECT_EQ(r.ready_counts(), (std::vector<uint32_t>{4, 2}));
+  EXPECT_EQ(r.ready_bytes(), 24 * kMiB);
+  for (auto& e : t1->extents) t->extents.push_back(std::move(e));
+  // Take 8 MiB more: 16 MiB left, at low: refill back to high.
   auto t2 = r.Take(8 * kMiB);
   ASSERT_TRUE(t2.ok());
   RefillInline(r);
@@ -511,6 +529,37 @@ TEST_F(ExtentReserveTest, RefillsBetweenWatermarksWithinRoom) {
     r.Retired(b);
   }
   EXPECT_EQ(r.retiring_bytes(), 0u);
+}
+
+// A stream of 2 MiB leases with larger extents keeping the bytes above the
+// low watermark (a PyTorch pinned block after another): the 2 MiB extents
+// are topped up as they run out, and no lease is built on the request path.
+TEST_F(ExtentReserveTest, AStreamOfSmallLeasesKeepsFindingItsGranule) {
+  ReserveSettings s;  // the default ladder
+  s.low_bytes = 16 * kMiB;
+  s.high_bytes = 64 * kMiB;
+  ExtentReserve r("node0", s, Base());
+  ASSERT_EQ(r.targets(), (std::vector<uint32_t>{16, 1, 0}));
+  RefillInline(r);
+  ASSERT_EQ(r.ready_counts(), (std::vector<uint32_t>{16, 1, 0}));
+  EXPECT_TRUE(r.PlanRefill(UINT64_MAX).empty());
+  ASSERT_FALSE(r.refilling()) << "full: the next refill waits for the low watermark";
+  for (int i = 0; i < 40; ++i) {
+    auto t = r.Take(2 * kMiB);
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    EXPECT_EQ(t->plan.build_bytes, 0u) << "lease " << i << " built on the request path";
+    EXPECT_GT(r.ready_bytes(), s.low_bytes) << "the watermark alone never starts a refill here";
+    for (auto& e : t->extents) e->MarkExposed();
+    r.Return(std::move(t->extents));
+    for (auto& e : r.TakeRetiring()) {
+      const uint64_t b = e->size_bytes();
+      e->Retire();
+      r.Retired(b);
+    }
+    RefillInline(r);
+  }
+  EXPECT_EQ(r.ready_counts()[1], 1u) << "the 32 MiB extent was never cut";
+  EXPECT_FALSE(r.refilling());
 }
 
 TEST_F(ExtentReserveTest, UnexposedExtentsGoBackToStockUnchanged) {
