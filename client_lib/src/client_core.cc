@@ -372,16 +372,18 @@ Result<wire::Frame> ClientCore::ReadFrame() {
 }
 
 Result<std::unique_ptr<LeaseState>> ClientCore::MapReply(wire::Frame frame) {
-  CallScope scope(this);  // the reply's EXTENT_FDS frames are read here
   wire::LeaseReplyAssembler reply;
   Status st = reply.Start(std::move(frame));
   // A reply whose fds come on several frames, read to its end; a reply
   // that does not add up leaves the stream where nothing can be trusted.
-  bool multi = st.ok() && !reply.complete();
-  while (st.ok() && !reply.complete()) {
-    Result<wire::Frame> next = ReadFrame();
-    if (!next.ok()) return next.status();
-    st = reply.Add(std::move(*next));
+  const bool multi = st.ok() && !reply.complete();
+  if (multi) {
+    CallScope scope(this);  // the reply's EXTENT_FDS frames are read here, not the mapping
+    while (st.ok() && !reply.complete()) {
+      Result<wire::Frame> next = ReadFrame();
+      if (!next.ok()) return next.status();
+      st = reply.Add(std::move(*next));
+    }
   }
   if (!st.ok() && (multi || reply.frames_left() > 0)) return Broken(st);
   const proto::LeaseInfo& info = reply.lease();
