@@ -218,8 +218,8 @@ std::vector<uint64_t> ExtentReserve::PlanRefill(uint64_t room) {
   // is topped up whatever the watermarks: every cut ends in those, and a
   // reserve holding only larger extents would build each lease's small
   // pieces on the request path until the bytes fall to the low watermark.
-  // Topped up by half a target at a time, each refill wakes a stock thread
-  // and then the loop once per extent.
+  // Waiting for half the target batches these refills (each extent built
+  // wakes a stock thread and then the loop).
   auto top_up = [&](Level& l, uint32_t target) {
     if (2 * (l.ready.size() + l.building) > target) return;
     while (l.ready.size() + l.building < target && l.failures < kMaxBuildFailures &&
