@@ -49,6 +49,7 @@
 #include <thread>
 
 #include "cxlpool/proto/socket.h"
+#include "tenant_process.h"
 #include "test_support.h"
 
 namespace cxlpool::testsupport {
@@ -78,87 +79,6 @@ std::string DaemonConfig(const std::string& extra_limits) {
   }
   return c.str();
 }
-
-// Newline-separated messages over a pair of pipes between parent and child.
-class Channel {
- public:
-  Channel() {
-    int a[2], b[2];
-    if (::pipe2(a, O_CLOEXEC) == 0 && ::pipe2(b, O_CLOEXEC) == 0) {
-      down_r_.Reset(a[0]);
-      down_w_.Reset(a[1]);
-      up_r_.Reset(b[0]);
-      up_w_.Reset(b[1]);
-    }
-  }
-  // Child side.
-  void Tell(const std::string& line) { Write(up_w_.get(), line); }
-  std::string Hear(int timeout_ms = 120000) { return Read(down_r_.get(), &down_buf_, timeout_ms); }
-  // Parent side.
-  void Say(const std::string& line) { Write(down_w_.get(), line); }
-  std::string Listen(int timeout_ms = 120000) { return Read(up_r_.get(), &up_buf_, timeout_ms); }
-
- private:
-  static void Write(int fd, const std::string& line) {
-    std::string l = line + "\n";
-    (void)!::write(fd, l.data(), l.size());
-  }
-  static std::string Read(int fd, std::string* buf, int timeout_ms) {
-    uint64_t end = NowMicros() + static_cast<uint64_t>(timeout_ms) * 1000;
-    for (;;) {
-      size_t nl = buf->find('\n');
-      if (nl != std::string::npos) {
-        std::string line = buf->substr(0, nl);
-        buf->erase(0, nl + 1);
-        return line;
-      }
-      uint64_t now = NowMicros();
-      if (now >= end) return "<timeout>";
-      struct pollfd p = {fd, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>((end - now) / 1000) + 1) <= 0) continue;
-      char tmp[4096];
-      ssize_t n = ::read(fd, tmp, sizeof tmp);
-      if (n <= 0) return "<eof>";
-      buf->append(tmp, static_cast<size_t>(n));
-    }
-  }
-  UniqueFd down_r_, down_w_, up_r_, up_w_;
-  std::string down_buf_, up_buf_;
-};
-
-// A forked process as `uid` running `body(channel)`; killed and reaped at
-// destruction if still running.
-class Tenant {
- public:
-  Tenant(uid_t uid, const std::function<int(Channel&)>& body) {
-    std::fflush(nullptr);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      struct rlimit rl = {65536, 65536};
-      ::setrlimit(RLIMIT_NOFILE, &rl);
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (!BecomeUid(uid)) std::_Exit(90);
-      std::_Exit(body(channel_));
-    }
-  }
-  ~Tenant() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
-  }
-  Channel& channel() { return channel_; }
-  int Wait() {
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  }
-
- private:
-  Channel channel_;
-  pid_t pid_ = -1;
-};
 
 // The victim: on "m <ms>" it allocates and releases 64 KiB leases, each on a
 // fresh connection, for <ms>, and answers "<ok> <failed> <first error>".
