@@ -463,11 +463,34 @@ class LeaseManager {
   // awaiting lease; frees the unheld.
   void SweepAwaiting(bool check_files, std::optional<HolderId> exited = std::nullopt);
   void WatchHolder(const HolderId& h);
-  // Journal damage: accounts an unknown lease's memfd again (see Reclaim).
-  // `who` null: an fd-store orphan. On error `*revoked` says whether the
-  // memfd (a cxlpool lease that could not be accounted) was truncated.
+  // Journal damage (lease_readopt.cc): accounts an unknown lease's memfds
+  // again, one per extent (see Reclaim). `who` null: an fd-store orphan. On
+  // error `*revoked` says whether the memfds (cxlpool leases that could not
+  // be accounted) were truncated; nothing is done to an fd that fails
+  // CheckLostLease.
   Result<uint64_t> Readopt(uint64_t id, std::vector<UniqueFd> fds, const ReclaimItem* hints,
                            const CallerInfo* who, bool* revoked);
+  // A RECLAIM of an id the table does not know may re-adopt it: the id is
+  // one this daemon may have granted, and the grace period that journal
+  // damage started runs.
+  bool LostLeaseWindowOpen(uint64_t id) const;
+  // Every memfd (st_dev, st_ino) a lease in the table has: journalled
+  // identities and the live extents' fds.
+  std::set<std::pair<uint64_t, uint64_t>> LiveMemfds() const;
+  // The fds of a lease the journal lost, checked without acting on them:
+  // as many as the holder lists extents, each a lease-like memfd
+  // (CheckUnknownMemfd) of one page kind, listed once, part of no live lease.
+  Result<std::vector<MemfdFacts>> CheckLostLease(uint64_t id, const std::vector<UniqueFd>& fds,
+                                                 const ReclaimItem* hints) const;
+  // The memfd pool an extent whose pages are on `node` (-1: unknown) is
+  // accounted to; the holder's pool when it agrees. nullptr: none.
+  MemfdPool* LostExtentPool(int node, const ReclaimItem* hints) const;
+  // Quota, priority reserve and daemon limits for bytes in each pool.
+  Status CheckLostLeaseFits(const std::vector<std::pair<Pool*, uint64_t>>& by_pool,
+                            const CallerInfo* who) const;
+  // Reserves and commits the bytes in every pool, or none of them
+  // (RESOURCE_EXHAUSTED naming the full pool).
+  Status ReserveByPool(const std::vector<std::pair<Pool*, uint64_t>>& by_pool);
   // Readopt for a DAX device fd: a static device no lease holds, or a
   // sub-device held as a DaxOrphan, becomes the lease `id` again (a device
   // cannot be revoked like a memfd, so it is accounted even over a quota).

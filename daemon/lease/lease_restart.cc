@@ -51,27 +51,15 @@ Status CheckReclaimExtents(uint64_t id, const std::vector<DurableExtent>& extent
   return Status::Ok();
 }
 
+// The one refusal of a RECLAIM for a lease the caller may not see.
+std::string NotYours(uint64_t id) {
+  return "lease " + std::to_string(id) + " is not one this caller may hold";
+}
+
 bool SameHolder(const HolderId& a, pid_t pid, uint64_t start_time) {
   return a.pid == pid && (a.start_time == 0 || start_time == 0 || a.start_time == start_time);
 }
 
-// The node most sampled pages are on, or -1.
-int MajorityNode(const std::map<int, uint64_t>& nodes) {
-  int best = -1;
-  uint64_t most = 0;
-  for (const auto& [node, n] : nodes) {
-    if (n > most) {
-      most = n;
-      best = node;
-    }
-  }
-  return best;
-}
-
-std::string BackingKindOf(const MemfdFacts& f, const std::string& hint) {
-  if (f.hugetlb) return f.page_size >= (1ull << 30) ? "hugetlb-1g" : "hugetlb-2m";
-  return hint == "memfd-thp" ? hint : std::string("memfd");
-}
 }  // namespace
 
 void LeaseManager::EnableRestart(LeaseStore* store, const ProcessProbe* probe, uint64_t next_id) {
@@ -310,20 +298,15 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
       it->second += extents.size() == 1 ? d.size_bytes : extents[i].size_bytes;
     }
     if (extents.empty()) by_pool.front().second = d.size_bytes;
-    size_t reserved = 0;
-    while (reserved < by_pool.size() && d.size_bytes != 0 &&
-           by_pool[reserved].first->TryReserve(by_pool[reserved].second)) {
-      ++reserved;
-    }
-    if (reserved < by_pool.size()) {
-      // Never double-grant: without room on paper its holders cannot keep it.
-      Pool* full = by_pool[reserved].first;
-      for (size_t i = 0; i < reserved; ++i) by_pool[i].first->CancelReserve(by_pool[i].second);
-      drop("it does not fit " + full->name() + " any more (" + HumanBytes(full->free_bytes()) +
-           " free); its holders' reclaim will be rejected");
+    // Never double-grant: without room on paper its holders cannot keep it.
+    if (d.size_bytes == 0) {
+      drop("it has no bytes; its holders' reclaim will be rejected");
       continue;
     }
-    for (const auto& [p, bytes] : by_pool) p->CommitReserve(bytes);
+    if (Status st = ReserveByPool(by_pool); !st.ok()) {
+      drop("it does not fit " + st.message() + " any more; its holders' reclaim will be rejected");
+      continue;
+    }
     bool adopted = false;
     if (dax_pool != nullptr) {
       adopted = !fds.empty();
@@ -653,21 +636,26 @@ LeaseManager::ReclaimOutcome LeaseManager::Reclaim(ConnId conn, std::vector<Recl
     const CallerInfo& who = c->second.caller;
     auto it = table_.leases().find(id);
     if (it == table_.leases().end()) {
-      if (table_.RevokedFor(id) != nullptr) {
+      // Nothing to learn from a refusal: an id that ended, one never
+      // granted, one revoked from someone else and one whose fds do not
+      // pass are refused alike (the log has the details).
+      const std::vector<uid_t>* told = table_.RevokedFor(id);
+      if (told != nullptr &&
+          (who.uid == 0 || std::find(told->begin(), told->end(), who.uid) != told->end())) {
         reject("lease " + std::to_string(id) + " was revoked by an admin");
         continue;
       }
-      if (restart_.store == nullptr || restart_.handed_over || id == 0 || id >= next_id_) {
-        reject("lease " + std::to_string(id) +
-               " is not journalled here (released, dropped after its holders exited, or never "
-               "granted by this daemon)");
+      if (told != nullptr || !LostLeaseWindowOpen(id)) {
+        reject(NotYours(id));
         continue;
       }
-      // An id this daemon granted, unknown now: the journal lost it.
+      // An id this daemon may have granted, unknown now, while the grace
+      // period that journal damage started runs: the journal lost it.
       bool revoked = false;
       auto a = Readopt(id, std::move(item.fds), &item, &who, &revoked);
       if (!a.ok()) {
-        reject(a.status().message());
+        CXLPOOL_LOG(kWarning) << "reclaim from uid " << who.uid << ": " << a.status().message();
+        reject(revoked ? a.status().message() : NotYours(id));
         continue;
       }
       Lease& l = table_.leases().at(id);
@@ -679,7 +667,6 @@ LeaseManager::ReclaimOutcome LeaseManager::Reclaim(ConnId conn, std::vector<Recl
       CXLPOOL_LOG(kWarning) << "reclaim: lease " << id << " (" << HumanBytes(l.size) << " in "
                             << l.pool->name() << ", uid " << who.uid
                             << ") was not in the journal: accounted again";
-      restart_.health.damaged = true;  // live state the journal did not know: it lost it
       out.accepted.push_back(id);
       Count("reclaims");
       continue;
@@ -689,7 +676,7 @@ LeaseManager::ReclaimOutcome LeaseManager::Reclaim(ConnId conn, std::vector<Recl
     // A lease accounted again after journal damage has no ACL any more: the
     // memfd itself (checked below) shows the caller holds it.
     if (!l.unjournalled && !InAcl(l, who)) {
-      reject("lease " + std::to_string(id) + " is not one this caller may hold");
+      reject(NotYours(id));
       continue;
     }
     if (item.size_bytes != l.size) {
@@ -753,227 +740,6 @@ LeaseManager::ReclaimOutcome LeaseManager::Reclaim(ConnId conn, std::vector<Recl
   }
   MaybeEndGrace();
   return out;
-}
-
-Result<uint64_t> LeaseManager::Readopt(uint64_t id, std::vector<UniqueFd> fds,
-                                       const ReclaimItem* hints, const CallerInfo* who,
-                                       bool* revoked) {
-  *revoked = false;
-  const std::string what = "lease " + std::to_string(id) + " (not in the journal)";
-  if (fds.size() != 1) {
-    // Without the journal the extents' order and sizes are only the
-    // holder's word: such a lease cannot be accounted again. What is sealed
-    // like a cxlpool lease is revoked, never left in use uncounted.
-    for (const UniqueFd& fd : fds) {
-      if (CheckUnknownMemfd(fd.get()).ok() && ::ftruncate(fd.get(), 0) == 0) *revoked = true;
-    }
-    Count(*revoked ? "unjournalled_revokes" : "unjournalled_rejects");
-    std::string msg = what + " has " + std::to_string(fds.size()) +
-                      " extents: a lease of several extents the journal lost cannot be accounted "
-                      "again" +
-                      (*revoked ? "; its memory was taken back (revoked)" : "");
-    CXLPOOL_LOG(kError) << "restart: " << msg;
-    return Status(Code::kInvalidArgument, msg);
-  }
-  UniqueFd fd = std::move(fds[0]);
-  if (auto dax = ReadoptDevdax(id, fd, hints, who); dax.has_value()) return *dax;
-  auto facts = CheckUnknownMemfd(fd.get());
-  if (!facts.ok()) {
-    Count("unjournalled_rejects");
-    return Status(Code::kInvalidArgument, what + ": " + facts.status().message());
-  }
-  // From here on the fd is a memfd sealed as the daemon seals its leases:
-  // what cannot be accounted again is revoked, never left in use uncounted.
-  std::unique_ptr<Backing> backing;
-  auto revoke = [&](const std::string& why) -> Status {
-    if (backing != nullptr) {
-      backing->Reclaim();  // truncate, unmap, close
-      *revoked = true;
-    } else if (::ftruncate(fd.get(), 0) == 0) {
-      *revoked = true;
-    }
-    Count("unjournalled_revokes");
-    std::string msg = what + " cannot be accounted again: " + why +
-                      (*revoked ? "; its memory was taken back (revoked)" : "");
-    CXLPOOL_LOG(kError) << "restart: " << msg;
-    return Status(Code::kResourceExhausted, msg);
-  };
-  for (const auto& [other, l] : table_.leases()) {
-    const bool same =
-        std::any_of(l.identity.begin(), l.identity.end(), [&](const DurableExtent& x) {
-          return x.inode == facts->inode && x.inode_dev == facts->dev;
-        });
-    if (same || (l.inode == facts->inode && l.inode_dev == facts->dev)) {
-      Count("unjournalled_rejects");
-      return Status(Code::kInvalidArgument, what + ": the fd is the memfd of another lease");
-    }
-  }
-  DurableLease d;
-  d.id = id;
-  d.size_bytes = facts->size_bytes;
-  d.requested_bytes = facts->size_bytes;
-  d.page_size = facts->page_size;
-  d.backing = BackingKindOf(*facts, hints != nullptr ? hints->backing : "");
-  d.inode = facts->inode;
-  d.inode_dev = facts->dev;
-  {
-    auto b = AdoptMemfd(std::move(fd), d, false);
-    if (!b.ok()) return revoke(b.status().message());
-    backing = std::move(*b);
-  }
-  // Where its pages really are decides its pool (the client's word is only
-  // a hint): the memfd pool of that node.
-  const std::map<int, uint64_t> nodes = ResidentNodes(backing->daemon_addr(), d.size_bytes);
-  const int node = MajorityNode(nodes);
-  MemfdPool* pool = nullptr;
-  for (Pool* p : pool_ptrs_) {
-    auto* mp = dynamic_cast<MemfdPool*>(p);
-    if (mp == nullptr || hints == nullptr || mp->name() != hints->pool) continue;
-    if (node < 0 || !mp->binds() || mp->numa_node() == node) pool = mp;
-  }
-  for (Pool* p : pool_ptrs_) {
-    auto* mp = dynamic_cast<MemfdPool*>(p);
-    if (pool != nullptr || mp == nullptr) continue;
-    if (node < 0 || mp->numa_node() == node) pool = mp;
-  }
-  if (pool == nullptr) {
-    return revoke(node >= 0 ? "its pages are on node " + std::to_string(node) +
-                                  ", which no memfd pool serves"
-                            : std::string("no memfd pool is configured"));
-  }
-  auto rounded = pool->RoundSize(d.size_bytes, facts->hugetlb);
-  if (!rounded.ok() || *rounded != d.size_bytes) {
-    return revoke("its size " + std::to_string(d.size_bytes) + " does not fit " + pool->name() +
-                  "'s pages");
-  }
-  // The checks an ALLOC of the same size passes: an fd nobody can tell from
-  // a real lease gets the caller no more than asking for memory would.
-  const std::string& tier = pool->quota_tier();
-  CallerInfo owner = who != nullptr ? *who : CallerInfo();
-  const Tenant tenant = TenantOf(owner);
-  if (who != nullptr) {
-    if (Status q = quotas_.Check(tenant, tier, d.size_bytes); !q.ok()) return revoke(q.message());
-    if (Status room =
-            quotas_.CheckReserve(tenant, pool->name(), pool->capacity(),
-                                 pool->leased_bytes() + pool->reserved_bytes(), d.size_bytes);
-        !room.ok()) {
-      return revoke(room.message());
-    }
-  }
-  if (Status lim = CheckDaemonLimits(); !lim.ok()) return revoke(lim.message());
-  if (!pool->TryReserve(d.size_bytes)) {
-    return revoke(pool->name() + ": " + HumanBytes(pool->free_bytes()) + " free of " +
-                  HumanBytes(pool->capacity()));
-  }
-  pool->CommitReserve(d.size_bytes);
-  if (pool->config().pin && ::mlock(backing->daemon_addr(), d.size_bytes) != 0) {
-    CXLPOOL_LOG(kWarning) << "lease " << id << ": mlock after re-adoption failed; kept unpinned";
-  }
-  Lease fresh;
-  fresh.id = id;
-  fresh.size = d.size_bytes;
-  fresh.requested = d.size_bytes;
-  fresh.pool = pool;
-  fresh.tier = tier;
-  fresh.extents.push_back(std::move(backing));
-  fresh.placement_reason =
-      "accounted again after journal damage (" +
-      (node >= 0 ? "pages on node " + std::to_string(node) : std::string("no page resident")) +
-      (who == nullptr ? ", from the fd store)" : ", from a reclaim)");
-  fresh.inode = d.inode;
-  fresh.inode_dev = d.inode_dev;
-  fresh.identity = ExtentsOf(d);
-  return AddReadopted(std::move(fresh), hints, who);
-}
-
-std::optional<Result<uint64_t>> LeaseManager::ReadoptDevdax(uint64_t id, UniqueFd& fd,
-                                                            const ReclaimItem* hints,
-                                                            const CallerInfo* who) {
-  const std::string what = "lease " + std::to_string(id) + " (not in the journal)";
-  for (Pool* p : pool_ptrs_) {
-    auto* dax = dynamic_cast<DevdaxPool*>(p);
-    if (dax == nullptr) continue;
-    std::string device;
-    uint64_t size = 0;
-    if (!dax->dynamic_region()) {
-      const std::string whole = dax->LeaseDevice("");
-      if (whole.empty() || !dax->CheckFd(fd.get(), whole, 0).ok()) continue;
-      // The static device is leased whole: the journal lost its lease, and
-      // its holder is back. Held by another lease, it is not this one.
-      if (dax->lease_count() > 0 || dax->reserved_bytes() > 0) {
-        Count("unjournalled_rejects");
-        return Result<uint64_t>(
-            Status(Code::kInvalidArgument, what + ": " + whole + " is held by another lease"));
-      }
-      size = dax->capacity();
-      if (!dax->TryReserve(size)) {
-        Count("unjournalled_rejects");
-        return Result<uint64_t>(Status(Code::kResourceExhausted,
-                                       what + ": " + whole + " is not free in " + dax->name()));
-      }
-      dax->CommitReserve(size);
-      device = whole;
-    } else {
-      // A sub-device the previous daemon carved, that no journalled lease
-      // names and a process held open at start (FindDaxOrphans): its bytes
-      // are reserved already and become this lease's.
-      auto o = std::find_if(dax_orphans_.begin(), dax_orphans_.end(), [&](const DaxOrphan& x) {
-        return x.pool == dax && dax->CheckFd(fd.get(), x.device, 0).ok();
-      });
-      if (o == dax_orphans_.end()) continue;
-      device = o->device;
-      size = o->size;
-      dax_orphans_.erase(o);
-    }
-    auto rdev = dax->CurrentDeviceNumber(device);
-    std::unique_ptr<DevdaxBacking> backing =
-        dax->Recovered(device, size, rdev.ok() ? *rdev : 0, std::move(fd));
-    Lease fresh;
-    fresh.id = id;
-    fresh.size = size;
-    fresh.requested = size;
-    fresh.pool = dax;
-    fresh.tier = dax->quota_tier();
-    fresh.extents.push_back(std::move(backing));
-    fresh.placement_reason = "accounted again after journal damage (DAX device " + device +
-                             (who == nullptr ? ", from the fd store)" : ", from a reclaim)");
-    CXLPOOL_LOG(kError) << "restart: " << what << ": DAX device " << device << " ("
-                        << HumanBytes(size) << " of " << dax->name()
-                        << ") is held again and accounted as this lease";
-    Count("unjournalled_dax_adopted");
-    return Result<uint64_t>(AddReadopted(std::move(fresh), hints, who));
-  }
-  return std::nullopt;
-}
-
-uint64_t LeaseManager::AddReadopted(Lease fresh, const ReclaimItem* hints, const CallerInfo* who) {
-  const CallerInfo owner = who != nullptr ? *who : CallerInfo();
-  const Tenant tenant = TenantOf(owner);
-  fresh.label = hints != nullptr ? hints->label.substr(0, 256) : std::string();
-  fresh.owner = owner;
-  fresh.created_unix = clock_->WallSeconds();
-  fresh.unjournalled = true;
-  fresh.owner_provisional =
-      who == nullptr || hints == nullptr || !hints->owner_uid || *hints->owner_uid != who->uid;
-  Lease& l = table_.Add(std::move(fresh));  // indexed by owner and name
-  quotas_.Charge(tenant, l.tier, l.size);
-  if (!l.owner_provisional && hints != nullptr && !hints->name.empty() &&
-      hints->name.size() <= 255) {
-    (void)table_.SetName(l, hints->name);  // unless the owner has that name already
-  }
-  if (who != nullptr) Count("unjournalled_adopted");
-  return l.id;
-}
-
-void LeaseManager::TakeOver(Lease& l, const CallerInfo& who, const std::string& name,
-                            bool confirmed) {
-  quotas_.Uncharge(TenantOf(l.owner), l.tier, l.size);
-  table_.SetOwner(l, who);  // its old name goes with the old owner
-  quotas_.Charge(TenantOf(l.owner), l.tier, l.size);
-  if (confirmed && !name.empty() && name.size() <= 255) (void)table_.SetName(l, name);
-  l.owner_provisional = !confirmed;
-  CXLPOOL_LOG(kInfo) << "reclaim: lease " << l.id << " is now charged to uid " << who.uid
-                     << (confirmed ? " (its owner)" : " (its first holder back)");
 }
 
 void LeaseManager::HandOver() {

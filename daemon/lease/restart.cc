@@ -208,9 +208,12 @@ std::map<int, uint64_t> ResidentNodes(void* addr, uint64_t size, uint32_t sample
     char* p = static_cast<char*>(addr) + i * page;
     unsigned char in_core = 0;
     if (::mincore(p, page, &in_core) != 0 || !(in_core & 1)) continue;
-    // Map the page the page cache holds (a read of a resident page
-    // allocates nothing), so move_pages can see it in this process.
-    (void)*static_cast<volatile char*>(p);
+    // Map the page the page cache holds, so move_pages can see it in this
+    // process. Never by reading it: the holder may have truncated the file
+    // since, and a load past its end is SIGBUS. MADV_POPULATE_READ reports
+    // that as an error instead (a kernel before 5.14 has no such call: the
+    // page is not counted).
+    if (::madvise(p, page, MADV_POPULATE_READ) != 0) continue;
     at.push_back(p);
   }
   if (at.empty()) return out;

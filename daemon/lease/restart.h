@@ -187,8 +187,10 @@ Result<MemfdFacts> CheckUnknownMemfd(int fd);
 
 // Where the pages of a mapping are, by node: up to `samples` pages spread
 // over [addr, addr + size), of those the page cache holds (mincore), as
-// move_pages(2) reports them. Pages never touched are not counted (and not
-// allocated). Empty when none is resident or the kernel cannot tell.
+// move_pages(2) reports them, each mapped with MADV_POPULATE_READ first. No
+// byte is read: the file may be a holder's, truncated at any moment. Pages
+// never touched are not counted (and not allocated). Empty when none is
+// resident or the kernel cannot tell.
 std::map<int, uint64_t> ResidentNodes(void* addr, uint64_t size, uint32_t samples = 64);
 
 // Takes checked memfds back, one per extent (CheckLeaseFds): maps each

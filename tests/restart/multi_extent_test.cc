@@ -26,6 +26,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <sstream>
 
@@ -124,8 +125,15 @@ class MultiExtentTest : public ::testing::Test {
   Daemon daemon_;
 };
 
-TEST_F(MultiExtentTest, OneRangeAcrossExtentsSurvivesASigkill) {
-  const std::string sock = daemon_.socket();
+// A lease of four extents with records across their boundaries, the daemon
+// SIGKILLed (`while_down` runs before the restart), the extents handed back
+// by the client's watcher: the same data in the same mapping, the lease
+// listed whole, and a release brings the accounting back to zero.
+// `damaged`: while_down damages the journal, so the grace period runs its
+// full length after the reclaim.
+void KillRestartAndReclaim(Daemon& daemon, const std::function<void()>& while_down,
+                           bool damaged = false) {
+  const std::string sock = daemon.socket();
   LibraryHolder h;
   std::optional<cxlpool::Lease>& lease = h.lease;
   Helper w([&](char cmd) -> uint64_t {
@@ -160,14 +168,46 @@ TEST_F(MultiExtentTest, OneRangeAcrossExtentsSurvivesASigkill) {
   ASSERT_TRUE(listed.ok()) << listed.status().ToString();
   EXPECT_EQ(listed->size_bytes(), 7 * kMiB + 8192);
   EXPECT_EQ(w.Ask('v'), 1u);
-  daemon_.Kill();
-  ASSERT_TRUE(daemon_.Restart().ok());
+  daemon.Kill();
+  while_down();
+  ASSERT_TRUE(daemon.Restart().ok());
   // The watcher hands all four extents back; the lease is held again.
   std::string last;
-  bool back = HeldAgainByOne(sock, *id, w.pid(), &last);
+  bool back = HeldAgainByOne(sock, *id, w.pid(), &last, 20000, damaged);
   ASSERT_TRUE(back) << last;
+  listed = Listed(sock, *id);
+  ASSERT_TRUE(listed.ok()) << listed.status().ToString();
+  EXPECT_EQ(listed->size_bytes(), 7 * kMiB + 8192) << "accounted whole";
+  EXPECT_EQ(listed->extents_size(), 4);
+  auto a = Snapshot(sock);
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->Inconsistencies(), "");
+  EXPECT_EQ(a->Counter("unjournalled_revokes"), 0u);
   EXPECT_EQ(w.Ask('v'), 1u);  // same mapping, same data across the boundaries
   EXPECT_EQ(w.Ask('x'), 1u);
+}
+
+TEST_F(MultiExtentTest, OneRangeAcrossExtentsSurvivesASigkill) {
+  KillRestartAndReclaim(daemon_, [] {});
+  ExpectBaseline();
+}
+
+// The journal is lost while the daemon is down: the holder's RECLAIM of its
+// four extents accounts the lease again whole, none of them revoked.
+TEST_F(MultiExtentTest, ALeaseOfSeveralExtentsTheJournalLostComesBackWhole) {
+  // After damage the grace period runs its full length, and a lease the
+  // journal lost is freed only at its end: a short one.
+  daemon_.Kill();
+  ASSERT_TRUE(daemon_.Start(Config(), {"--state-dir", state_.path, "--grace-period", "6s"}).ok());
+  KillRestartAndReclaim(
+      daemon_,
+      [&] {
+        ASSERT_EQ(::unlink((state_.path + "/leases.journal").c_str()), 0) << std::strerror(errno);
+      },
+      /*damaged=*/true);
+  auto a = Snapshot(daemon_.socket());
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->Counter("unjournalled_adopted"), 1u);
   ExpectBaseline();
 }
 

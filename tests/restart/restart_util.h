@@ -114,8 +114,10 @@ inline bool InGrace(const std::string& socket) {
 // Waits (up to `limit_ms`) until the daemon on `socket` holds lease `id`
 // for one holder again (owned by `owner`, unless 0), out of its grace period
 // and with accounting that agrees; `*last` says what was seen last.
+// `grace_may_run`: the grace period may still run (after journal damage it
+// runs its full length whatever is reclaimed).
 inline bool HeldAgainByOne(const std::string& socket, uint64_t id, pid_t owner, std::string* last,
-                           int limit_ms = 20000) {
+                           int limit_ms = 20000, bool grace_may_run = false) {
   return testsupport::PollUntil(
       [&] {
         auto a = Snapshot(socket);
@@ -128,7 +130,7 @@ inline bool HeldAgainByOne(const std::string& socket, uint64_t id, pid_t owner, 
         *last = "holders " + std::to_string(it->second.holders());
         return it->second.holders() == 1 &&
                (owner == 0 || it->second.owner_pid() == static_cast<uint32_t>(owner)) &&
-               !InGrace(socket) && a->Inconsistencies().empty();
+               (grace_may_run || !InGrace(socket)) && a->Inconsistencies().empty();
       },
       limit_ms, 5);
 }
