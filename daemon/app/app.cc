@@ -505,6 +505,10 @@ int RunDaemon(const DaemonFlags& command_line) {
     tiering_engine = std::make_unique<tiering::TieringEngine>(
         &tiering_table, migrator.get(), &tiering_requests, &SystemClock::Get(), io.get_executor(),
         tiering_thread.get_executor(), tiering::TieringOptionsFrom(cfg->tiering));
+    // On-demand rounds for urgent hints are charged to the hints' senders.
+    tiering_engine->SetBusyCharge([&busy](uid_t uid, std::chrono::nanoseconds d) {
+      busy.Charge(uid, d, std::chrono::steady_clock::now());
+    });
     tiering::KernelAccess access = tiering::DetectKernelAccess(*proc, *proc);
     if (fs->IsThisSystem()) {
       // Names the kdamond this daemon makes, so that one a killed daemon left

@@ -395,6 +395,9 @@ Status ReadTiering(const toml::table& t, TieringConfig* out) {
   CXLPOOL_RETURN_IF_ERROR(duration("cooperative_deadline", &out->cooperative_deadline));
   CXLPOOL_RETURN_IF_ERROR(duration("cooperative_retry", &out->cooperative_retry));
   CXLPOOL_RETURN_IF_ERROR(duration("max_pause", &out->max_pause));
+  CXLPOOL_RETURN_IF_ERROR(duration("hint_interval", &out->hint_interval));
+  CXLPOOL_RETURN_IF_ERROR(
+      r.ReadUint("max_urgent_hints_per_uid", 1u << 20, &out->max_urgent_hints_per_uid));
   CXLPOOL_RETURN_IF_ERROR(number("hot_threshold", 0, 1e9, &out->hot_threshold));
   CXLPOOL_RETURN_IF_ERROR(number("cold_threshold", 0, 1e9, &out->cold_threshold));
   CXLPOOL_RETURN_IF_ERROR(percent("dram_low_watermark", &out->dram_low_watermark));

@@ -109,6 +109,10 @@ struct TieringConfig {
   std::chrono::milliseconds cooperative_deadline{2000};
   std::chrono::milliseconds cooperative_retry{300000};
   std::chrono::milliseconds max_pause{2000};
+  // Urgent hints: on-demand rounds at least hint_interval apart; at most
+  // max_urgent_hints_per_uid a second per uid (0: no limit).
+  std::chrono::milliseconds hint_interval{100};
+  uint64_t max_urgent_hints_per_uid = 1000;
   // "auto": idle page tracking when usable, else DAMON; "idle_page", "damon"
   // (only that one); "off"
   std::string sampling = "auto";

@@ -26,6 +26,14 @@ Status Parse(const Request& req, M* out) {
 
 }  // namespace
 
+tiering::Caller TieringRequests::CallerOf(ConnectionId conn) const {
+  tiering::Caller c;
+  c.conn = conn;
+  if (const CallerInfo* info = leases_->Caller(conn)) c.uid = info->uid;
+  c.admin = leases_->IsAdmin(conn);
+  return c;
+}
+
 bool TieringRequests::Handles(proto::MsgType type) {
   switch (type) {
     case proto::MSG_TIERING_SIGNALS_REQUEST:
@@ -83,7 +91,7 @@ Reply TieringRequests::Handle(ConnectionId conn, const Request& req, const Reply
         good.push_back(x);
         index.push_back(static_cast<size_t>(i));
       }
-      for (auto& [j, st] : engine_->OnSignals(conn, good)) bad.emplace_back(index[j], st);
+      for (auto& [j, st] : engine_->OnSignals(CallerOf(conn), good)) bad.emplace_back(index[j], st);
       const size_t total = static_cast<size_t>(in.signals_size());
       proto::TieringSignalsReply out;
       out.set_accepted(static_cast<uint32_t>(total - bad.size()));
@@ -103,7 +111,7 @@ Reply TieringRequests::Handle(ConnectionId conn, const Request& req, const Reply
       std::optional<bool> pin, coop;
       if (in.has_pin_tier()) pin = in.pin_tier();
       if (in.has_cooperative_pin()) coop = in.cooperative_pin();
-      Status st = engine_->SetLeaseOptions(conn, in.lease_id(), pin, coop, leases_->IsAdmin(conn));
+      Status st = engine_->SetLeaseOptions(CallerOf(conn), in.lease_id(), pin, coop);
       if (!st.ok()) return MakeErrorReply(st);
       return AsReply(proto::TieringLeaseReply());
     }

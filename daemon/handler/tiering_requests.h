@@ -43,6 +43,9 @@ class TieringRequests final : public tiering::HolderChannel {
   static constexpr int kMaxSignalsPerFrame = 4096;
 
  private:
+  // The connection's uid and admin rights, for the engine's checks.
+  tiering::Caller CallerOf(ConnectionId conn) const;
+
   const LeaseManager* leases_;
   tiering::TieringEngine* engine_ = nullptr;
   PushFn push_;

@@ -67,6 +67,7 @@ TieringEngine::TieringEngine(LeaseTable* table, Migrator* migrator, HolderChanne
       options_(std::move(options)),
       limiter_(options_.rate_limit_bytes_per_s, 0, clock->MonotonicNs()) {
   timer_ = std::make_shared<Timer>(loop_);
+  urgent_timer_ = std::make_shared<Timer>(loop_);
 }
 
 TieringEngine::~TieringEngine() {
@@ -89,6 +90,7 @@ void TieringEngine::Stop() {
   stopped_ = true;
   cancel_->store(true);
   static_cast<Timer*>(timer_.get())->cancel();
+  static_cast<Timer*>(urgent_timer_.get())->cancel();
   if (move_ && move_->cooperative && !move_->running) CancelCooperative("the daemon is stopping");
 }
 
@@ -111,6 +113,52 @@ void TieringEngine::ScheduleRound(int64_t delay_ns) {
 void TieringEngine::Tick() {
   Round();
   ScheduleRound(options_.interval_ns);
+}
+
+void TieringEngine::QueueUrgent(uint64_t id, uid_t uid) { urgent_.insert_or_assign(id, uid); }
+
+void TieringEngine::ScheduleUrgent() {
+  // One pending on-demand round at most, and no sooner than
+  // urgent_interval after the last one.
+  if (stopped_ || !started_ || urgent_scheduled_) return;
+  const int64_t delay = std::max<int64_t>(
+      last_urgent_round_ns_ + options_.urgent_interval_ns - clock_->MonotonicNs(), 0);
+  auto* t = static_cast<Timer*>(urgent_timer_.get());
+  urgent_scheduled_ = true;
+  t->expires_after(std::chrono::nanoseconds(delay));
+  std::weak_ptr<bool> alive = alive_;
+  t->async_wait([this, alive](const boost::system::error_code& ec) {
+    if (ec || alive.expired() || !*alive.lock()) return;
+    UrgentRound();
+  });
+}
+
+void TieringEngine::UrgentRound() {
+  urgent_scheduled_ = false;
+  if (stopped_) return;
+  const auto began = std::chrono::steady_clock::now();
+  last_urgent_round_ns_ = clock_->MonotonicNs();
+  std::map<uint64_t, uid_t> queued;
+  queued.swap(urgent_);
+  if (queued.empty()) return;
+  Count("urgent_rounds");
+  // Only the queued leases: what this costs grows with the hints, not with
+  // every tenant's leases. A move under way already: its end starts a full
+  // round, which sees the urgent units too.
+  std::vector<LeaseFacts> leases;
+  for (const auto& [id, uid] : queued) {
+    if (std::optional<LeaseFacts> f = table_->Find(id)) leases.push_back(std::move(*f));
+  }
+  if (!move_ && !leases.empty()) Plan(leases, true);
+  if (!busy_charge_) return;
+  // The time goes to the senders, by their share of the queued leases.
+  const auto spent = std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::steady_clock::now() - began);
+  std::map<uid_t, int64_t> shares;
+  for (const auto& [id, uid] : queued) ++shares[uid];
+  for (const auto& [uid, n] : shares) {
+    busy_charge_(uid, spent * n / static_cast<int64_t>(queued.size()));
+  }
 }
 
 int TieringEngine::NodeOfPool(const std::string& pool) const {
@@ -198,21 +246,47 @@ void TieringEngine::ApplyHint(UnitTrack& u, Hint h, bool whole, int64_t now) {
   }
 }
 
-std::vector<std::pair<size_t, Status>> TieringEngine::OnSignals(ConnId conn,
+namespace {
+
+// One answer for a lease that does not exist and one the caller may not
+// signal or change: neither says whether the id is in use.
+Status NotHeld(uint64_t id) {
+  return Status(Code::kNotFound, "lease " + std::to_string(id) + " is not held by this connection");
+}
+
+bool Holds(const LeaseFacts& f, ConnId conn) {
+  return std::find(f.holders.begin(), f.holders.end(), conn) != f.holders.end();
+}
+
+bool Urgent(const std::optional<Hint>& h) { return h == Hint::kWillNeed || h == Hint::kDontNeed; }
+
+}  // namespace
+
+Status TieringEngine::TakeUrgent(const Caller& from, int64_t now) {
+  const uint32_t rate = options_.max_urgent_hints_per_uid;
+  if (rate == 0) return Status::Ok();
+  auto it = urgent_buckets_.find(from.uid);
+  if (it == urgent_buckets_.end()) {
+    it = urgent_buckets_.emplace(from.uid, RateLimiter(rate, rate, now)).first;
+  }
+  if (it->second.TryTake(1, now)) return Status::Ok();
+  Count("urgent_hints_refused");
+  return Status(Code::kResourceExhausted,
+                "uid " + std::to_string(from.uid) + " sent more than " + std::to_string(rate) +
+                    " will_need/dont_need hints in a second (tiering.max_urgent_hints_per_uid);"
+                    " this one was not taken, retry in " +
+                    Ms(it->second.NsUntil(1, now)));
+}
+
+std::vector<std::pair<size_t, Status>> TieringEngine::OnSignals(const Caller& from,
                                                                 const std::vector<Signal>& batch) {
   std::vector<std::pair<size_t, Status>> rejected;
   const int64_t now = clock_->MonotonicNs();
   for (size_t i = 0; i < batch.size(); ++i) {
     const Signal& s = batch[i];
     std::optional<LeaseFacts> f = table_->Find(s.lease_id);
-    if (!f) {
-      rejected.emplace_back(i, Status(Code::kNotFound, "no lease " + std::to_string(s.lease_id)));
-      continue;
-    }
-    if (std::find(f->holders.begin(), f->holders.end(), conn) == f->holders.end()) {
-      rejected.emplace_back(
-          i, Status(Code::kPermissionDenied,
-                    "lease " + std::to_string(s.lease_id) + " is not held by this connection"));
+    if (!f || !Holds(*f, from.conn)) {
+      rejected.emplace_back(i, NotHeld(s.lease_id));
       continue;
     }
     if (s.length == 0) {
@@ -231,6 +305,15 @@ std::vector<std::pair<size_t, Status>> TieringEngine::OnSignals(ConnId conn,
       Count("signals_rejected");
       continue;
     }
+    // The owner's and an admin's hints steer the lease; another holder's
+    // are what they say about its own use, weighed as a signal.
+    const bool steers = from.admin || from.uid == f->owner_uid;
+    if (s.hint && steers && Urgent(s.hint)) {
+      if (Status st = TakeUrgent(from, now); !st.ok()) {
+        rejected.emplace_back(i, std::move(st));
+        continue;
+      }
+    }
     LeaseTrack& t = Track(*f);
     const double bytes = static_cast<double>(s.bytes_read) + static_cast<double>(s.bytes_written);
     for (UnitTrack& u : t.units) {
@@ -240,31 +323,45 @@ std::vector<std::pair<size_t, Status>> TieringEngine::OnSignals(ConnId conn,
       if (bytes > 0) u.heat.Add(bytes * share, now, options_.half_life_ns);
       u.bytes_read += static_cast<uint64_t>(static_cast<double>(s.bytes_read) * share);
       u.bytes_written += static_cast<uint64_t>(static_cast<double>(s.bytes_written) * share);
-      if (s.hint) {
-        ++u.hints;
+      if (!s.hint) continue;
+      ++u.hints;
+      if (steers) {
         ApplyHint(u, *s.hint, ov == u.length, now);
+      } else if (*s.hint == Hint::kHot || *s.hint == Hint::kWillNeed) {
+        // Still in use by another holder: warm (halfway between the
+        // thresholds), so never demoted as cold, never hot by this alone.
+        const double warm = (options_.policy.cold_threshold + options_.policy.hot_threshold) / 2 *
+                            static_cast<double>(u.length);
+        if (u.heat.At(now, options_.half_life_ns) < warm) u.heat.Set(warm, now);
       }
     }
     Count("signals");
     if (s.hint) Count(std::string("hints_") + HintName(*s.hint));
+    if (s.hint && !steers) Count("hints_as_signals");
     Count("signalled_bytes", s.bytes_read + s.bytes_written);
+    if (s.hint && steers && Urgent(s.hint)) QueueUrgent(s.lease_id, from.uid);
   }
-  bool urgent = false;
-  for (const Signal& s : batch) {
-    urgent = urgent || s.hint == Hint::kWillNeed || s.hint == Hint::kDontNeed;
-  }
-  if (urgent) ScheduleRound(0);  // act on will_need / dont_need now
+  if (!urgent_.empty()) ScheduleUrgent();  // act on will_need / dont_need soon
   return rejected;
 }
 
-Status TieringEngine::SetLeaseOptions(ConnId conn, uint64_t lease_id, std::optional<bool> opt_out,
-                                      std::optional<bool> cooperative_pin, bool is_admin) {
+Status TieringEngine::SetLeaseOptions(const Caller& from, uint64_t lease_id,
+                                      std::optional<bool> opt_out,
+                                      std::optional<bool> cooperative_pin) {
   std::optional<LeaseFacts> f = table_->Find(lease_id);
-  if (!f) return Status(Code::kNotFound, "no lease " + std::to_string(lease_id));
-  bool holder = std::find(f->holders.begin(), f->holders.end(), conn) != f->holders.end();
-  if (!holder && !is_admin) {
+  const bool holder = f && Holds(*f, from.conn);
+  const bool owner = f && f->owner_uid == from.uid;
+  if (!f || (!holder && !owner && !from.admin)) {
+    return Status(Code::kNotFound,
+                  "lease " + std::to_string(lease_id) + " is not one this caller may change");
+  }
+  if (opt_out && !owner && !from.admin) {
     return Status(Code::kPermissionDenied,
-                  "lease " + std::to_string(lease_id) + " is not held by this connection");
+                  "only the owner of lease " + std::to_string(lease_id) + " (uid " +
+                      std::to_string(f->owner_uid) +
+                      ") or an admin may change its tiering options (pin_tier); another holder "
+                      "may declare its own pin (cooperative_pin) and send hints, which count "
+                      "as signals");
   }
   if (cooperative_pin && !holder) {
     return Status(Code::kPermissionDenied,
@@ -274,9 +371,9 @@ Status TieringEngine::SetLeaseOptions(ConnId conn, uint64_t lease_id, std::optio
   if (opt_out) t.opted_out = *opt_out;
   if (cooperative_pin) {
     if (*cooperative_pin) {
-      t.pinned_by.insert(conn);
+      t.pinned_by.insert(from.conn);
     } else {
-      t.pinned_by.erase(conn);
+      t.pinned_by.erase(from.conn);
     }
   }
   return Status::Ok();
@@ -377,6 +474,23 @@ void TieringEngine::MaybeSample(const std::vector<LeaseFacts>& leases) {
   });
 }
 
+std::vector<PoolState> TieringEngine::RefreshPools() {
+  std::vector<PoolState> ps;
+  pool_nodes_.clear();
+  for (const PoolFacts& p : table_->Pools()) {
+    pool_nodes_[p.name] = p.numa_node;
+    PoolState s;
+    s.name = p.name;
+    s.numa_node = p.numa_node;
+    s.kind = p.kind;
+    s.tier = TierClassOfKind(p.kind, p.movable);
+    s.capacity_bytes = p.capacity_bytes;
+    s.free_bytes = p.free_bytes;
+    ps.push_back(std::move(s));
+  }
+  return ps;
+}
+
 void TieringEngine::Round() {
   if (stopped_) return;
   const int64_t now = clock_->MonotonicNs();
@@ -391,10 +505,6 @@ void TieringEngine::Round() {
   }
 
   std::vector<LeaseFacts> leases = table_->Leases();
-  std::vector<PoolFacts> pools = table_->Pools();
-  pool_nodes_.clear();
-  for (const PoolFacts& p : pools) pool_nodes_[p.name] = p.numa_node;
-
   std::set<uint64_t> live;
   for (const LeaseFacts& f : leases) {
     live.insert(f.id);
@@ -407,29 +517,25 @@ void TieringEngine::Round() {
         uint64_t id = it->first;
         boost::asio::post(mover_, [sampler, id] { sampler->Forget(id); });
       }
+      urgent_.erase(it->first);
       it = tracks_.erase(it);
     } else {
       ++it;
     }
   }
-  MaybeSample(leases);
-
-  std::vector<PoolState> ps;
-  for (const PoolFacts& p : pools) {
-    PoolState s;
-    s.name = p.name;
-    s.numa_node = p.numa_node;
-    s.kind = p.kind;
-    s.tier = TierClassOfKind(p.kind, p.movable);
-    s.capacity_bytes = p.capacity_bytes;
-    s.free_bytes = p.free_bytes;
-    ps.push_back(std::move(s));
+  // Buckets back to full are forgotten (a uid starts full when it returns).
+  for (auto it = urgent_buckets_.begin(); it != urgent_buckets_.end();) {
+    it = it->second.Full(now) ? urgent_buckets_.erase(it) : std::next(it);
   }
+  MaybeSample(leases);
+  Plan(leases, false);
+}
+
+std::vector<UnitState> TieringEngine::UnitStates(const std::vector<LeaseFacts>& leases,
+                                                 int64_t now) {
   std::vector<UnitState> us;
-  std::map<uint64_t, const LeaseFacts*> by_id;
   for (const LeaseFacts& f : leases) {
-    by_id[f.id] = &f;
-    LeaseTrack& t = tracks_[f.id];
+    LeaseTrack& t = Track(f);
     const bool coop = f.long_term_pin || !t.pinned_by.empty();
     for (uint32_t i = 0; i < f.units.size(); ++i) {
       UnitTrack& ut = t.units[i];
@@ -482,6 +588,15 @@ void TieringEngine::Round() {
       us.push_back(std::move(u));
     }
   }
+  return us;
+}
+
+void TieringEngine::Plan(const std::vector<LeaseFacts>& leases, bool urgent_only) {
+  const int64_t now = clock_->MonotonicNs();
+  std::vector<PoolState> ps = RefreshPools();
+  std::vector<UnitState> us = UnitStates(leases, now);
+  std::map<uint64_t, const LeaseFacts*> by_id;
+  for (const LeaseFacts& f : leases) by_id[f.id] = &f;
 
   // A full bucket lets the next range go whatever its size; else what it holds.
   double avail = limiter_.Available(now);
@@ -489,6 +604,11 @@ void TieringEngine::Round() {
                    : avail >= 1       ? static_cast<int64_t>(std::min(avail, 4e18))
                                       : 0;
   PolicyOutput out = Decide(options_.policy, ps, us, now, budget);
+  if (urgent_only) {
+    // Only what the hints asked for: the other rules need every lease.
+    std::erase_if(out.decisions,
+                  [](const Decision& d) { return d.rule != "will_need" && d.rule != "dont_need"; });
+  }
   pressure_ = out.pressure;
   for (size_t i = 0; i < out.decisions.size(); ++i) {
     const Decision& d = out.decisions[i];
@@ -504,6 +624,26 @@ void TieringEngine::Round() {
   }
   if (move_ || !moves_off_.empty()) return;
 
+  if (ResumeUnfinished(leases, now)) return;
+  if (out.decisions.empty()) return;
+  const Decision& d = out.decisions.front();
+  auto fit = by_id.find(d.lease_id);
+  if (fit == by_id.end()) return;
+  if (!limiter_.TryTake(d.length, now)) {
+    ScheduleRound(limiter_.NsUntil(d.length, now));
+    return;
+  }
+  std::vector<uint32_t> also;
+  for (size_t i = 1; i < out.decisions.size(); ++i) {
+    const Decision& o = out.decisions[i];
+    if (o.lease_id == d.lease_id && o.to_pool == d.to_pool && o.unit != d.unit) {
+      also.push_back(o.unit);
+    }
+  }
+  Begin(d, *fit->second, false, also);
+}
+
+bool TieringEngine::ResumeUnfinished(const std::vector<LeaseFacts>& leases, int64_t now) {
   // A move someone began and nobody finished (a daemon killed mid-migration):
   // finish it before anything new.
   for (const LeaseFacts& f : leases) {
@@ -538,24 +678,9 @@ void TieringEngine::Round() {
       limiter_.Charge(d.length, now);
     }
     Begin(d, f, true);
-    return;
+    return true;
   }
-  if (out.decisions.empty()) return;
-  const Decision& d = out.decisions.front();
-  auto fit = by_id.find(d.lease_id);
-  if (fit == by_id.end()) return;
-  if (!limiter_.TryTake(d.length, now)) {
-    ScheduleRound(limiter_.NsUntil(d.length, now));
-    return;
-  }
-  std::vector<uint32_t> also;
-  for (size_t i = 1; i < out.decisions.size(); ++i) {
-    const Decision& o = out.decisions[i];
-    if (o.lease_id == d.lease_id && o.to_pool == d.to_pool && o.unit != d.unit) {
-      also.push_back(o.unit);
-    }
-  }
-  Begin(d, *fit->second, false, also);
+  return false;
 }
 
 void TieringEngine::Begin(const Decision& d, const LeaseFacts& f, bool resume,

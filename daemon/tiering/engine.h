@@ -7,7 +7,12 @@
 //    per range, sent in batches (OnSignals);
 //  - hints for a range: hot, cold, will_need, dont_need. hot and will_need
 //    apply to every unit the range touches, cold and dont_need only to units
-//    the range covers whole (a part of a unit still in use keeps it warm);
+//    the range covers whole (a part of a unit still in use keeps it warm).
+//    Only the owner's (a connection of the lease's owner uid) and an admin's
+//    hints act as hints; another holder's (one that attached) are signals
+//    of its own use: hot / will_need keep the units warm (halfway between
+//    the cold and the hot threshold: never demoted as cold, never promoted
+//    by this alone), cold / dont_need change nothing, none is urgent;
 //  - CPU-side samples from an AccessSampler, when the kernel offers one;
 //  - pool pressure (free bytes against the watermarks), read from the
 //    LeaseTable each round.
@@ -37,6 +42,18 @@
 // then left alone for `cooperative_retry`. A holder is never forced. A
 // holder that disconnects no longer pins anything and is not waited for.
 //
+// Urgent hints (an owner's will_need / dont_need) do not start a full
+// round: the lease is queued and an on-demand round is asked for. Requests
+// coalesce into at most one pending on-demand round, which starts no sooner
+// than `urgent_interval` after the last one and looks only at the queued
+// leases (their facts, the pools, the urgent rules of the policy), never at
+// every tenant's; what needs room made for it waits for the next periodic
+// round. Its loop time is charged to the uids whose hints it served
+// (SetBusyCharge: limits.max_busy_per_uid), and each uid may send at most
+// `max_urgent_hints_per_uid` urgent hints a second (a bucket of one
+// second's worth); beyond that an urgent hint is refused RESOURCE_EXHAUSTED,
+// naming the limit.
+//
 // Every decision and its outcome goes into a bounded history with its reason
 // (Report, `cxlpoolctl tiering`).
 //
@@ -48,6 +65,8 @@
 
 #include <atomic>
 #include <boost/asio/any_io_executor.hpp>
+#include <chrono>
+#include <climits>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -85,6 +104,11 @@ struct TieringOptions {
   double hint_boost = 2.0;
   // A will_need / dont_need hint that could not be acted on lapses after this.
   int64_t urgent_ttl_ns = 60'000'000'000;
+  // On-demand rounds for urgent hints: at most one pending, at least this
+  // far apart.
+  int64_t urgent_interval_ns = 100'000'000;
+  // Urgent hints (will_need, dont_need) a uid may send per second (0: no limit).
+  uint32_t max_urgent_hints_per_uid = 1000;
   // Samples: one round at most this often; each adds share x length bytes.
   int64_t sample_interval_ns = 5'000'000'000;
   uint64_t step_bytes = 64ull << 20;
@@ -161,10 +185,19 @@ struct TieringReport {
   std::map<std::string, uint64_t> counters;
 };
 
+// Who sent a request: its connection, its uid, whether it is an admin.
+struct Caller {
+  ConnId conn = 0;
+  uid_t uid = static_cast<uid_t>(-1);
+  bool admin = false;
+};
+
 class TieringEngine {
  public:
   using Executor = boost::asio::any_io_executor;
   using ReadyDone = std::function<void(Result<MigrationOutcome>)>;
+  // Charges daemon time spent for a uid (BusyBudget::Charge).
+  using BusyCharge = std::function<void(uid_t uid, std::chrono::nanoseconds busy)>;
 
   TieringEngine(LeaseTable* table, Migrator* migrator, HolderChannel* holders, const Clock* clock,
                 Executor loop, Executor mover, TieringOptions options);
@@ -178,6 +211,8 @@ class TieringEngine {
   // Moves stay off with this reason (a foreign topology, no CAP_SYS_NICE);
   // signals are still taken and temperatures still shown.
   void DisableMoves(std::string why) { moves_off_ = std::move(why); }
+  // Where the loop time of on-demand rounds is charged, per uid.
+  void SetBusyCharge(BusyCharge charge) { busy_charge_ = std::move(charge); }
 
   // Starts the periodic rounds. Stop cancels them, cancels a cooperative
   // move that waits for holders (they are answered UNAVAILABLE), and asks a
@@ -193,17 +228,23 @@ class TieringEngine {
     uint64_t bytes_written = 0;
     std::optional<Hint> hint;
   };
-  // Takes a batch from `conn`. Each entry is judged alone; the rejected ones
-  // come back with their index: NOT_FOUND (no such lease), PERMISSION_DENIED
-  // (not held by this connection), INVALID_ARGUMENT (empty range, a range
-  // outside the lease, naming both).
-  std::vector<std::pair<size_t, Status>> OnSignals(ConnId conn, const std::vector<Signal>& batch);
+  // Takes a batch from `from`. Each entry is judged alone; the rejected ones
+  // come back with their index: NOT_FOUND (no such lease, or not held by
+  // this connection: one answer), INVALID_ARGUMENT (empty range, a range
+  // outside the lease, naming both), RESOURCE_EXHAUSTED (an urgent hint
+  // over max_urgent_hints_per_uid). A holder that is neither the owner nor
+  // an admin has its hints taken as signals (see above).
+  std::vector<std::pair<size_t, Status>> OnSignals(const Caller& from,
+                                                   const std::vector<Signal>& batch);
 
-  // Per-lease settings. `opt_out`: pinned to its tier (a holder, or an admin).
-  // `cooperative_pin`: this connection holds a long-term pin it can drop at
-  // a safe point. NOT_FOUND, PERMISSION_DENIED (neither holder nor admin).
-  Status SetLeaseOptions(ConnId conn, uint64_t lease_id, std::optional<bool> opt_out,
-                         std::optional<bool> cooperative_pin, bool is_admin);
+  // Per-lease settings. `opt_out`: pinned to its tier (the owner uid, or an
+  // admin). `cooperative_pin`: this connection holds a long-term pin it can
+  // drop at a safe point (any holder). NOT_FOUND (no such lease, or one the
+  // caller neither owns nor holds and is not admin of: one answer),
+  // PERMISSION_DENIED (a holder that is not the owner asks for opt_out; a
+  // non-holder declares a pin).
+  Status SetLeaseOptions(const Caller& from, uint64_t lease_id, std::optional<bool> opt_out,
+                         std::optional<bool> cooperative_pin);
 
   // A holder reached its safe point for `migration_id` (ready: its pins are
   // dropped) or declines. `done` is called exactly once: after the move (or
@@ -218,6 +259,10 @@ class TieringEngine {
 
   // One round now (the timer calls it; tests call it with a FakeClock).
   void Tick();
+  // The on-demand round over the leases urgent hints queued (its timer
+  // calls it; tests may call it).
+  void UrgentRound();
+  size_t urgent_queued() const { return urgent_.size(); }
   bool busy() const { return move_.has_value(); }
   const std::map<std::string, uint64_t>& counters() const { return counters_; }
 
@@ -283,8 +328,21 @@ class TieringEngine {
   std::string Evidence(const UnitTrack& u) const;
   void ApplyHint(UnitTrack& u, Hint h, bool whole, int64_t now);
   void MaybeSample(const std::vector<LeaseFacts>& leases);
+  // Whether `from` may take an urgent hint now (its uid's bucket).
+  Status TakeUrgent(const Caller& from, int64_t now);
+  // Queues lease `id` for the on-demand round (its hint came from `uid`).
+  void QueueUrgent(uint64_t id, uid_t uid);
+  void ScheduleUrgent();
   // A round: refresh, decide, start a move when none runs.
   void Round();
+  // What Round decides over `leases` (all of them, or only those urgent
+  // hints queued: `urgent_only`, which keeps only the urgent rules'
+  // decisions); starts a move when none runs.
+  void Plan(const std::vector<LeaseFacts>& leases, bool urgent_only);
+  std::vector<UnitState> UnitStates(const std::vector<LeaseFacts>& leases, int64_t now);
+  // An unfinished move (a daemon killed mid-migration) among `leases`, begun again.
+  bool ResumeUnfinished(const std::vector<LeaseFacts>& leases, int64_t now);
+  std::vector<PoolState> RefreshPools();
   // `also`: more units of the same lease the policy sends to the same pool
   // this round, moved in the same pause when its holders pin it.
   void Begin(const Decision& d, const LeaseFacts& f, bool resume,
@@ -332,6 +390,14 @@ class TieringEngine {
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   std::shared_ptr<void> timer_;  // boost::asio::steady_timer
   bool round_scheduled_ = false;
+  // On-demand rounds: the queued leases (-> the uid whose hint queued it),
+  // their timer, and each uid's bucket of urgent hints.
+  std::map<uint64_t, uid_t> urgent_;
+  std::shared_ptr<void> urgent_timer_;
+  bool urgent_scheduled_ = false;
+  int64_t last_urgent_round_ns_ = INT64_MIN / 2;
+  std::map<uid_t, RateLimiter> urgent_buckets_;
+  BusyCharge busy_charge_;
 };
 
 }  // namespace cxlpool::tiering

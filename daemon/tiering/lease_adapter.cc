@@ -201,6 +201,8 @@ TieringOptions TieringOptionsFrom(const TieringConfig& c) {
   o.cooperative_deadline_ms = static_cast<uint32_t>(c.cooperative_deadline.count());
   o.cooperative_retry_ns = ns(c.cooperative_retry);
   o.max_pause_ns = ns(c.max_pause);
+  o.urgent_interval_ns = ns(c.hint_interval);
+  o.max_urgent_hints_per_uid = static_cast<uint32_t>(c.max_urgent_hints_per_uid);
   return o;
 }
 

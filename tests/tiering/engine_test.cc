@@ -83,6 +83,7 @@ class FakeTable final : public LeaseTable {
     return k;
   }
   std::vector<LeaseFacts> Leases() const override {
+    ++scans;
     std::vector<LeaseFacts> v;
     for (const auto& [id, f] : leases) v.push_back(f);
     return v;
@@ -156,6 +157,7 @@ class FakeTable final : public LeaseTable {
   std::map<uint64_t, LeaseFacts> leases;
   std::map<std::string, PoolFacts> pools;
   std::vector<uint32_t> opened;  // OpenUnit's units, in order
+  mutable int scans = 0;         // Leases() calls: full rounds
   Status begin_error;
   int begins = 0, commits = 0, aborts = 0;
 };
@@ -236,6 +238,11 @@ class EngineTest : public ::testing::Test {
       if (io.poll() == 0) return;
     }
   }
+  // Connection `conn`'s caller: uid 1000 (FakeTable's leases' owner) unless
+  // said; connection 8 is another tenant's (uid 2000) by default.
+  static Caller From(ConnId conn, std::optional<uid_t> uid = std::nullopt, bool admin = false) {
+    return Caller{conn, uid.value_or(conn == 8 ? 2000 : 1000), admin};
+  }
   // Copies `times` full passes into lease `id` through connection `conn`.
   std::vector<std::pair<size_t, Status>> Copy(ConnId conn, uint64_t id, double times) {
     TieringEngine::Signal s;
@@ -243,7 +250,7 @@ class EngineTest : public ::testing::Test {
     s.offset = 0;
     s.length = table.leases.at(id).size_bytes;
     s.bytes_written = static_cast<uint64_t>(times * static_cast<double>(s.length));
-    return engine->OnSignals(conn, {s});
+    return engine->OnSignals(From(conn), {s});
   }
   Status Hint(ConnId conn, uint64_t id, uint64_t off, uint64_t len, tiering::Hint h) {
     TieringEngine::Signal s;
@@ -251,7 +258,7 @@ class EngineTest : public ::testing::Test {
     s.offset = off;
     s.length = len;
     s.hint = h;
-    auto r = engine->OnSignals(conn, {s});
+    auto r = engine->OnSignals(From(conn), {s});
     return r.empty() ? Status::Ok() : r[0].second;
   }
   MigrationRecord Last() { return history().back(); }
@@ -373,12 +380,17 @@ TEST_F(EngineTest, SignalsOutsideTheLeaseOrFromStrangersAreRefusedClearly) {
   EXPECT_EQ(Hint(7, 1, 0, 0, tiering::Hint::kHot).code(), Code::kInvalidArgument);
   // Overflowing offset + length is outside too, not wrapped around.
   EXPECT_EQ(Hint(7, 1, 8, UINT64_MAX, tiering::Hint::kHot).code(), Code::kInvalidArgument);
-  EXPECT_EQ(Hint(8, 1, 0, 4096, tiering::Hint::kHot).code(), Code::kPermissionDenied);
-  EXPECT_EQ(Hint(7, 2, 0, 4096, tiering::Hint::kHot).code(), Code::kNotFound);
+  // Another's lease and no lease at all: one answer, which says nothing of the id.
+  Status stranger = Hint(8, 1, 0, 4096, tiering::Hint::kHot);
+  Status unknown = Hint(7, 1234, 0, 4096, tiering::Hint::kHot);
+  EXPECT_EQ(stranger.code(), Code::kNotFound);
+  EXPECT_EQ(unknown.code(), Code::kNotFound);
+  EXPECT_EQ(stranger.message(), "lease 1 is not held by this connection");
+  EXPECT_EQ(unknown.message(), "lease 1234 is not held by this connection");
   // A batch: the good entries count, the bad ones come back with their index.
   TieringEngine::Signal good{1, 0, 4096, 4096, 0, std::nullopt};
   TieringEngine::Signal bad{1, 64 * kMiB, 1, 0, 0, tiering::Hint::kCold};
-  auto rej = engine->OnSignals(7, {good, bad, good});
+  auto rej = engine->OnSignals(From(7), {good, bad, good});
   ASSERT_EQ(rej.size(), 1u);
   EXPECT_EQ(rej[0].first, 1u);
   EXPECT_EQ(engine->counters().at("signals"), 2u);
@@ -413,17 +425,16 @@ TEST_F(EngineTest, HintsWillNeedPromotesNowAndColdNeedsTheWholeUnit) {
 TEST_F(EngineTest, OptedOutLeasesStayPut) {
   Make();
   table.AddLease(1, "node2", 64 * kMiB, {7});
-  ASSERT_TRUE(engine->SetLeaseOptions(7, 1, true, std::nullopt, false).ok());
-  EXPECT_EQ(engine->SetLeaseOptions(8, 1, true, std::nullopt, false).code(),
-            Code::kPermissionDenied);
-  EXPECT_TRUE(engine->SetLeaseOptions(8, 1, true, std::nullopt, /*is_admin=*/true).ok());
+  ASSERT_TRUE(engine->SetLeaseOptions(From(7), 1, true, std::nullopt).ok());
+  EXPECT_EQ(engine->SetLeaseOptions(From(8), 1, true, std::nullopt).code(), Code::kNotFound);
+  EXPECT_TRUE(engine->SetLeaseOptions(From(8, std::nullopt, true), 1, true, std::nullopt).ok());
   Copy(7, 1, 10);
   engine->Tick();
   Drain();
   EXPECT_TRUE(migrator.requests.empty());
   EXPECT_EQ(Verdict(1), "opted out: pinned to its tier");
   EXPECT_TRUE(engine->Report(std::nullopt).leases[0].opted_out);
-  ASSERT_TRUE(engine->SetLeaseOptions(7, 1, false, std::nullopt, false).ok());
+  ASSERT_TRUE(engine->SetLeaseOptions(From(7), 1, false, std::nullopt).ok());
   engine->Tick();
   Drain();
   EXPECT_EQ(table.PoolOf(1), "node0");
@@ -563,7 +574,7 @@ TEST_F(EngineTest, TheRateLimitSpacesMovesOut) {
 TEST_F(EngineTest, CooperativeMoveWaitsForTheHolderAndAnswersAfterTheMove) {
   Make();
   table.AddLease(1, "node2", 64 * kMiB, {7});
-  ASSERT_TRUE(engine->SetLeaseOptions(7, 1, std::nullopt, true, false).ok());
+  ASSERT_TRUE(engine->SetLeaseOptions(From(7), 1, std::nullopt, true).ok());
   Copy(7, 1, 3);
   engine->Tick();
   Drain();
@@ -605,7 +616,7 @@ TEST_F(EngineTest, CooperativeMoveWaitsForTheHolderAndAnswersAfterTheMove) {
 TEST_F(EngineTest, AHolderThatDoesNotAnswerIsSkippedNeverForced) {
   Make();
   table.AddLease(1, "node2", 64 * kMiB, {7});
-  ASSERT_TRUE(engine->SetLeaseOptions(7, 1, std::nullopt, true, false).ok());
+  ASSERT_TRUE(engine->SetLeaseOptions(From(7), 1, std::nullopt, true).ok());
   Copy(7, 1, 3);
   engine->Tick();
   Drain();
@@ -641,8 +652,8 @@ TEST_F(EngineTest, AHolderThatDoesNotAnswerIsSkippedNeverForced) {
 TEST_F(EngineTest, ADecliningHolderCancelsForEveryone) {
   Make();
   table.AddLease(1, "node2", 64 * kMiB, {7, 8});
-  ASSERT_TRUE(engine->SetLeaseOptions(7, 1, std::nullopt, true, false).ok());
-  ASSERT_TRUE(engine->SetLeaseOptions(8, 1, std::nullopt, true, false).ok());
+  ASSERT_TRUE(engine->SetLeaseOptions(From(7), 1, std::nullopt, true).ok());
+  ASSERT_TRUE(engine->SetLeaseOptions(From(8), 1, std::nullopt, true).ok());
   Copy(7, 1, 3);
   engine->Tick();
   Drain();
@@ -665,8 +676,8 @@ TEST_F(EngineTest, ADecliningHolderCancelsForEveryone) {
 TEST_F(EngineTest, AHolderThatGoesAwayIsNotWaitedFor) {
   Make();
   table.AddLease(1, "node2", 64 * kMiB, {7, 8});
-  ASSERT_TRUE(engine->SetLeaseOptions(7, 1, std::nullopt, true, false).ok());
-  ASSERT_TRUE(engine->SetLeaseOptions(8, 1, std::nullopt, true, false).ok());
+  ASSERT_TRUE(engine->SetLeaseOptions(From(7), 1, std::nullopt, true).ok());
+  ASSERT_TRUE(engine->SetLeaseOptions(From(8), 1, std::nullopt, true).ok());
   Copy(7, 1, 3);
   engine->Tick();
   Drain();
@@ -707,7 +718,7 @@ TEST_F(EngineTest, TooBigForOnePauseIsNotAttempted) {
   o.max_pause_ns = 10'000'000;  // 10 ms at the assumed 2 GB/s: 20 MB
   Make(o);
   table.AddLease(1, "node2", 64 * kMiB, {7});
-  ASSERT_TRUE(engine->SetLeaseOptions(7, 1, std::nullopt, true, false).ok());
+  ASSERT_TRUE(engine->SetLeaseOptions(From(7), 1, std::nullopt, true).ok());
   Copy(7, 1, 3);
   engine->Tick();
   Drain();
@@ -821,7 +832,7 @@ TEST_F(EngineTest, AColdExtentOfALeaseWithAWarmOneIsDemotedAlone) {
   s.offset = 32 * kMiB;
   s.length = 32 * kMiB;
   s.bytes_written = 16 * kMiB;  // unit 1: temperature 0.5, between cold and hot
-  ASSERT_TRUE(engine->OnSignals(7, {s}).empty());
+  ASSERT_TRUE(engine->OnSignals(From(7), {s}).empty());
   ASSERT_TRUE(Hint(7, 1, 0, 32 * kMiB, tiering::Hint::kDontNeed).ok());
   engine->Tick();
   Drain();
@@ -919,7 +930,7 @@ TEST_F(EngineTest, StoppingMidLeaseLeavesItSplitAndAccountedAsItIs) {
 TEST_F(EngineTest, ACooperativeMultiExtentLeaseMovesEveryExtentInOnePause) {
   Make();
   table.AddExtentLease(1, "node2", 4, 16 * kMiB, {7});
-  ASSERT_TRUE(engine->SetLeaseOptions(7, 1, std::nullopt, true, false).ok());
+  ASSERT_TRUE(engine->SetLeaseOptions(From(7), 1, std::nullopt, true).ok());
   Copy(7, 1, 3);
   engine->Tick();
   Drain();
@@ -948,7 +959,7 @@ TEST_F(EngineTest, ACooperativeMultiExtentLeaseMovesEveryExtentInOnePause) {
 TEST_F(EngineTest, ACooperativeMultiExtentMoveFailingMidwayAnswersHalfMoved) {
   Make();
   table.AddExtentLease(1, "node2", 3, 16 * kMiB, {7});
-  ASSERT_TRUE(engine->SetLeaseOptions(7, 1, std::nullopt, true, false).ok());
+  ASSERT_TRUE(engine->SetLeaseOptions(From(7), 1, std::nullopt, true).ok());
   int calls = 0;
   migrator.behave = [&](const MoveRequest& req) -> Result<MoveReport> {
     if (++calls == 2) return FakeMigrator::Partial(req, 2, 3);
@@ -975,6 +986,134 @@ TEST_F(EngineTest, ACooperativeMultiExtentMoveFailingMidwayAnswersHalfMoved) {
   EXPECT_EQ(table.leases.at(1).moving_unit, 2u);
   EXPECT_EQ(channel.asks.size(), 2u);
   EXPECT_EQ(table.pools.at("node0").free_bytes, kGiB - 32 * kMiB);
+}
+
+// Issue 37, item 4: a holder that attached to another tenant's lease (not
+// its owner, not an admin) cannot change its tiering options, and its hints
+// are signals of its own use, never steering the owner's lease; the owner
+// and an admin still can.
+TEST_F(EngineTest, OnlyTheOwnerOrAnAdminChangesTieringOptionsAndSteersWithHints) {
+  Make();
+  table.AddLease(1, "node0", 64 * kMiB, {7, 8});  // owner uid 1000 on 7; uid 2000 attached on 8
+  table.AddLease(2, "node2", 64 * kMiB, {7, 8});
+  ASSERT_TRUE(engine->SetLeaseOptions(From(7), 1, true, std::nullopt).ok());
+  Status st = engine->SetLeaseOptions(From(8), 1, false, std::nullopt);
+  EXPECT_EQ(st.code(), Code::kPermissionDenied);
+  EXPECT_NE(st.message().find("only the owner of lease 1 (uid 1000) or an admin"),
+            std::string::npos)
+      << st.message();
+  EXPECT_TRUE(engine->Report(std::nullopt).leases[0].opted_out);
+  // Its own pin it may still declare (and take back).
+  EXPECT_TRUE(engine->SetLeaseOptions(From(8), 1, std::nullopt, true).ok());
+  EXPECT_TRUE(engine->SetLeaseOptions(From(8), 1, std::nullopt, false).ok());
+  // A stranger and an unknown id: one answer.
+  Status stranger = engine->SetLeaseOptions(From(10, 3000), 1, false, std::nullopt);
+  Status unknown = engine->SetLeaseOptions(From(10, 3000), 99, false, std::nullopt);
+  EXPECT_EQ(stranger.code(), Code::kNotFound);
+  EXPECT_EQ(unknown.code(), Code::kNotFound);
+  EXPECT_EQ(stranger.message(), "lease 1 is not one this caller may change");
+  EXPECT_EQ(unknown.message(), "lease 99 is not one this caller may change");
+  // An admin that does not hold it, and the owner on another connection, may.
+  EXPECT_TRUE(engine->SetLeaseOptions(From(9, 0, true), 1, false, std::nullopt).ok());
+  EXPECT_FALSE(engine->Report(std::nullopt).leases[0].opted_out);
+  EXPECT_TRUE(engine->SetLeaseOptions(From(11, 1000), 1, true, std::nullopt).ok());
+  EXPECT_TRUE(engine->SetLeaseOptions(From(11, 1000), 1, false, std::nullopt).ok());
+
+  // The attached holder's dont_need on lease 1 and will_need on lease 2 are
+  // taken, counted, and move nothing.
+  ASSERT_TRUE(Hint(8, 1, 0, 64 * kMiB, tiering::Hint::kDontNeed).ok());
+  ASSERT_TRUE(Hint(8, 2, 0, 64 * kMiB, tiering::Hint::kWillNeed).ok());
+  engine->Tick();
+  Drain();
+  EXPECT_TRUE(migrator.requests.empty());
+  EXPECT_EQ(table.PoolOf(1), "node0");
+  EXPECT_EQ(table.PoolOf(2), "node2");
+  EXPECT_EQ(engine->counters().at("hints_as_signals"), 2u);
+  const auto leases = engine->Report(std::nullopt).leases;
+  EXPECT_EQ(leases[0].units[0].hints, 1u);
+  // will_need from another holder: warm, between the thresholds.
+  EXPECT_GT(leases[1].units[0].temperature, Defaults().policy.cold_threshold);
+  EXPECT_LT(leases[1].units[0].temperature, Defaults().policy.hot_threshold);
+  EXPECT_NE(Verdict(2).find("hysteresis"), std::string::npos) << Verdict(2);
+
+  // The same hints from the owner move both leases.
+  ASSERT_TRUE(Hint(7, 1, 0, 64 * kMiB, tiering::Hint::kDontNeed).ok());
+  ASSERT_TRUE(Hint(7, 2, 0, 64 * kMiB, tiering::Hint::kWillNeed).ok());
+  engine->Tick();
+  Drain();
+  engine->Tick();
+  Drain();
+  EXPECT_EQ(table.PoolOf(1), "node2");
+  EXPECT_EQ(table.PoolOf(2), "node0");
+}
+
+// Issue 37, item 2: an urgent hint queues its lease and asks for an
+// on-demand round; the requests coalesce into one round at a time, at
+// least urgent_interval apart, that looks only at the queued leases (never
+// a full scan of every tenant's), charges its time to the sender's uid,
+// and acts on the hint without waiting for the periodic round.
+TEST_F(EngineTest, UrgentHintsCoalesceIntoBoundedRoundsOverTheHintedLeasesOnly) {
+  TieringOptions o = Defaults();
+  o.interval_ns = 3600 * kSec;      // no periodic round during the test
+  o.urgent_interval_ns = kSec / 5;  // real time: the timer waits it out
+  Make(o);
+  for (uint64_t id = 100; id < 400; ++id) table.AddLease(id, "node2", 1 * kMiB, {9});
+  table.AddLease(1, "node0", 64 * kMiB, {7});
+  table.AddLease(2, "node2", 64 * kMiB, {7});
+  std::map<uid_t, int64_t> charged;
+  engine->SetBusyCharge([&](uid_t uid, std::chrono::nanoseconds d) { charged[uid] += d.count(); });
+  engine->Start();
+  // A burst of will_need on a lease already on DRAM: one round, one lease.
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(Hint(7, 1, 0, 4096, tiering::Hint::kWillNeed).ok());
+  EXPECT_EQ(engine->urgent_queued(), 1u);
+  Drain();
+  EXPECT_EQ(engine->counters().at("urgent_rounds"), 1u);
+  EXPECT_EQ(table.scans, 0) << "an urgent hint started a round over every lease";
+  EXPECT_NE(Verdict(1).find("will_need: already on the fast pool"), std::string::npos)
+      << Verdict(1);
+  ASSERT_EQ(charged.count(1000), 1u);
+  EXPECT_GT(charged[1000], 0);
+  // The next one waits for urgent_interval after that round: queued, not run yet.
+  ASSERT_TRUE(Hint(7, 2, 0, 4096, tiering::Hint::kWillNeed).ok());
+  Drain();
+  EXPECT_EQ(engine->counters().at("urgent_rounds"), 1u);
+  EXPECT_EQ(engine->urgent_queued(), 1u);
+  EXPECT_EQ(table.PoolOf(2), "node2");
+  // ... and runs once it passed, and moves the lease without a periodic round.
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (table.PoolOf(2) != "node0" && std::chrono::steady_clock::now() < limit) {
+    io.restart();
+    io.run_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(table.PoolOf(2), "node0");
+  EXPECT_EQ(engine->counters().at("urgent_rounds"), 2u);
+  EXPECT_NE(history().back().why.find("will_need hint"), std::string::npos) << history().back().why;
+  engine->Stop();
+}
+
+TEST_F(EngineTest, AFloodOfUrgentHintsFromOneUidIsRefusedNamingTheLimit) {
+  TieringOptions o = Defaults();
+  o.max_urgent_hints_per_uid = 10;
+  Make(o);
+  table.AddLease(1, "node0", 64 * kMiB, {7, 8});
+  table.AddLease(3, "node0", 64 * kMiB, {8});
+  table.leases.at(3).owner_uid = 2000;
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(Hint(7, 1, 0, 4096, tiering::Hint::kWillNeed).ok());
+  Status st = Hint(7, 1, 0, 4096, tiering::Hint::kDontNeed);
+  EXPECT_EQ(st.code(), Code::kResourceExhausted);
+  EXPECT_NE(st.message().find("uid 1000 sent more than 10 will_need/dont_need hints in a second "
+                              "(tiering.max_urgent_hints_per_uid)"),
+            std::string::npos)
+      << st.message();
+  EXPECT_EQ(engine->counters().at("urgent_hints_refused"), 1u);
+  // Hints that start no round are not counted; nor are another holder's
+  // (signals); another uid has its own bucket.
+  EXPECT_TRUE(Hint(7, 1, 0, 4096, tiering::Hint::kHot).ok());
+  EXPECT_TRUE(Hint(8, 1, 0, 4096, tiering::Hint::kWillNeed).ok());
+  EXPECT_TRUE(Hint(8, 3, 0, 4096, tiering::Hint::kWillNeed).ok());
+  // The bucket refills with time.
+  clock.AdvanceNs(kSec);
+  EXPECT_TRUE(Hint(7, 1, 0, 4096, tiering::Hint::kWillNeed).ok());
 }
 
 }  // namespace

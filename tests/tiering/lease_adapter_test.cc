@@ -122,6 +122,13 @@ std::unique_ptr<tiering::TieringEngine> MakeEngine(Harness& h, LeaseManagerTable
                                                   EngineOptions());
 }
 
+// Connection 1 as the tiering engine sees it: the caller the lease manager
+// knows (the owner of the leases it allocated).
+tiering::Caller OwnerConn(Harness& h) {
+  const CallerInfo* c = h.mgr->Caller(1);
+  return tiering::Caller{1, c != nullptr ? c->uid : static_cast<uid_t>(-1), false};
+}
+
 // Daemon 1 of the restart tests: a lease of three 2 MiB extents on node0
 // whose extent 0 the tiering engine moved to node2 (the lease is split: 4
 // MiB on node0, 2 MiB on node2), killed during the move of extent 1 there.
@@ -992,7 +999,7 @@ TEST(LeaseAdapterTest, ACooperativeMoveBackOfAnExtentPausesTheHolderForTheWholeL
   FakeMigrator migrator;
   FakeChannel channel;
   auto engine = MakeEngine(h, &table, &migrator, &channel);
-  ASSERT_TRUE(engine->SetLeaseOptions(1, id, std::nullopt, true, false).ok());
+  ASSERT_TRUE(engine->SetLeaseOptions(OwnerConn(h), id, std::nullopt, true).ok());
   engine->Tick();
   h.Drain();
   ASSERT_EQ(channel.asks.size(), 1u);
@@ -1092,13 +1099,13 @@ TEST(LeaseAdapterTest, ACooperativeDemotionBeginsEachExtentOnItsOwnInOnePause) {
   FakeMigrator migrator;
   FakeChannel channel;
   auto engine = MakeEngine(h, &table, &migrator, &channel);
-  ASSERT_TRUE(engine->SetLeaseOptions(1, id, std::nullopt, true, false).ok());
+  ASSERT_TRUE(engine->SetLeaseOptions(OwnerConn(h), id, std::nullopt, true).ok());
   tiering::TieringEngine::Signal s;
   s.lease_id = id;
   s.offset = 0;
   s.length = 6 * kMiB;
   s.hint = tiering::Hint::kDontNeed;
-  ASSERT_TRUE(engine->OnSignals(1, {s}).empty());
+  ASSERT_TRUE(engine->OnSignals(OwnerConn(h), {s}).empty());
   engine->Tick();
   h.Drain();
   ASSERT_EQ(channel.asks.size(), 1u);

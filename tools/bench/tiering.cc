@@ -646,7 +646,7 @@ TraceResult RunTrace(const Trace& t, bool engine) {
         pending[i] = 0;
       }
       clock.AdvanceNs(static_cast<int64_t>(now_ns) - clock.MonotonicNs() + 1'000'000'000);
-      (void)e->OnSignals(1, batch);
+      (void)e->OnSignals({1, 0, false}, batch);
       e->Tick();
       io.restart();
       io.poll();
