@@ -99,6 +99,39 @@ std::string PoolNames(const std::vector<Pool*>& pools) {
   return s.empty() ? "none" : s;
 }
 
+std::string NodeIds(const Topology& topo) {
+  std::string s;
+  for (const auto& n : topo.numa_nodes) s += (s.empty() ? "" : ", ") + std::to_string(n.id);
+  return s.empty() ? "none" : s;
+}
+
+// A request named `node` and no pool is there: NOT_FOUND when the node does
+// not exist; else UNSUPPORTED saying why it is not pooled and what pools it.
+Status NoPoolOnNode(const Topology& topo, int node, const std::vector<Pool*>& pools) {
+  const std::string id = std::to_string(node);
+  const NumaNode* n = topo.FindNode(node);
+  if (n == nullptr) {
+    return Status(Code::kNotFound, "no NUMA node " + id + " (nodes: " + NodeIds(topo) +
+                                       "; pools: " + PoolNames(pools) + ")");
+  }
+  std::string why;
+  if (auto reason = NotPooledReason(*n)) {
+    why = *reason;
+    if (n->kind == NodeKind::kGpu) {
+      why += "; no config key pools it";
+    } else if (!n->memory_bytes || *n->memory_bytes == 0) {
+      why += "; nothing to pool";
+    }
+  } else {
+    // Pooled by default, so the config turned it off.
+    why = "excluded by config ([pools.node." + id +
+          "] enabled = false); set enabled = true there and restart cxlpoold to pool it";
+  }
+  return Status(Code::kUnsupported, "NUMA node " + id + " (kind " + NodeKindName(n->kind) +
+                                        ") is not pooled: " + why + " (pools: " + PoolNames(pools) +
+                                        ")");
+}
+
 }  // namespace
 
 std::optional<std::string> LongTermPinRefusal(const Topology& topo, const Pool* pool) {
@@ -155,10 +188,7 @@ Result<std::vector<Candidate>> PlanPlacement(const Topology& topo,
     }
     const bool excluded_here = std::any_of(req.exclude.begin(), req.exclude.end(),
                                            [&](const Pool* p) { return p->numa_node() == node; });
-    if (out.empty() && !excluded_here) {
-      return Status(Code::kNotFound, "no pool on NUMA node " + std::to_string(node) +
-                                         " (pools: " + PoolNames(pools) + ")");
-    }
+    if (out.empty() && !excluded_here) return NoPoolOnNode(topo, node, pools);
     AppendByDistance(topo, pools, node,
                      "fallback by distance from NUMA node " + std::to_string(node), &out);
   } else if (!req.gpu.empty()) {

@@ -59,9 +59,10 @@ struct Candidate {
   bool settle = false;
 };
 
-// Errors: NOT_FOUND (no such GPU / node / no pool there), INVALID_ARGUMENT
-// (unknown tier name, GPU and node both named), UNSUPPORTED (a long-term
-// pin where the only acceptable pool cannot hold one).
+// Errors: NOT_FOUND (no such GPU or node), INVALID_ARGUMENT (unknown tier
+// name, GPU and node both named), UNSUPPORTED (a named node that exists but
+// has no pool: why, and the [pools.node.N] key that pools it where one does;
+// a long-term pin where the only acceptable pool cannot hold one).
 Result<std::vector<Candidate>> PlanPlacement(const Topology& topo, const std::vector<Pool*>& pools,
                                              const PlacementRequest& req);
 

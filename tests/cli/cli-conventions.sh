@@ -79,6 +79,13 @@ expect_rc 2 "cxlpoold --bogus" "$daemon" --bogus
 expect_rc 2 "cxlpoolctl --bogus" "$ctl" --bogus
 expect_rc 2 "cxlpoolctl (no command)" "$ctl"
 expect_rc 2 "cxlpoolctl frobnicate" "$ctl" frobnicate
+has "unknown command 'frobnicate'" && ok "  names the unknown command" || bad "  $(cat "$work/out")"
+# --help after an unknown command is still a usage error, not the top-level help.
+expect_rc 2 "cxlpoolctl NOSUCH --help" "$ctl" NOSUCH --help
+has "unknown command 'NOSUCH'" && ok "  names NOSUCH" || bad "  $(head -c 400 "$work/out")"
+expect_rc 2 "cxlpoolctl --json NOSUCH --help" "$ctl" --json NOSUCH --help
+expect_rc 2 "cxlpoolctl pools NOSUCH --help" "$ctl" pools NOSUCH --help
+has "NOSUCH" && ok "  names the stray word" || bad "  $(head -c 400 "$work/out")"
 expect_rc 2 "cxlpool-example --bogus" "$build/examples/cxlpool-example" --bogus
 expect_rc 2 "cxlpool-example --size 64Q" "$build/examples/cxlpool-example" --size 64Q
 has "is not a size" && ok "64Q refused as not a size" || bad "64Q message: $(cat "$work/out")"

@@ -96,10 +96,20 @@ TEST_F(PlacementTest, Errors) {
   EXPECT_EQ(c.status().code(), Code::kNotFound);
   EXPECT_NE(c.status().message().find("no GPU '7' (known: 0, 1)"), std::string::npos);
   r = {};
-  r.numa_node = 4;  // the GPU-memory node has no pool
+  r.numa_node = 4;  // the GPU-memory node exists but has no pool: not "not found"
+  c = PlanPlacement(topo_, pools_, r);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), Code::kUnsupported);
+  EXPECT_NE(c.status().message().find("NUMA node 4 (kind gpu) is not pooled: GPU memory"),
+            std::string::npos)
+      << c.status().message();
+  EXPECT_NE(c.status().message().find("no config key pools it"), std::string::npos);
+  r.numa_node = 9;  // no such node
   c = PlanPlacement(topo_, pools_, r);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().code(), Code::kNotFound);
+  EXPECT_NE(c.status().message().find("no NUMA node 9 (nodes: 0, 1, 2, 3, 4;"), std::string::npos)
+      << c.status().message();
   r = {};
   r.tiers = {"fast"};
   c = PlanPlacement(topo_, pools_, r);
@@ -112,6 +122,33 @@ TEST_F(PlacementTest, Errors) {
   r.tiers = {"hbm"};
   r.strict = true;  // no HBM anywhere
   EXPECT_EQ(PlanPlacement(topo_, pools_, r).status().code(), Code::kNotFound);
+}
+
+// A node the config turned off exists: the refusal names the key that pools it.
+TEST(PlacementUnpooled, NodeTurnedOffByConfigNamesTheKey) {
+  Topology topo = TwoSocketCxl();
+  DaemonConfig cfg = TestConfig();
+  PoolConfig off = cfg.pool_defaults;
+  off.enabled = false;
+  off.enabled_explicitly = true;
+  cfg.node_pools[2] = off;
+  PoolBuildOptions o;
+  o.bind = false;
+  auto owned = BuildPools(topo, cfg, o, nullptr);
+  ASSERT_TRUE(owned.ok()) << owned.status().ToString();
+  std::vector<Pool*> pools;
+  for (auto& p : *owned) pools.push_back(p.get());
+  PlacementRequest r;
+  r.numa_node = 2;
+  auto c = PlanPlacement(topo, pools, r);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), Code::kUnsupported);
+  EXPECT_NE(c.status().message().find("NUMA node 2 (kind cxl) is not pooled: excluded by config "
+                                      "([pools.node.2] enabled = false); set enabled = true"),
+            std::string::npos)
+      << c.status().message();
+  r.numa_node = 1;  // its neighbours still serve
+  EXPECT_TRUE(PlanPlacement(topo, pools, r).ok());
 }
 
 // Zones: node0/1 DRAM in kernel zones, node2 CXL all ZONE_MOVABLE (a pin

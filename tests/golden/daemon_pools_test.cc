@@ -3,7 +3,8 @@
 // default (not_pooled_reason null, memory > 0). GPU memory nodes (found by
 // NVML or by the driver's procfs alone) and CPU-less memory of unknown kind
 // get no pool, and the daemon's log says which nodes it left out and how to
-// include them. A fixture with an nvml-board runs with the fake NVML.
+// include them. A fixture with an nvml-board runs with the fake NVML. A tree
+// where no node's memory size is known makes the daemon refuse to start.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -92,6 +93,15 @@ TEST_P(DaemonPools, PoolsExactlyTheNodesTheTopologyPoolsByDefault) {
   d.set_log_to_file(true);
   Status st =
       d.Start("[pools]\npin = false\nthp = false\n", {"--sysfs-root", (dir / "root").string()});
+  const bool any_size = std::any_of(expected["numa_nodes"].begin(), expected["numa_nodes"].end(),
+                                    [](const auto& n) { return n["memory_bytes"].is_number(); });
+  if (!any_size) {
+    // No memory size anywhere (hwloc's PS3 capture has no meminfo): the
+    // daemon refuses to start, and says why, rather than serve nothing.
+    EXPECT_FALSE(st.ok()) << GetParam() << ": started with no memory size known\n" << d.Log();
+    EXPECT_NE(d.Log().find("no NUMA node has a known memory size"), std::string::npos) << d.Log();
+    return;
+  }
   ASSERT_TRUE(st.ok()) << st.ToString() << "\n" << d.Log();
   auto c = RawClient::Connect(d.socket(), "golden-pools");
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -152,6 +162,78 @@ TEST(DaemonPoolsConfig, UnknownNodeIsPooledWhenItsTableEnablesIt) {
             std::string::npos)
       << d.Log();
   EXPECT_TRUE(d.Stop().ok());
+}
+
+// A kernel without NUMA in sysfs (hwloc's 2i386-2c-nohugepage capture: no
+// /sys/devices/system/node, no cpu/online): one DRAM pool on node 0 with all
+// of /proc/meminfo, not "no pools".
+TEST(DaemonPoolsNoNuma, OneDramPoolOnNodeZero) {
+  testsupport::SkipWithoutDaemon();
+  const fs::path root = fs::path(FIXTURES_DIR) / "hwloc-2i386-2c-nohugepage" / "root";
+  ASSERT_TRUE(fs::exists(root / "proc" / "meminfo"));
+  ASSERT_FALSE(fs::exists(root / "sys" / "devices" / "system" / "node"));
+  ScopedEnv e1("CXLPOOL_NVML_LIBRARY", nullptr);
+  ScopedEnv e2("CXLPOOL_FSROOT", nullptr);
+  Daemon d;
+  d.set_log_to_file(true);
+  Status st = d.Start("[pools]\npin = false\nthp = false\ncapacity = \"100%\"\n",
+                      {"--sysfs-root", root.string()});
+  ASSERT_TRUE(st.ok()) << st.ToString() << "\n" << d.Log();
+  auto c = RawClient::Connect(d.socket(), "golden-pools");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  proto::PoolsReply reply;
+  ASSERT_TRUE(c->Call(proto::PoolsRequest(), &reply).ok());
+  ASSERT_EQ(reply.pools_size(), 1) << d.Log();
+  EXPECT_EQ(reply.pools(0).numa_node(), 0);
+  EXPECT_EQ(reply.pools(0).kind(), "dram");
+  EXPECT_EQ(reply.pools(0).backing(), "memfd");
+  EXPECT_EQ(reply.pools(0).capacity_bytes(), 2075428ull * 1024);  // MemTotal, 100%
+  EXPECT_EQ(d.Log().find("no pools"), std::string::npos) << d.Log();
+  EXPECT_TRUE(d.Stop().ok()) << d.Log();
+}
+
+// An ALLOC naming a node that exists but has no pool says so, why, and the
+// key that pools it; a node that does not exist is still NOT_FOUND.
+TEST(DaemonPoolsConfig, AllocOnAnUnpooledNodeSaysWhyAndWhichKey) {
+  testsupport::SkipWithoutDaemon();
+  const fs::path root = fs::path(FIXTURES_DIR) / "unknown-backing" / "root";
+  ASSERT_TRUE(fs::exists(root));
+  ScopedEnv e1("CXLPOOL_NVML_LIBRARY", nullptr);
+  ScopedEnv e2("CXLPOOL_FSROOT", nullptr);
+  Daemon d;
+  d.set_log_to_file(true);
+  Status st = d.Start("[pools]\npin = false\nthp = false\n[pools.node.2]\nenabled = false\n",
+                      {"--sysfs-root", root.string()});
+  ASSERT_TRUE(st.ok()) << st.ToString() << "\n" << d.Log();
+  auto c = RawClient::Connect(d.socket(), "golden-pools");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto alloc_on = [&](int node) {
+    proto::AllocRequest req;
+    req.set_size_bytes(1 << 20);
+    req.set_numa_node(node);
+    proto::AllocReply reply;
+    std::vector<UniqueFd> fds;
+    return c->Call(req, &reply, &fds);
+  };
+  Status unknown = alloc_on(1);  // CPU-less memory of unknown kind
+  EXPECT_EQ(unknown.code(), Code::kUnsupported) << unknown.ToString();
+  for (const char* part : {"NUMA node 1 (kind unknown) is not pooled", "of unknown kind",
+                           "[pools.node.1] enabled = true"}) {
+    EXPECT_NE(unknown.message().find(part), std::string::npos) << part << "\n"
+                                                               << unknown.ToString();
+  }
+  Status off = alloc_on(2);  // CXL, turned off by the config
+  EXPECT_EQ(off.code(), Code::kUnsupported) << off.ToString();
+  EXPECT_NE(off.message().find("NUMA node 2 (kind cxl) is not pooled: excluded by config "
+                               "([pools.node.2] enabled = false); set enabled = true"),
+            std::string::npos)
+      << off.ToString();
+  Status none = alloc_on(7);
+  EXPECT_EQ(none.code(), Code::kNotFound) << none.ToString();
+  EXPECT_NE(none.message().find("no NUMA node 7 (nodes: 0, 1, 2;"), std::string::npos)
+      << none.ToString();
+  EXPECT_EQ(none.message().find("not pooled"), std::string::npos) << none.ToString();
+  EXPECT_TRUE(d.Stop().ok()) << d.Log();
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, DaemonPools, ::testing::ValuesIn(Fixtures()),

@@ -165,6 +165,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, HwlocCrossCheck,
                          ::testing::Values(Case{"this-machine", true}, Case{"two-socket-cxl", true},
                                            Case{"cxl-devdax", true}, Case{"grace-hopper", true},
                                            Case{"garbled", false}, Case{"partial", false},
+                                           Case{"hwloc-2i386-2c-nohugepage", true},
                                            Case{"live", true}),
                          [](const ::testing::TestParamInfo<Case>& param_info) {
                            std::string s = param_info.param.name;

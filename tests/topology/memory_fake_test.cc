@@ -120,6 +120,75 @@ TEST(DiscoverMemoryFake, NoNumaDirectoryMeansOneNode) {
   EXPECT_TRUE(HasWarning(t, "assuming a single NUMA node")) << AllWarnings(t);
 }
 
+// An old kernel without NUMA in sysfs and without cpu/online (hwloc's
+// 2i386-2c-nohugepage capture): the one node 0 holds every CPU (the cpuN
+// directories) and all of /proc/meminfo, and is DRAM.
+TEST(DiscoverMemoryFake, NoNumaNoCpuOnlineTakesCpuDirectories) {
+  FakeFileSystem fs;
+  fs.AddFile("/sys/devices/system/cpu/cpu0/topology/core_id", "0\n");
+  fs.AddFile("/sys/devices/system/cpu/cpu1/online", "1\n");
+  fs.AddFile("/sys/devices/system/cpu/cpu2/online", "0\n");  // offline
+  fs.AddDir("/sys/devices/system/cpu/cpuidle");
+  fs.AddFile("/proc/meminfo", "MemTotal:      2075428 kB\nMemFree:       1771036 kB\n");
+  Topology t;
+  DiscoverMemory(fs, &t);
+  ASSERT_EQ(t.numa_nodes.size(), 1u);
+  const NumaNode& n = t.numa_nodes[0];
+  EXPECT_EQ(n.id, 0);
+  EXPECT_EQ(n.cpus, (std::vector<int>{0, 1}));
+  EXPECT_EQ(n.memory_bytes, 2075428ull * 1024);
+  EXPECT_EQ(n.free_bytes, 1771036ull * 1024);
+  EXPECT_EQ(n.kind, NodeKind::kDram) << n.kind_reason;
+  EXPECT_NE(n.kind_reason.find("the only node"), std::string::npos) << n.kind_reason;
+  EXPECT_FALSE(n.backing_unidentified);
+  EXPECT_EQ(NotPooledReason(n), std::nullopt);
+  EXPECT_EQ(NoMemorySizeKnown(t), std::nullopt);
+}
+
+TEST(DiscoverMemoryFake, NoNumaCpusFromCpuinfoElseStillDram) {
+  FakeFileSystem fs;
+  fs.AddFile("/proc/cpuinfo", "processor\t: 0\n\nprocessor\t: 1\n");
+  fs.AddFile("/proc/meminfo", "MemTotal:  1048576 kB\n");
+  Topology t;
+  DiscoverMemory(fs, &t);
+  ASSERT_EQ(t.numa_nodes.size(), 1u);
+  EXPECT_EQ(t.numa_nodes[0].cpus, (std::vector<int>{0, 1}));
+  EXPECT_EQ(t.numa_nodes[0].kind, NodeKind::kDram);
+
+  // No CPU found anywhere: still the machine's memory, and said so.
+  FakeFileSystem bare;
+  bare.AddFile("/proc/meminfo", "MemTotal:  1048576 kB\n");
+  Topology u;
+  DiscoverMemory(bare, &u);
+  ASSERT_EQ(u.numa_nodes.size(), 1u);
+  EXPECT_TRUE(u.numa_nodes[0].cpus.empty());
+  EXPECT_EQ(u.numa_nodes[0].kind, NodeKind::kDram) << u.numa_nodes[0].kind_reason;
+  EXPECT_EQ(NotPooledReason(u.numa_nodes[0]), std::nullopt);
+  EXPECT_TRUE(HasWarning(u, "no CPUs found")) << AllWarnings(u);
+}
+
+// The PS3 capture: no NUMA and no /proc/meminfo. Nothing is known to pool,
+// and NoMemorySizeKnown says why (the daemon refuses to start on it).
+TEST(DiscoverMemoryFake, NoNumaNoMeminfoIsNoMemorySizeKnown) {
+  FakeFileSystem fs;
+  fs.AddFile("/sys/devices/system/cpu/online", "0-1\n");
+  Topology t;
+  DiscoverMemory(fs, &t);
+  ASSERT_EQ(t.numa_nodes.size(), 1u);
+  EXPECT_EQ(t.numa_nodes[0].memory_bytes, std::nullopt);
+  EXPECT_TRUE(HasWarning(t, "/proc/meminfo: missing")) << AllWarnings(t);
+  auto why = NoMemorySizeKnown(t);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("/proc/meminfo has no MemTotal"), std::string::npos) << *why;
+
+  fs.AddFile("/proc/meminfo", "Buffers: 4 kB\n");  // present, but no MemTotal
+  Topology g;
+  DiscoverMemory(fs, &g);
+  EXPECT_TRUE(HasWarning(g, "/proc/meminfo: no parsable MemTotal")) << AllWarnings(g);
+  EXPECT_TRUE(NoMemorySizeKnown(g).has_value());
+  EXPECT_TRUE(NoMemorySizeKnown(Topology{}).has_value());
+}
+
 TEST(DiscoverMemoryFake, ZoneSkipsOfflineAndStraddlingBlocks) {
   FakeFileSystem fs;
   AddTwoNodes(&fs);

@@ -59,6 +59,20 @@ TEST(ParseCpuMask, WordsMostSignificantFirst) {
   EXPECT_FALSE(ParseCpuMask("123456789").ok());  // a word is 32 bits
 }
 
+TEST(ParseCpuinfoProcessors, ProcessorLinesAscending) {
+  // x86 and ppc (the PS3 capture) spell it the same way; other keys are skipped.
+  EXPECT_EQ(ParseCpuinfoProcessors("processor\t: 1\nmodel name\t: x\n\nprocessor\t: 0\n"
+                                   "cpu\t\t: Cell Broadband Engine\n")
+                .value(),
+            (std::vector<int>{0, 1}));
+  EXPECT_EQ(ParseCpuinfoProcessors("processor : 3\nprocessor : 3\n").value(),
+            (std::vector<int>{3}));
+  EXPECT_FALSE(ParseCpuinfoProcessors("").ok());
+  EXPECT_FALSE(ParseCpuinfoProcessors("model name : x\n").ok());
+  EXPECT_FALSE(ParseCpuinfoProcessors("processor\t: zz\n").ok());
+  EXPECT_FALSE(ParseCpuinfoProcessors("processor\t: 99999999\n").ok());
+}
+
 TEST(ParseZoneinfo, ManagedPagesPerNodeAndZone) {
   const char* text =
       "Node 0, zone    DMA32\n  pages free     100\n        present  800\n"

@@ -3,6 +3,8 @@
 // before or after the command word, as with systemctl and kubectl.
 #include <exception>
 #include <iostream>
+#include <optional>
+#include <string>
 #include <utility>
 
 #include "commands.h"
@@ -19,6 +21,40 @@ std::vector<Command> AllCommands() {
   };
 }
 
+namespace {
+
+// A parse that stopped with words left over and no command chosen: the first
+// word names a command that does not exist (even with --help after it, which
+// CLI11 would otherwise answer with the top-level help and exit 0).
+std::optional<std::string> UnknownCommandWord(const CLI::App& app) {
+  if (!app.get_subcommands().empty()) return std::nullopt;
+  for (const std::string& word : app.remaining()) {
+    if (!word.empty() && word[0] != '-') return word;
+  }
+  return std::nullopt;
+}
+
+// Handles a parse that did not reach a command; returns the exit code.
+int ParseFailed(CLI::App& app, const CLI::ParseError& e) {
+  if (auto word = UnknownCommandWord(app)) {
+    std::string names;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    std::cerr << "cxlpoolctl: unknown command '" << *word << "' (commands: " << names
+              << "; see cxlpoolctl --help)\n";
+    return kExitUsage;
+  }
+  const bool help = e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success);
+  if (help && !app.remaining(/*recurse=*/true).empty()) {
+    // `cxlpoolctl pools NOSUCH --help`: the stray words are an error, not help.
+    return app.exit(CLI::ExtrasError(app.remaining(true))) == 0 ? kExitOk : kExitUsage;
+  }
+  int rc = app.exit(e);  // prints help, the version or the parse error
+  return rc == 0 ? kExitOk : kExitUsage;
+}
+
+}  // namespace
 }  // namespace cxlpool::ctl
 
 int main(int argc, char** argv) {
@@ -47,8 +83,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);  // prints help, the version or the parse error
-    return rc == 0 ? kExitOk : kExitUsage;
+    return ParseFailed(app, e);
   }
   ApplyGlobalOptions(global);
   try {

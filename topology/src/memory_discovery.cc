@@ -272,15 +272,50 @@ void ReadZone(SysfsReader& rd, ZoneinfoCache& zoneinfo, const std::string& dir, 
   node->movable_bytes = movable;
 }
 
+constexpr char kCpuDir[] = "/sys/devices/system/cpu";
+
+// Every online CPU of a kernel without NUMA nodes in sysfs: cpu/online, else
+// the cpuN directories (one whose cpuN/online reads 0 is offline; the boot
+// CPU usually has no such file), else /proc/cpuinfo's processor lines. Old
+// kernels have no cpu/online (hwloc's 2i386-2c-nohugepage capture).
+std::vector<int> OnlineCpusWithoutNuma(SysfsReader& rd) {
+  const std::string online = JoinPath(kCpuDir, "online");
+  if (auto cpus = rd.ReadList(online, /*required=*/false); cpus && !cpus->empty()) return *cpus;
+  std::vector<int> ids;
+  if (auto names = rd.fs().ListDir(kCpuDir); names.ok()) {
+    for (const auto& n : names.value()) {
+      auto id = NumberedName(n, "cpu");
+      if (!id) continue;
+      auto state = rd.Read(JoinPath(JoinPath(kCpuDir, n), "online"), /*required=*/false);
+      if (!state || *state != "0") ids.push_back(*id);
+    }
+  }
+  std::sort(ids.begin(), ids.end());
+  if (!ids.empty()) return ids;
+  if (auto text = rd.Read(kCpuinfoPath, /*required=*/false)) {
+    auto cpus = ParseCpuinfoProcessors(*text);
+    if (cpus.ok()) return std::move(cpus).value();
+    rd.Warn(std::string(kCpuinfoPath) + ": " + cpus.status().message());
+  }
+  rd.Warn("no CPUs found (" + online + ", " + kCpuDir + "/cpuN, " + kCpuinfoPath + ")");
+  return ids;
+}
+
 // CONFIG_NUMA=n: one node 0 holding every CPU and all of /proc/meminfo.
 void BuildSingleNode(SysfsReader& rd, Topology* topo) {
   rd.Warn(std::string(kNodeDir) + ": missing; assuming a single NUMA node 0");
   NumaNode node;
   node.id = 0;
-  if (auto cpus = rd.ReadList("/sys/devices/system/cpu/online", false)) node.cpus = *cpus;
-  if (auto text = rd.Read("/proc/meminfo", /*required=*/true)) {
+  node.sole_node_assumed = true;
+  node.cpus = OnlineCpusWithoutNuma(rd);
+  if (auto text = rd.Read(kMeminfoPath, /*required=*/true)) {
     auto info = ParseMeminfo(*text);
-    if (info.count("MemTotal")) node.memory_bytes = info["MemTotal"];
+    if (info.count("MemTotal")) {
+      node.memory_bytes = info["MemTotal"];
+    } else {
+      rd.Warn(std::string(kMeminfoPath) + ": no parsable MemTotal line ('" + Printable(*text) +
+              "')");
+    }
     if (info.count("MemFree")) node.free_bytes = info["MemFree"];
   }
   node.distances[0] = 10;

@@ -31,6 +31,8 @@ inline constexpr char kCxlDevicesDir[] = "/sys/bus/cxl/devices";
 inline constexpr char kNdDevicesDir[] = "/sys/bus/nd/devices";
 inline constexpr char kZoneinfoPath[] = "/proc/zoneinfo";
 inline constexpr char kMemoryDir[] = "/sys/devices/system/memory";
+inline constexpr char kMeminfoPath[] = "/proc/meminfo";
+inline constexpr char kCpuinfoPath[] = "/proc/cpuinfo";
 
 // ---- parsers (strict: trailing garbage is an error) -----------------------
 
@@ -60,6 +62,11 @@ Result<std::vector<int>> ParseCpuMask(std::string_view text);
 // kernel prints no "managed" line). Zones with no pages are kept (as 0).
 // INVALID_ARGUMENT if no "Node N, zone NAME" header parses at all.
 Result<std::map<int, std::map<std::string, uint64_t>>> ParseZoneinfo(std::string_view text);
+
+// /proc/cpuinfo -> the CPU numbers of its "processor : N" lines, ascending
+// (x86, ARM, POWER and most others print one per online CPU). INVALID_ARGUMENT
+// when a processor line has no number, or there is none at all.
+Result<std::vector<int>> ParseCpuinfoProcessors(std::string_view text);
 
 // The zone holding the most (blocks or pages); zones with 0 are ignored;
 // ties go to the name that sorts first. nullopt when all are 0 / empty.
@@ -107,8 +114,9 @@ std::string DirName(std::string_view path);
 // (MemTotal/MemFree), SLIT row, HMAT access0/access1, hugepages 2M/1G and the
 // zone of the node's online memory (memory blocks, else /proc/zoneinfo),
 // with its bytes in kernel zones and in ZONE_MOVABLE. Without /sys/devices/system/node
-// (CONFIG_NUMA=n) one node 0 is built from /sys/devices/system/cpu/online and /proc/meminfo, with a
-// warning.
+// (CONFIG_NUMA=n) one node 0 (sole_node_assumed) is built with every online CPU
+// (/sys/devices/system/cpu/online, else the cpuN directories, else /proc/cpuinfo)
+// and /proc/meminfo, with a warning.
 void DiscoverNumaNodes(const FileSystem& fs, Topology* topo);
 
 // memory_tiering/memory_tierN/nodelist -> topo->memory_tiers and each node's

@@ -49,6 +49,16 @@ void ClassifyNodes(Topology* topo) {
       }
     }
 
+    if (node.sole_node_assumed) {
+      // No NUMA in sysfs: the one node is the machine's memory, CPUs found or not.
+      node.kind = NodeKind::kDram;
+      node.kind_reason =
+          "the only node (no /sys/devices/system/node: a kernel without NUMA), so it holds " +
+          (node.cpus.empty() ? std::string("every CPU") : "CPUs " + FormatCpuList(node.cpus)) +
+          " and all memory";
+      if (!cxl.empty()) node.kind_reason += "; also holds " + Join(cxl);
+      continue;
+    }
     if (!node.cpus.empty()) {
       node.kind = NodeKind::kDram;
       node.kind_reason = "has CPUs " + FormatCpuList(node.cpus);

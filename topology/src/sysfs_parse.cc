@@ -162,6 +162,27 @@ Result<std::map<int, std::map<std::string, uint64_t>>> ParseZoneinfo(std::string
   return out;
 }
 
+Result<std::vector<int>> ParseCpuinfoProcessors(std::string_view text) {
+  std::vector<int> cpus;
+  for (const auto& line : Split(text, '\n')) {
+    auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    auto key = SplitWhitespace(line.substr(0, colon));
+    if (key.size() != 1 || key[0] != "processor") continue;
+    auto value = SplitWhitespace(line.substr(colon + 1));
+    auto id = value.size() == 1 ? ParseU64(value[0]) : std::nullopt;
+    if (!id || *id > static_cast<uint64_t>(kMaxCpuListId)) {
+      return Status(Code::kInvalidArgument,
+                    "processor line '" + Printable(line) + "' does not end in a CPU number");
+    }
+    cpus.push_back(static_cast<int>(*id));
+  }
+  if (cpus.empty()) return Status(Code::kInvalidArgument, "no 'processor : N' lines");
+  std::sort(cpus.begin(), cpus.end());
+  cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
+  return cpus;
+}
+
 std::optional<std::string> DominantZone(const std::map<std::string, uint64_t>& counts) {
   std::optional<std::string> best;
   uint64_t best_count = 0;

@@ -72,6 +72,18 @@ std::optional<std::string> NotPooledReason(const NumaNode& node) {
   return std::nullopt;
 }
 
+std::optional<std::string> NoMemorySizeKnown(const Topology& topo) {
+  for (const auto& n : topo.numa_nodes) {
+    if (n.memory_bytes) return std::nullopt;
+  }
+  if (topo.numa_nodes.empty()) return std::string("no NUMA node found, so no memory to pool");
+  const bool assumed = topo.numa_nodes.size() == 1 && topo.numa_nodes[0].sole_node_assumed;
+  return std::string("no NUMA node has a known memory size (") +
+         (assumed ? "no /sys/devices/system/node, and /proc/meminfo has no MemTotal"
+                  : "no /sys/devices/system/node/nodeN/meminfo has a MemTotal") +
+         "), so there is no memory to pool";
+}
+
 std::string Topology::KernelZoneRemedy(int id) const {
   std::string devs;
   for (const auto& d : dax_devices) {

@@ -51,6 +51,9 @@ struct NumaNode {
   // CPU-less, and nothing found behind its memory (no CXL region, hmem,
   // nvdimm or GPU): kind unknown for want of any backing, not of a tier.
   bool backing_unidentified = false;
+  // No /sys/devices/system/node (a kernel without CONFIG_NUMA): this is the
+  // one node 0 assumed to hold every CPU and all of /proc/meminfo, so DRAM.
+  bool sole_node_assumed = false;
   std::map<int, int> distances;     // SLIT row: node id -> distance
   std::optional<int> memory_tier;   // memory_tiering tier id
   std::optional<std::string> zone;  // "Normal", "Movable", ... (system-ram)
@@ -157,5 +160,11 @@ struct Topology {
   // `cxlpoolctl doctor`.
   std::string KernelZoneRemedy(int id) const;
 };
+
+// Why nothing in `topo` can be pooled for want of facts: no NUMA node has a
+// known memory size (its meminfo, or /proc/meminfo on a kernel without NUMA,
+// is missing or has no MemTotal). nullopt when some node's size is known.
+// One sentence, for the daemon's refusal to start with nothing to pool.
+std::optional<std::string> NoMemorySizeKnown(const Topology& topo);
 
 }  // namespace cxlpool
