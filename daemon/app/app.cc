@@ -352,9 +352,20 @@ int RunDaemon(const DaemonFlags& command_line) {
     pinned += p->capacity();
   }
   if (pools->empty()) {
+    if (auto why = NoMemorySizeKnown(topo)) {
+      CXLPOOL_LOG(kError) << "topology of " << root << ": " << *why;
+      return 1;
+    }
     CXLPOOL_LOG(kWarning) << "no pools: every allocation will be refused";
   }
   RaiseMemlock(pinned);
+  // The reserves together never ask for more than this kernel can give,
+  // whatever the sysfs root says (docs/daemon.md, "The warm reserve").
+  std::vector<ExtentReserve*> reserves;
+  for (const auto& p : *pools) {
+    if (ExtentReserve* r = p->reserve()) reserves.push_back(r);
+  }
+  ClampReservesToKernel(reserves, *proc);
 
   // Restart support: the journal in the state directory, the fd store.
   Notifier notifier;

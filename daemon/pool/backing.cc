@@ -125,13 +125,35 @@ Status PrefaultRange(void* addr, uint64_t size, uint64_t page) {
   return Status::Ok();
 }
 
-// All at once, or (`step` > 0) step by step with a yield in between.
-Status Prefault(void* addr, uint64_t size, uint64_t page, uint64_t step) {
-  if (step == 0 || step >= size) return PrefaultRange(addr, size, page);
-  for (uint64_t off = 0; off < size; off += step) {
-    if (off > 0) ::sched_yield();
+bool StopRequested(const std::shared_ptr<const std::atomic<bool>>& stop) {
+  return stop != nullptr && stop->load(std::memory_order_acquire);
+}
+
+Status Stopped(uint64_t size) {
+  return Status(Code::kUnavailable,
+                "build of " + HumanBytes(size) + " stopped: the daemon is shutting down");
+}
+
+// How a prefault is cut: `step` bytes at a time (0: one call), `stop`
+// looked at before each step, a sched_yield() between steps when `yield`
+// (background builds; the thread always has work next, so this is a
+// preemption point, never a wait).
+struct PrefaultSteps {
+  uint64_t step = 0;
+  bool yield = false;
+  std::shared_ptr<const std::atomic<bool>> stop;
+};
+
+Status Prefault(void* addr, uint64_t size, uint64_t page, const PrefaultSteps& s) {
+  if (StopRequested(s.stop)) return Stopped(size);
+  if (s.step == 0 || s.step >= size) return PrefaultRange(addr, size, page);
+  for (uint64_t off = 0; off < size; off += s.step) {
+    if (off > 0) {
+      if (StopRequested(s.stop)) return Stopped(size);
+      if (s.yield) ::sched_yield();
+    }
     CXLPOOL_RETURN_IF_ERROR(
-        PrefaultRange(static_cast<char*>(addr) + off, std::min(step, size - off), page));
+        PrefaultRange(static_cast<char*>(addr) + off, std::min(s.step, size - off), page));
   }
   return Status::Ok();
 }
@@ -190,6 +212,7 @@ Result<BuiltMemfd> BuildMemfd(const MemfdSpec& spec) {
   }
   unsigned flags = MFD_CLOEXEC | MFD_ALLOW_SEALING;
   if (spec.hugetlb) flags |= MFD_HUGETLB | MFD_HUGE_2MB;
+  if (StopRequested(spec.stop)) return Stopped(spec.size_bytes);
   UniqueFd fd(MemfdCreate(spec.name, flags));
   if (!fd.valid()) return Status::FromErrno(errno, "memfd_create");
   if (::ftruncate(fd.get(), static_cast<off_t>(spec.size_bytes)) != 0) {
@@ -204,9 +227,13 @@ Result<BuiltMemfd> BuildMemfd(const MemfdSpec& spec) {
   if (spec.thp && !spec.hugetlb) {
     if (::madvise(addr, spec.size_bytes, MADV_HUGEPAGE) == 0) kind = "memfd-thp";
   }
-  uint64_t step = 0;
+  PrefaultSteps steps;
+  steps.stop = spec.stop;
   if (spec.yield_between_steps) {
-    step = (spec.hugetlb || kind == "memfd-thp") ? kHugePage2M : kBackgroundStep;
+    steps.step = (spec.hugetlb || kind == "memfd-thp") ? kHugePage2M : kBackgroundStep;
+    steps.yield = true;
+  } else if (spec.stop != nullptr) {
+    steps.step = kStopStep;
   }
   auto pin_error = [&](int err) {
     Status st = Status::FromErrno(err, "mlock " + HumanBytes(spec.size_bytes) +
@@ -229,11 +256,11 @@ Result<BuiltMemfd> BuildMemfd(const MemfdSpec& spec) {
     // Each chunk in steps too, when the build is a background one.
     auto fill = std::make_shared<SharedFill>(
         addr, spec.size_bytes, SharedFillChunk(spec.size_bytes),
-        [page, step](char* at, uint64_t len) { return Prefault(at, len, page, step); });
+        [page, steps](char* at, uint64_t len) { return Prefault(at, len, page, steps); });
     spec.offer_fill(fill);
     CXLPOOL_RETURN_IF_ERROR(fill->Run());  // every chunk done: the mapping may go
   } else if (spec.prefault) {
-    CXLPOOL_RETURN_IF_ERROR(Prefault(addr, spec.size_bytes, page, step));
+    CXLPOOL_RETURN_IF_ERROR(Prefault(addr, spec.size_bytes, page, steps));
   }
   if (spec.pin && !locked && ::mlock(addr, spec.size_bytes) != 0) return pin_error(errno);
   if (::fcntl(fd.get(), F_ADD_SEALS, F_SEAL_GROW | F_SEAL_SEAL) != 0) {

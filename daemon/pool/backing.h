@@ -11,7 +11,9 @@
 //   madvise(MADV_POPULATE_WRITE) (fallback: touch every page), in steps
 //   with a sched_yield() between them for background builds, or for a
 //   request-path build of at least two chunks cut into chunks that idle
-//   workers help with (MemfdSpec::offer_fill, pool/shared_fill.h);
+//   workers help with (MemfdSpec::offer_fill, pool/shared_fill.h); a build
+//   with a stop flag (MemfdSpec::stop) checks it between steps and ends
+//   with UNAVAILABLE once it is set (shutdown);
 //   seal F_SEAL_GROW|F_SEAL_SEAL (shrinking stays possible for revoke).
 // Reclaim() returns the memory even if a client leaked the fd:
 // ftruncate(fd, 0), munmap, close. A backing is never reused afterwards.
@@ -20,6 +22,7 @@
 // Backing object has one owner; Reclaim is not synchronised.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -91,11 +94,22 @@ struct MemfdSpec {
   // filled. With yield_between_steps each chunk is prefaulted in steps.
   // Empty: one thread prefaults all.
   FillOffer offer_fill;
+  // Set (from any thread) to end the build early: at daemon shutdown a
+  // refill or a cold build of many GiB must not hold the exit. Checked
+  // before the prefault and between its steps (kStopStep at least every
+  // 16 MiB, also for a request-path build, which otherwise prefaults in one
+  // call); a stopped build fails with UNAVAILABLE and leaves nothing behind
+  // (the memfd is unmapped and closed, its pages freed). Null: never stopped.
+  std::shared_ptr<const std::atomic<bool>> stop;
 };
+
+// The most a build with a stop flag prefaults between two looks at it.
+inline constexpr uint64_t kStopStep = 16ull << 20;
 
 // Builds, places, prefaults, pins and seals one memfd. Errors: INVALID_ARGUMENT
 // (size), RESOURCE_EXHAUSTED (no memory / memlock limit / no huge pages),
-// PERMISSION_DENIED, IO. Nothing is leaked on failure.
+// PERMISSION_DENIED, IO, UNAVAILABLE (spec.stop was set). Nothing is leaked
+// on failure.
 Result<std::unique_ptr<Backing>> CreateMemfdBacking(const MemfdSpec& spec);
 
 // The same build, for owners other than a Backing (pool/extent.h): the fd,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
+#include <optional>
 
 #include "cxlpool/common/log.h"
 #include "cxlpool/common/strings.h"
@@ -30,11 +31,44 @@ Result<ReserveSettings> ResolveReserve(const CapacitySpec& low, const CapacitySp
 // ---- ExtentReserve -------------------------------------------------------------
 
 ExtentReserve::ExtentReserve(std::string pool_name, ReserveSettings settings, MemfdSpec base)
-    : name_(std::move(pool_name)), settings_(std::move(settings)), base_(std::move(base)) {
+    : name_(std::move(pool_name)),
+      configured_(settings),
+      settings_(std::move(settings)),
+      base_(std::move(base)) {
+  base_.stop = stop_;
   for (uint64_t g : settings_.ladder.granules()) levels_.push_back(Level{g, {}, 0, 0});
   MakeSmall({});
-  ComputeTargets();
+  ApplyCapAndTargets();
   NoteLevel();
+}
+
+void ExtentReserve::SetCap(uint64_t bytes) {
+  cap_bytes_ = bytes;
+  Reconfigure(configured_);
+}
+
+void ExtentReserve::ApplyCapAndTargets() {
+  const uint64_t g = settings_.ladder.smallest();
+  // The low watermark keeps its share of the high one.
+  auto lower_high_to = [&](uint64_t high) {
+    high = high / g * g;
+    if (high >= settings_.high_bytes) return;
+    const double share = settings_.high_bytes == 0 ? 0.0
+                                                   : static_cast<double>(settings_.low_bytes) /
+                                                         static_cast<double>(settings_.high_bytes);
+    settings_.low_bytes =
+        std::min(high, static_cast<uint64_t>(share * static_cast<double>(high)) / g * g);
+    settings_.high_bytes = high;
+  };
+  lower_high_to(cap_bytes_);
+  ComputeTargets();
+  // The small extents come on top of the high watermark: make room for
+  // them under the cap (or, with too little left, go without them).
+  if (limit_bytes() > cap_bytes_) {
+    lower_high_to(cap_bytes_ > small_target_bytes_ ? cap_bytes_ - small_target_bytes_ : 0);
+    ComputeTargets();
+  }
+  CXLPOOL_CHECK(cap_bytes_ == UINT64_MAX || limit_bytes() <= cap_bytes_);
 }
 
 void ExtentReserve::MakeSmall(std::deque<Level> old) {
@@ -287,7 +321,7 @@ void ExtentReserve::BuildFailed(uint64_t granule) {
   building_bytes_ -= granule;
   if (Level* l = LevelOf(granule)) {
     if (l->building > 0) --l->building;
-    if (++l->failures == kMaxBuildFailures) {
+    if (!stopped_ && ++l->failures == kMaxBuildFailures) {
       CXLPOOL_LOG(kWarning) << name_ << ": reserve extents of " << HumanBytes(granule)
                             << " disabled after " << kMaxBuildFailures << " failed builds";
     }
@@ -355,6 +389,7 @@ void ExtentReserve::TrimAboveHigh() {
 void ExtentReserve::Reconfigure(ReserveSettings settings) {
   std::deque<Level> old;
   old.swap(levels_);
+  configured_ = settings;
   settings_ = std::move(settings);
   for (uint64_t g : settings_.ladder.granules()) levels_.push_back(Level{g, {}, 0, 0});
   for (Level& l : old) {
@@ -374,7 +409,7 @@ void ExtentReserve::Reconfigure(ReserveSettings settings) {
   std::deque<Level> old_small;
   old_small.swap(small_);
   MakeSmall(std::move(old_small));
-  ComputeTargets();
+  ApplyCapAndTargets();
   refilling_ = false;
   TrimAboveHigh();
   NoteLevel();
@@ -382,6 +417,7 @@ void ExtentReserve::Reconfigure(ReserveSettings settings) {
 
 void ExtentReserve::DropAll() {
   stopped_ = true;
+  stop_->store(true, std::memory_order_release);
   refilling_ = false;
   for (std::deque<Level>* set : {&levels_, &small_}) {
     for (Level& l : *set) {
@@ -393,6 +429,63 @@ void ExtentReserve::DropAll() {
     }
   }
   NoteLevel();
+}
+
+// ---- the kernel's limit -------------------------------------------------------
+
+Result<KernelRoom> ReadKernelRoom(const FileSystem& proc) {
+  auto text = proc.ReadFile("/proc/meminfo");
+  if (!text.ok()) return text.status();
+  const auto m = ParseMeminfo(*text);
+  auto field = [&m](const char* key) -> std::optional<uint64_t> {
+    auto it = m.find(key);
+    if (it == m.end()) return std::nullopt;
+    return it->second;
+  };
+  auto available = field("MemAvailable");
+  if (!available) available = field("MemFree");  // kernels before 3.14
+  if (!available) {
+    return Status(Code::kInvalidArgument, "/proc/meminfo has neither MemAvailable nor MemFree");
+  }
+  constexpr uint64_t kMinMargin = 256ull << 20;
+  KernelRoom r;
+  r.available = *available;
+  r.margin = std::max(kMinMargin, field("MemTotal").value_or(0) / 16);
+  return r;
+}
+
+size_t ClampReserves(const std::vector<ExtentReserve*>& reserves, const KernelRoom& room) {
+  uint64_t total = 0;
+  for (const ExtentReserve* r : reserves) total += r->limit_bytes();
+  const uint64_t budget = room.room();
+  if (total <= budget) return 0;
+  size_t capped = 0;
+  const double share = static_cast<double>(budget) / static_cast<double>(total);
+  for (ExtentReserve* r : reserves) {
+    if (r->limit_bytes() == 0) continue;
+    r->SetCap(static_cast<uint64_t>(share * static_cast<double>(r->limit_bytes())));
+    ++capped;
+  }
+  uint64_t now = 0;
+  for (const ExtentReserve* r : reserves) now += r->limit_bytes();
+  CXLPOOL_LOG(kWarning) << "reserve clamped: the " << reserves.size() << " pools' reserves ("
+                        << HumanBytes(total) << ") exceed what the running kernel can give ("
+                        << HumanBytes(room.available) << " MemAvailable in /proc/meminfo less a "
+                        << HumanBytes(room.margin) << " margin); " << capped
+                        << " reserves lowered to " << HumanBytes(now)
+                        << " in all (pool capacities follow the MemTotal of each node in the "
+                           "sysfs root, not what this kernel has free)";
+  return capped;
+}
+
+size_t ClampReservesToKernel(const std::vector<ExtentReserve*>& reserves, const FileSystem& proc) {
+  auto room = ReadKernelRoom(proc);
+  if (!room.ok()) {
+    CXLPOOL_LOG(kWarning) << "reserves not checked against the kernel's free memory: "
+                          << room.status().ToString();
+    return 0;
+  }
+  return ClampReserves(reserves, *room);
 }
 
 // ---- ReserveRefiller -----------------------------------------------------------
@@ -456,8 +549,12 @@ void ReserveRefiller::Kick() {
         if (!a || !*a) return;  // the extent, if any, retires with the lambda
         --pending_builds_;
         if (!built.ok()) {
-          CXLPOOL_LOG(kWarning) << reserve_->pool_name() << ": reserve build of "
-                                << HumanBytes(granule) << " failed: " << built.status().ToString();
+          // A build the stop ended is no failure of the granule.
+          if (!reserve_->stop_requested()) {
+            CXLPOOL_LOG(kWarning) << reserve_->pool_name() << ": reserve build of "
+                                  << HumanBytes(granule)
+                                  << " failed: " << built.status().ToString();
+          }
           reserve_->BuildFailed(granule);
           if (options_.on_built) options_.on_built(false);
           return;

@@ -48,12 +48,26 @@
 // Accounting: the reserve's own bytes are ready + building + retiring, all
 // of them used memory of the pool (pinned; nobody else can use it).
 //
+// Stopping: DropAll (shutdown, hand-over) sets the reserve's stop flag,
+// which every build of its spec carries (MemfdSpec::stop): a refill in
+// the middle of a large prefault ends within a step, and builds still
+// queued on the stock threads end before they create a memfd, so the
+// daemon's exit never waits for a refill.
+//
+// The kernel's limit: a reserve is bounded not only by its pool's capacity
+// (the numbers of the sysfs root, which may be a captured tree of another
+// machine) but by what the running kernel can give. At start the daemon
+// caps all reserves together to MemAvailable of the real /proc/meminfo
+// less a margin (ClampReservesToKernel); the cap holds through reloads and
+// capacity changes.
+//
 // Thread safety: ExtentReserve and ReserveRefiller belong to the event-loop
 // thread. The refiller's owner must join the stock and retire executors
 // before destroying it (completions still queued for the loop are then
 // dropped, and their extents retired where they are).
 #pragma once
 
+#include <atomic>
 #include <boost/asio/any_io_executor.hpp>
 #include <cstdint>
 #include <deque>
@@ -65,6 +79,7 @@
 
 #include "config/config.h"
 #include "cxlpool/common/clock.h"
+#include "cxlpool/common/fs.h"
 #include "cxlpool/common/status.h"
 #include "pool/backing.h"
 #include "pool/extent.h"
@@ -97,7 +112,18 @@ class ExtentReserve {
   ExtentReserve& operator=(const ExtentReserve&) = delete;
 
   const std::string& pool_name() const { return name_; }
+  // The watermarks in force: the configured ones, lowered to the cap.
   const ReserveSettings& settings() const { return settings_; }
+  // At most this many bytes (limit_bytes()) whatever the watermarks say;
+  // UINT64_MAX: no cap. Lowers the watermarks now (ready stock above the
+  // new limit is retired) and at every Reconfigure; the low one in
+  // proportion to the high one.
+  void SetCap(uint64_t bytes);
+  uint64_t cap_bytes() const { return cap_bytes_; }
+  // Set by DropAll; every build of BuildSpec carries it (MemfdSpec::stop),
+  // and so do the pool's request-path builds (MemfdPool::Build).
+  bool stop_requested() const { return stop_->load(); }
+  std::shared_ptr<const std::atomic<bool>> build_stop() const { return stop_; }
   uint64_t page_size() const { return base_.hugetlb ? (2ull << 20) : 4096; }
   bool hugetlb() const { return base_.hugetlb; }
 
@@ -165,7 +191,9 @@ class ExtentReserve {
   // ready stock above the new high watermark, or of a granule the new
   // ladder lacks, is retired.
   void Reconfigure(ReserveSettings settings);
-  // Shutdown: every ready extent is retired; no more refills.
+  // Shutdown: every ready extent is retired; no more refills; builds in
+  // flight or queued stop (they fail with UNAVAILABLE and land as
+  // BuildFailed, or nowhere once the loop has stopped).
   void DropAll();
 
  private:
@@ -176,6 +204,8 @@ class ExtentReserve {
     uint32_t failures = 0;
   };
   void ComputeTargets();
+  // settings_ lowered to cap_bytes_, then ComputeTargets.
+  void ApplyCapAndTargets();
   void Retire(std::unique_ptr<Extent> e);
   void TrimAboveHigh();
   // The ladder level or small class of extents of `bytes`; null if none.
@@ -186,6 +216,7 @@ class ExtentReserve {
   void NoteLevel();
 
   std::string name_;
+  ReserveSettings configured_;  // as given, before the cap
   ReserveSettings settings_;
   MemfdSpec base_;
   std::deque<Level> levels_;  // a deque: Level is move-only
@@ -200,9 +231,35 @@ class ExtentReserve {
   uint64_t retiring_bytes_ = 0;
   bool refilling_ = false;
   bool stopped_ = false;
+  uint64_t cap_bytes_ = UINT64_MAX;
+  // Shared with every build in flight (MemfdSpec::stop), which may outlive
+  // the reserve on a stock thread.
+  std::shared_ptr<std::atomic<bool>> stop_ = std::make_shared<std::atomic<bool>>(false);
   const Clock* clock_ = &SystemClock::Get();
   std::optional<int64_t> below_low_since_ns_;
 };
+
+// What the running kernel can give the reserves, from its /proc/meminfo
+// (read through `proc`, the real machine's file system whatever the sysfs
+// root): MemAvailable (MemFree on a kernel without it) less a margin of a
+// sixteenth of MemTotal, at least 256 MiB. NOT_FOUND / IO when the file
+// cannot be read, INVALID_ARGUMENT when it has neither field.
+struct KernelRoom {
+  uint64_t available = 0;  // MemAvailable (or MemFree)
+  uint64_t margin = 0;
+  uint64_t room() const { return available > margin ? available - margin : 0; }
+};
+Result<KernelRoom> ReadKernelRoom(const FileSystem& proc);
+
+// Caps `reserves` (SetCap) so that their limit_bytes() add up to at most
+// `room.room()`: each keeps the same share of the room it had of the total;
+// nothing changes when they fit. Logs one warning naming the total, the
+// room and why. Returns the number of reserves capped.
+size_t ClampReserves(const std::vector<ExtentReserve*>& reserves, const KernelRoom& room);
+
+// ReadKernelRoom, then ClampReserves; a file that cannot be read is logged
+// and caps nothing. Returns the number of reserves capped.
+size_t ClampReservesToKernel(const std::vector<ExtentReserve*>& reserves, const FileSystem& proc);
 
 // Builds one extent (a seam: tests wrap Extent::Create to watch which
 // thread builds, or to fail).

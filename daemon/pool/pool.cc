@@ -180,6 +180,7 @@ Result<std::unique_ptr<Backing>> MemfdPool::Build(uint64_t size, bool hugetlb,
                                                   const FillOffer& offer) const {
   MemfdSpec spec;
   spec.offer_fill = offer;
+  spec.stop = reserve_->build_stop();  // shutdown ends a cold build too
   spec.size_bytes = size;
   spec.numa_node = opts_.bind ? numa_node() : -1;
   spec.pin = cfg_.pin;
