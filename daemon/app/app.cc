@@ -500,6 +500,7 @@ int RunDaemon(const DaemonFlags& command_line) {
   // engine's state on the loop.
   TieringRequests tiering_requests(&leases);
   tiering_requests.SetPush([srv](ConnectionId c, Reply r) { return srv->Push(c, std::move(r)); });
+  tiering_requests.SetLoop(io.get_executor());
   tiering::LeaseManagerTable tiering_table(&leases, fs->IsThisSystem());
   std::unique_ptr<tiering::Migrator> migrator = tiering::MakeKernelMigrator();
   std::unique_ptr<tiering::KernelFileWriter> kernel_writer = tiering::MakeKernelFileWriter();

@@ -1,5 +1,9 @@
 #include "handler/tiering_requests.h"
 
+#include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <memory>
+
 #include "cxlpool/common/log.h"
 #include "cxlpool/proto/codec.h"
 
@@ -91,7 +95,12 @@ Reply TieringRequests::Handle(ConnectionId conn, const Request& req, const Reply
         good.push_back(x);
         index.push_back(static_cast<size_t>(i));
       }
-      for (auto& [j, st] : engine_->OnSignals(CallerOf(conn), good)) bad.emplace_back(index[j], st);
+      const tiering::Caller caller = CallerOf(conn);
+      uint64_t over_rate = 0;
+      for (auto& [j, st] : engine_->OnSignals(caller, good)) {
+        if (st.code() == Code::kResourceExhausted) ++over_rate;
+        bad.emplace_back(index[j], st);
+      }
       const size_t total = static_cast<size_t>(in.signals_size());
       proto::TieringSignalsReply out;
       out.set_accepted(static_cast<uint32_t>(total - bad.size()));
@@ -102,8 +111,19 @@ Reply TieringRequests::Handle(ConnectionId conn, const Request& req, const Reply
         r->set_message(st.message());
       }
       // A batch of one that is wrong is the caller's error, said plainly.
-      if (total == 1 && bad.size() == 1) return MakeErrorReply(bad.front().second);
-      return AsReply(out);
+      Reply now = total == 1 && bad.size() == 1 ? MakeErrorReply(bad.front().second) : AsReply(out);
+      // Hints over the sender's rate: the answer waits until its bucket
+      // could have taken them, so a flood costs the loop a frame per refill,
+      // not a frame per round trip.
+      const int64_t wait = loop_ ? engine_->UrgentWaitNs(caller.uid, over_rate) : 0;
+      if (wait <= 0) return now;
+      *deferred = true;
+      auto timer = std::make_shared<boost::asio::steady_timer>(loop_);
+      timer->expires_after(std::chrono::nanoseconds(wait));
+      timer->async_wait([timer, reply, answer = std::move(now)](const boost::system::error_code&) {
+        reply(answer);
+      });
+      return {};
     }
     case proto::MSG_TIERING_LEASE_REQUEST: {
       proto::TieringLeaseRequest in;

@@ -10,6 +10,7 @@
 // Thread safety: the event-loop thread only, like the handler.
 #pragma once
 
+#include <boost/asio/any_io_executor.hpp>
 #include <functional>
 
 #include "lease/lease_manager.h"
@@ -27,6 +28,9 @@ class TieringRequests final : public tiering::HolderChannel {
   explicit TieringRequests(const LeaseManager* leases) : leases_(leases) {}
   void SetEngine(tiering::TieringEngine* engine) { engine_ = engine; }
   void SetPush(PushFn push) { push_ = std::move(push); }
+  // The event loop, for holding the reply to a frame whose urgent hints were
+  // refused for rate (TieringEngine::UrgentWaitNs); unset: answered at once.
+  void SetLoop(boost::asio::any_io_executor loop) { loop_ = std::move(loop); }
 
   static bool Handles(proto::MsgType type);
   // Answers now (returns the reply) or later through `reply` (*deferred).
@@ -49,6 +53,7 @@ class TieringRequests final : public tiering::HolderChannel {
   const LeaseManager* leases_;
   tiering::TieringEngine* engine_ = nullptr;
   PushFn push_;
+  boost::asio::any_io_executor loop_;
 };
 
 // The engine's report as the wire's TIERING_REPORT_REPLY.

@@ -278,6 +278,12 @@ Status TieringEngine::TakeUrgent(const Caller& from, int64_t now) {
                     Ms(it->second.NsUntil(1, now)));
 }
 
+int64_t TieringEngine::UrgentWaitNs(uid_t uid, uint64_t n) {
+  auto it = urgent_buckets_.find(uid);
+  if (n == 0 || it == urgent_buckets_.end()) return 0;
+  return std::min<int64_t>(it->second.NsUntil(n, clock_->MonotonicNs()), 1'000'000'000);
+}
+
 std::vector<std::pair<size_t, Status>> TieringEngine::OnSignals(const Caller& from,
                                                                 const std::vector<Signal>& batch) {
   std::vector<std::pair<size_t, Status>> rejected;

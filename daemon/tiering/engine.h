@@ -236,6 +236,10 @@ class TieringEngine {
   // an admin has its hints taken as signals (see above).
   std::vector<std::pair<size_t, Status>> OnSignals(const Caller& from,
                                                    const std::vector<Signal>& batch);
+  // How long `uid` waits until its bucket holds `n` urgent hints again
+  // (0: now; at most a second): the reply to a frame whose urgent hints were
+  // refused for rate is held that long, so a flood paces itself.
+  int64_t UrgentWaitNs(uid_t uid, uint64_t n);
 
   // Per-lease settings. `opt_out`: pinned to its tier (the owner uid, or an
   // admin). `cooperative_pin`: this connection holds a long-term pin it can

@@ -361,11 +361,14 @@ TEST(TieringLiveTest, HintsOutsideTheLeaseAreRefusedByTheLibraryAndTheDaemon) {
   EXPECT_EQ(st.code(), Code::kInvalidArgument);
   EXPECT_NE(st.message().find("is outside lease " + std::to_string(info->id())), std::string::npos)
       << st.message();
-  // Someone else's lease: not held by this connection.
+  // Someone else's lease: not held by this connection, the answer an id
+  // that does not exist gets too.
   sig->set_lease_id(lease->id());
   sig->set_offset(0);
   st = raw->Call(req, &rep);
-  EXPECT_EQ(st.code(), Code::kPermissionDenied);
+  EXPECT_EQ(st.code(), Code::kNotFound);
+  EXPECT_EQ(st.message(),
+            "lease " + std::to_string(lease->id()) + " is not held by this connection");
   // Two entries: judged one by one.
   sig->set_lease_id(info->id());
   proto::RangeSignal* ok = req.add_signals();
