@@ -7,7 +7,8 @@
 #            integration and cli tests
 #   asan     ASan+UBSan build; unit and integration tests
 #   tsan     TSan build of the threaded code's tests (server, client, lease
-#            manager with its worker and stock threads, handler, a real daemon)
+#            manager with its worker and stock threads, handler, the metrics
+#            endpoint, a real daemon)
 #   fuzz     clang libFuzzer+ASan+UBSan build; each fuzz target for
 #            CXLPOOL_FUZZ_SECONDS (default 60)
 # Every build has warnings as errors (CXLPOOL_WERROR=ON; a user's build has
@@ -79,9 +80,10 @@ if has tsan; then
   cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $werror \
     -DCXLPOOL_SANITIZE=thread -DCXLPOOL_BUILD_BENCH=OFF
   # The code with threads: the Asio server, the client (mutex + watcher), the
-  # lease manager with its worker pool, and real daemons under load.
+  # lease manager with its worker pool, the metrics endpoint's own thread,
+  # and real daemons under load.
   tsan_tests=(server_test client_test daemon_lease_test daemon_handler_test
-              daemon_thread_priority_test daemon_integration_test)
+              daemon_thread_priority_test daemon_http_test daemon_integration_test)
   available=$(ninja -C build-tsan -t targets all | sed -n 's/^\([a-z_]*_test\): phony$/\1/p')
   targets=(cxlpoold)
   for t in "${tsan_tests[@]}"; do grep -qx "$t" <<<"$available" && targets+=("$t"); done
