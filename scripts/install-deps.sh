@@ -21,6 +21,7 @@ pkgs=(
   libgtest-dev libgmock-dev
   libbenchmark-dev
   jq ccache
+  universal-ctags             # scripts/unit-sizes.sh (where each function ends)
   file                        # dpkg-shlibdeps and the package test run it on every binary
   prometheus
   debhelper dh-python lintian # scripts/build-debs.sh (dpkg-buildpackage) and the package test

@@ -76,8 +76,8 @@ if has fuzz; then
 fi
 
 if has tsan; then
-  stage "tsan: build (thread)"
-  cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $werror \
+  stage "tsan: build (clang, thread, -Wthread-safety)"
+  CC=clang CXX=clang++ cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $werror \
     -DCXLPOOL_SANITIZE=thread -DCXLPOOL_BUILD_BENCH=OFF
   # The code with threads: the Asio server, the client (mutex + watcher), the
   # lease manager with its worker pool, the metrics endpoint's own thread,
