@@ -1,5 +1,5 @@
 // Private pieces of GPU discovery (gpu_discovery.cc), exposed for the unit
-// tests in tests/gpu. DiscoverGpus() in cxlpool/topology/discover.h is the
+// tests in tests/topology. DiscoverGpus() in cxlpool/topology/discover.h is the
 // public entry point; nothing else should call these.
 //
 // Thread safety: reentrant functions; they share no state.

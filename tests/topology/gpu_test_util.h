@@ -1,4 +1,4 @@
-// Helpers shared by the tests in tests/gpu: hand-built topologies, fake PCI
+// Helpers shared by the GPU tests in tests/topology: hand-built topologies, fake PCI
 // devices in a FakeFileSystem, fake NVML boards and scoped environment.
 // Thread safety: test-only; setenv is not thread-safe, tests run serially.
 #pragma once
