@@ -117,7 +117,7 @@ struct DaemonConfig {
   std::string capacity = "90%";
   // The pool's warm reserve in bytes, for the figures that measure a warm or
   // an exhausted reserve (P1u, P2any, P2_4k, P2cold, recycled, P5). How it
-  // reaches the daemon's config is ReserveToml (common.cc), the one place
+  // reaches the daemon's config is ReserveToml (daemon_proc.cc), the one place
   // that knows the daemon's reserve keys. 0: no reserve (P2cold).
   uint64_t reserve_bytes = 0;
   int workers = 2;
