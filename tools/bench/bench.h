@@ -5,7 +5,8 @@
 //   * Options / Report / Row: what to run and what came out (table or JSON).
 //   * Stats: percentiles over latency samples.
 //   * DaemonProc: a cxlpoold the bench spawns on a temp socket with a temp
-//     config (pid tracked, SIGTERM then SIGKILL at exit, PR_SET_PDEATHSIG).
+//     config (a ChildProc: pid tracked, SIGTERM then SIGKILL at exit,
+//     PR_SET_PDEATHSIG).
 //   * WireClient: the grant path without the client library's mapping, over
 //     the shared blocking client (wire::BlockingClient).
 //   * BareServer / BareClient: the baseline, a trivial AF_UNIX stream server
@@ -25,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "child_proc.h"
 #include "cxlpool.pb.h"
 #include "cxlpool/common/status.h"
 #include "cxlpool/common/unique_fd.h"
@@ -76,6 +78,11 @@ struct Row {
   std::string Verdict() const;
 };
 
+// A measured row; an empty `goal_op` makes it informational.
+Row MeasuredRow(const std::string& figure, const std::string& metric, double value, double baseline,
+                const std::string& unit, const std::string& goal_op = "", double goal = 0,
+                const std::string& note = "");
+
 struct Report {
   std::vector<Row> rows;
   std::vector<std::string> notes;  // machine facts, limits met on the way
@@ -110,7 +117,7 @@ struct DaemonConfig {
   std::string capacity = "90%";
   // The pool's warm reserve in bytes, for the figures that measure a warm or
   // an exhausted reserve (P1u, P2any, P2_4k, P2cold, recycled, P5). How it
-  // reaches the daemon's config is ReserveToml (common.cc), the one place
+  // reaches the daemon's config is ReserveToml (daemon_proc.cc), the one place
   // that knows the daemon's reserve keys. 0: no reserve (P2cold).
   uint64_t reserve_bytes = 0;
   int workers = 2;
@@ -130,18 +137,14 @@ class DaemonProc {
   Status Start(const std::string& binary, const DaemonConfig& cfg);
   // SIGTERM, wait up to 10 s, then SIGKILL; removes the temp dir.
   void Stop();
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return child_.pid(); }
   const std::string& socket() const { return socket_; }
   std::string LogTail() const;
 
  private:
-  pid_t pid_ = -1;
-  std::string dir_;
+  ChildProc child_{10000};
   std::string socket_;
 };
-
-// Kills every daemon/bare server still running (atexit and signal path).
-void KillAllChildren();
 
 // ---- a blocking protocol client ----
 
@@ -206,8 +209,7 @@ class BareServer {
 
  private:
   Status Fork(std::optional<MemfdSpec> build, bool prebuilt);
-  pid_t pid_ = -1;
-  std::string dir_;
+  ChildProc child_{2000};
   std::string socket_;
 };
 
@@ -241,6 +243,9 @@ class BareClient {
 Result<std::map<std::string, uint64_t>> NodeMeminfo(int node);
 // /proc/<pid>/status fields in bytes ("VmRSS", "RssAnon", "RssShmem", ...).
 Result<std::map<std::string, uint64_t>> ProcStatus(pid_t pid);
+// One field of such a map, signed for deltas; 0 when absent.
+int64_t Field(const std::map<std::string, uint64_t>& m, const std::string& k);
+double MiB(int64_t bytes);  // bytes as MiB
 // Sum of a smaps field (kB -> bytes) over the mappings overlapping [addr,
 // addr+len) of this process.
 Result<uint64_t> SmapsField(const void* addr, uint64_t len, const std::string& field);

@@ -81,119 +81,118 @@ double MedianOf(std::vector<double> v) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-void RunMix(const Options& o, const MixSpec& spec, Report* r) {
-  const uint64_t max = o.max_size ? o.max_size : (o.quick ? 256 * kMiB : 2 * kGiB);
-  const int count = o.mix_count ? o.mix_count : (o.quick ? 24 : 200);
-  if (max < 64 * kKiB) return r->Skip(spec.figure, "mix", "--max-size below 64 KiB");
-  const std::vector<uint64_t> sizes = MixSizes(count, max);
-  const bool thp = spec.pages == Pages::kThp;
-  if (!o.spawn() && (thp || !spec.warm)) {
-    return r->Skip(spec.figure, "mix",
-                   "a running daemon (--socket) has one configuration; measured as P2_4k");
-  }
+// The mix's sizes and the daemon it runs against. What the leases can
+// really get when the figure asks for huge pages: THP extents where shmem
+// allows them; else hugetlb extents where the node has the free 2 MiB pages
+// for the whole run (the reserve, the largest lease built beside it, the
+// baseline's own); else 4 KiB pages.
+struct MixPlan {
+  uint64_t max = 0;
+  int count = 0;
+  bool thp = false;
   DaemonConfig cfg;
-  cfg.thp = thp;
-  cfg.reserve_bytes = spec.warm ? MixReserve(max) : 0;
-  // What the leases can really get when the figure asks for huge pages: THP
-  // extents where shmem allows them; else hugetlb extents where the node has
-  // the free 2 MiB pages for the whole run (the reserve, the largest lease
-  // built beside it, the baseline's own); else 4 KiB pages.
-  const uint64_t huge_need = (cfg.reserve_bytes + 2 * max) / (2 * kMiB);
-  const uint64_t huge_free = FreeHugepages(o.node);
+  uint64_t huge_need = 0, huge_free = 0;
   Pages lease_pages = Pages::k4K;
-  if (thp && ShmemThpAllowed()) {
-    lease_pages = Pages::kThp;
-  } else if (thp && huge_free >= huge_need) {
-    lease_pages = Pages::kHugetlb;
-    cfg.hugetlb = true;
-  }
-  DaemonProc daemon;
-  auto sock = PhaseSocket(o, cfg, &daemon);
-  if (!sock.ok()) return r->Skip(spec.figure, "mix", sock.status().ToString());
-  auto ctl = WireClient::Connect(*sock);
-  if (!ctl.ok()) return r->Skip(spec.figure, "mix", ctl.status().ToString());
-  auto client = cxlpool::Client::Connect(*sock);
-  if (!client.ok()) return r->Skip(spec.figure, "mix", client.status().ToString());
+};
 
-  struct Sample {
-    uint64_t size, lease_ns, self_ns;
-  };
+MixPlan PlanMix(const Options& o, const MixSpec& spec) {
+  MixPlan m;
+  m.max = o.max_size ? o.max_size : (o.quick ? 256 * kMiB : 2 * kGiB);
+  m.count = o.mix_count ? o.mix_count : (o.quick ? 24 : 200);
+  m.thp = spec.pages == Pages::kThp;
+  m.cfg.thp = m.thp;
+  m.cfg.reserve_bytes = spec.warm ? MixReserve(m.max) : 0;
+  m.huge_need = (m.cfg.reserve_bytes + 2 * m.max) / (2 * kMiB);
+  m.huge_free = FreeHugepages(o.node);
+  if (m.thp && ShmemThpAllowed()) {
+    m.lease_pages = Pages::kThp;
+  } else if (m.thp && m.huge_free >= m.huge_need) {
+    m.lease_pages = Pages::kHugetlb;
+    m.cfg.hugetlb = true;
+  }
+  return m;
+}
+
+struct Sample {
+  uint64_t size, lease_ns, self_ns;
+};
+
+// What the mix measured: one sample per request, and what backed them.
+struct MixRun {
   std::vector<Sample> samples;
   int warm = 0;
   uint64_t pmd = 0, huge_sized = 0, hugetlb_backed = 0;
-  for (uint64_t size : sizes) {
-    if (Status s = ctl->WaitIdle(); !s.ok()) return r->Skip(spec.figure, "mix", s.ToString());
-    auto before = ctl->GetStats();
-    if (!before.ok()) return r->Skip(spec.figure, "mix", before.status().ToString());
-    cxlpool::AllocOptions opts;
-    opts.size_bytes = size;
-    opts.numa_node = o.node;
-    opts.strict = true;
-    opts.label = std::string("cxlpool-bench ") + spec.figure;
-    uint64_t t0 = NowNs();
-    auto lease = client->Allocate(opts);
-    uint64_t t1 = NowNs();
-    if (!lease.ok()) {
-      return r->Skip(spec.figure, "mix",
-                     "allocate " + std::to_string(size) + ": " + lease.status().ToString());
-    }
-    // Usable as one buffer, end to end (outside the timing).
-    auto* c = static_cast<volatile char*>(lease->data());
-    c[0] = 1;
-    c[size - 1] = 1;
-    auto after = ctl->GetStats();
-    // A grant wholly from the warm reserve.
-    auto hits = [](const proto::StatsReply& x) { return CounterOf(x, "reserve_hits"); };
-    if (after.ok() && hits(*after) > hits(*before)) ++warm;
-    if (lease_pages == Pages::kHugetlb) {
-      if (lease->info().backing == "hugetlb-2m") ++hugetlb_backed;
-    } else if (thp && size >= 2 * kMiB) {
-      ++huge_sized;
-      auto m = SmapsField(lease->data(), lease->size(), "ShmemPmdMapped");
-      if (m.ok() && *m > 0) ++pmd;
-    }
-    (void)lease->Release();
-    if (Status s = ctl->WaitIdle(); !s.ok()) return r->Skip(spec.figure, "mix", s.ToString());
-    auto self = PopulateYourselfNs(size, o.node, lease_pages);
-    if (!self.ok()) {
-      return r->Skip(spec.figure, "mix", "baseline: " + self.status().ToString());
-    }
-    samples.push_back({size, t1 - t0, *self});
-  }
+};
 
+// One request of the mix: Client::Allocate timed (granted, mapped,
+// populated), then the same size populated by the process itself.
+// "" or what failed.
+std::string MeasureOne(const Options& o, const MixSpec& spec, const MixPlan& m, uint64_t size,
+                       WireClient& ctl, cxlpool::Client& client, MixRun* run) {
+  if (Status s = ctl.WaitIdle(); !s.ok()) return s.ToString();
+  auto before = ctl.GetStats();
+  if (!before.ok()) return before.status().ToString();
+  cxlpool::AllocOptions opts;
+  opts.size_bytes = size;
+  opts.numa_node = o.node;
+  opts.strict = true;
+  opts.label = std::string("cxlpool-bench ") + spec.figure;
+  uint64_t t0 = NowNs();
+  auto lease = client.Allocate(opts);
+  uint64_t t1 = NowNs();
+  if (!lease.ok()) return "allocate " + std::to_string(size) + ": " + lease.status().ToString();
+  // Usable as one buffer, end to end (outside the timing).
+  auto* c = static_cast<volatile char*>(lease->data());
+  c[0] = 1;
+  c[size - 1] = 1;
+  auto after = ctl.GetStats();
+  // A grant wholly from the warm reserve.
+  auto hits = [](const proto::StatsReply& x) { return CounterOf(x, "reserve_hits"); };
+  if (after.ok() && hits(*after) > hits(*before)) ++run->warm;
+  if (m.lease_pages == Pages::kHugetlb) {
+    if (lease->info().backing == "hugetlb-2m") ++run->hugetlb_backed;
+  } else if (m.thp && size >= 2 * kMiB) {
+    ++run->huge_sized;
+    auto pm = SmapsField(lease->data(), lease->size(), "ShmemPmdMapped");
+    if (pm.ok() && *pm > 0) ++run->pmd;
+  }
+  (void)lease->Release();
+  if (Status s = ctl.WaitIdle(); !s.ok()) return s.ToString();
+  auto self = PopulateYourselfNs(size, o.node, m.lease_pages);
+  if (!self.ok()) return "baseline: " + self.status().ToString();
+  run->samples.push_back({size, t1 - t0, *self});
+  return "";
+}
+
+// The note's account of the page size both sides ran on, and why.
+std::string PagesNote(const MixPlan& m) {
   const std::string shmem_thp =
       "shmem_enabled " + ReadFirstLine("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
-  std::string pages_note;
-  if (lease_pages == Pages::kThp) {
-    pages_note = "THP on both sides (baseline MADV_HUGEPAGE)";
-  } else if (lease_pages == Pages::kHugetlb) {
-    pages_note = "hugetlb on both sides: shmem THP is not allowed here (" + shmem_thp +
-                 "), the node had " + std::to_string(huge_free) + " free 2 MiB pages (" +
-                 std::to_string(huge_need) +
-                 " needed), so the pool is hugetlb = true (every lease a multiple of 2 MiB) "
-                 "and the baseline MAP_HUGETLB of the size rounded up to 2 MiB";
-  } else if (thp) {
-    pages_note = "4 KiB pages on both sides: shmem THP is not allowed here (" + shmem_thp +
-                 ") and the node has " + std::to_string(huge_free) + " of the " +
-                 std::to_string(huge_need) +
-                 " free 2 MiB pages a hugetlb run needs, so THP extents fall back and the "
-                 "baseline matches them";
-  } else {
-    pages_note = "4 KiB pages on both sides (thp = false, baseline MADV_NOHUGEPAGE)";
+  if (m.lease_pages == Pages::kThp) return "THP on both sides (baseline MADV_HUGEPAGE)";
+  if (m.lease_pages == Pages::kHugetlb) {
+    return "hugetlb on both sides: shmem THP is not allowed here (" + shmem_thp +
+           "), the node had " + std::to_string(m.huge_free) + " free 2 MiB pages (" +
+           std::to_string(m.huge_need) +
+           " needed), so the pool is hugetlb = true (every lease a multiple of 2 MiB) "
+           "and the baseline MAP_HUGETLB of the size rounded up to 2 MiB";
   }
-  std::string common = std::to_string(warm) + "/" + std::to_string(samples.size()) +
-                       " warm hits; reserve " + HumanSize(cfg.reserve_bytes);
-  if (lease_pages == Pages::kHugetlb) {
-    common += "; " + std::to_string(hugetlb_backed) + "/" + std::to_string(samples.size()) +
-              " leases backed hugetlb-2m";
-  } else if (thp && huge_sized > 0) {
-    common += "; " + std::to_string(pmd) + "/" + std::to_string(huge_sized) +
-              " leases of 2 MiB or more PMD-mapped";
+  if (m.thp) {
+    return "4 KiB pages on both sides: shmem THP is not allowed here (" + shmem_thp +
+           ") and the node has " + std::to_string(m.huge_free) + " of the " +
+           std::to_string(m.huge_need) +
+           " free 2 MiB pages a hugetlb run needs, so THP extents fall back and the "
+           "baseline matches them";
   }
+  return "4 KiB pages on both sides (thp = false, baseline MADV_NOHUGEPAGE)";
+}
+
+// Per band: the median of the per-request ratios (sizes within a band differ
+// by up to 512x; its baseline column is 1), each side's median time in the note.
+void AddBandRows(const MixSpec& spec, const MixPlan& m, const MixRun& run, Report* r) {
   for (const Band& b : spec.bands) {
     std::vector<double> ratios;
     std::vector<double> lease_ms, self_ms;
-    for (const Sample& s : samples) {
+    for (const Sample& s : run.samples) {
       if (s.size < b.lo || s.size >= b.hi || s.self_ns == 0) continue;
       ratios.push_back(static_cast<double>(s.lease_ns) / static_cast<double>(s.self_ns));
       lease_ms.push_back(static_cast<double>(s.lease_ns) / 1e6);
@@ -202,50 +201,67 @@ void RunMix(const Options& o, const MixSpec& spec, Report* r) {
     std::string metric = std::string("ready, median per request ") + b.name;
     if (ratios.empty()) {
       r->notes.push_back(std::string(spec.figure) + " " + metric + ": no request in this band (" +
-                         std::to_string(count) + " sizes up to " + HumanSize(max) + ")");
+                         std::to_string(m.count) + " sizes up to " + HumanSize(m.max) + ")");
       continue;
-    }
-    // Sizes within a band differ by up to 512x, so the band's figure is the
-    // median of the per-request ratios (its baseline column is 1); the
-    // note gives each side's median time.
-    Row x;
-    x.figure = spec.figure;
-    x.metric = metric;
-    x.value = MedianOf(ratios);
-    x.baseline = 1;
-    x.unit = "x";
-    if (b.goal > 0) {
-      x.goal_op = "le";
-      x.goal = b.goal;
     }
     char buf[200];
     std::snprintf(buf, sizeof buf,
                   "median of %zu per-request ratios (lease / populate yourself); medians %.3f ms "
                   "vs %.3f ms",
                   ratios.size(), MedianOf(lease_ms), MedianOf(self_ms));
-    x.note = buf;
-    r->Add(std::move(x));
+    r->Add(MeasuredRow(spec.figure, metric, MedianOf(ratios), 1, "x", b.goal > 0 ? "le" : "",
+                       b.goal > 0 ? b.goal : 0, buf));
   }
+}
+
+// The whole mix: the sum of the lease times against the sum of the baseline's.
+void AddSumRow(const MixSpec& spec, const MixPlan& m, const MixRun& run, Report* r) {
   uint64_t sum_lease = 0, sum_self = 0, requested = 0;
-  for (const Sample& s : samples) {
+  for (const Sample& s : run.samples) {
     sum_lease += s.lease_ns;
     sum_self += s.self_ns;
     requested += s.size;
   }
-  Row sum;
-  sum.figure = spec.figure;
-  sum.metric = "ready, whole mix (sum of times)";
-  sum.value = static_cast<double>(sum_lease) / 1e6;
-  sum.baseline = static_cast<double>(sum_self) / 1e6;
-  sum.unit = "ms";
-  if (spec.sum_goal > 0) {
-    sum.goal_op = "le";
-    sum.goal = spec.sum_goal;
+  const size_t n = run.samples.size();
+  std::string common = std::to_string(run.warm) + "/" + std::to_string(n) + " warm hits; reserve " +
+                       HumanSize(m.cfg.reserve_bytes);
+  if (m.lease_pages == Pages::kHugetlb) {
+    common += "; " + std::to_string(run.hugetlb_backed) + "/" + std::to_string(n) +
+              " leases backed hugetlb-2m";
+  } else if (m.thp && run.huge_sized > 0) {
+    common += "; " + std::to_string(run.pmd) + "/" + std::to_string(run.huge_sized) +
+              " leases of 2 MiB or more PMD-mapped";
   }
-  sum.note = std::to_string(samples.size()) + " sizes log-uniform 4 KiB.." + HumanSize(max) +
-             ", none page-aligned, " + HumanSize(requested / kMiB * kMiB) + " in all; " +
-             pages_note + "; " + common;
-  r->Add(std::move(sum));
+  std::string note = std::to_string(n) + " sizes log-uniform 4 KiB.." + HumanSize(m.max) +
+                     ", none page-aligned, " + HumanSize(requested / kMiB * kMiB) + " in all; " +
+                     PagesNote(m) + "; " + common;
+  r->Add(MeasuredRow(spec.figure, "ready, whole mix (sum of times)",
+                     static_cast<double>(sum_lease) / 1e6, static_cast<double>(sum_self) / 1e6,
+                     "ms", spec.sum_goal > 0 ? "le" : "", spec.sum_goal > 0 ? spec.sum_goal : 0,
+                     note));
+}
+
+void RunMix(const Options& o, const MixSpec& spec, Report* r) {
+  const MixPlan m = PlanMix(o, spec);
+  if (m.max < 64 * kKiB) return r->Skip(spec.figure, "mix", "--max-size below 64 KiB");
+  if (!o.spawn() && (m.thp || !spec.warm)) {
+    return r->Skip(spec.figure, "mix",
+                   "a running daemon (--socket) has one configuration; measured as P2_4k");
+  }
+  DaemonProc daemon;
+  auto sock = PhaseSocket(o, m.cfg, &daemon);
+  if (!sock.ok()) return r->Skip(spec.figure, "mix", sock.status().ToString());
+  auto ctl = WireClient::Connect(*sock);
+  if (!ctl.ok()) return r->Skip(spec.figure, "mix", ctl.status().ToString());
+  auto client = cxlpool::Client::Connect(*sock);
+  if (!client.ok()) return r->Skip(spec.figure, "mix", client.status().ToString());
+  MixRun run;
+  for (uint64_t size : MixSizes(m.count, m.max)) {
+    std::string error = MeasureOne(o, spec, m, size, *ctl, *client, &run);
+    if (!error.empty()) return r->Skip(spec.figure, "mix", error);
+  }
+  AddBandRows(spec, m, run, r);
+  AddSumRow(spec, m, run, r);
 }
 
 constexpr uint64_t kNoLimit = ~0ull;

@@ -51,13 +51,6 @@ std::vector<Request> TorchLikeRequests(bool quick) {
   };
 }
 
-double MiB(int64_t b) { return static_cast<double>(b) / static_cast<double>(kMiB); }
-
-int64_t Field(const std::map<std::string, uint64_t>& m, const char* k) {
-  auto it = m.find(k);
-  return it == m.end() ? 0 : static_cast<int64_t>(it->second);
-}
-
 }  // namespace
 
 void RunP7(const Options& o, Report* r) {
