@@ -1,8 +1,12 @@
-// DaemonHandler: cxlpoold's RequestHandler. Decodes each request with the
-// wire codec, checks who may do what, calls the LeaseManager, and answers
-// with the reply message (plus the lease fd on ALLOC and ATTACH) or an
-// ErrorReply with a code and a human message. Revokes are pushed to every
-// holder as a LeaseEvent.
+// DaemonHandler: cxlpoold's RequestHandler. Looks each request's type up in
+// its table (the tiering ones go to TieringRequests); the function there
+// decodes the request (translate.h), checks who may do what, calls the
+// LeaseManager, and answers with the reply (plus the lease fds on ALLOC and
+// ATTACH) or an ErrorReply with a code and a human message. Revokes are
+// pushed to every holder as a LeaseEvent.
+//
+// A new message: its proto (proto/cxlpool.proto), its Decode/Encode in
+// translate.h, and one function here with its line in Table().
 //
 // Peer facts it derives at connect: supplementary groups from
 // /proc/<pid>/status "Groups:" (read through `proc`, a FileSystem rooted at

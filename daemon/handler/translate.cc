@@ -146,35 +146,13 @@ Result<QuotaRule> ToQuotaRule(const QuotaSpec& q) {
 
 // ---- requests ----
 
-Status DecodeEmpty(const Request& req) {
-  switch (req.type) {
-    case proto::MSG_POOLS_REQUEST: {
-      proto::PoolsRequest in;
-      return DecodePayload(req, &in);
-    }
-    case proto::MSG_TOPOLOGY_REQUEST: {
-      proto::TopologyRequest in;
-      return DecodePayload(req, &in);
-    }
-    case proto::MSG_STATS_REQUEST: {
-      proto::StatsRequest in;
-      return DecodePayload(req, &in);
-    }
-    case proto::MSG_QUOTAS_REQUEST: {
-      proto::QuotasRequest in;
-      return DecodePayload(req, &in);
-    }
-    case proto::MSG_METRICS_REQUEST: {
-      proto::MetricsRequest in;
-      return DecodePayload(req, &in);
-    }
-    default:
-      return Status(Code::kInternal,
-                    wire::MsgTypeName(req.type) + " is not a request without fields");
-  }
-}
-
 namespace {
+
+template <typename M>
+Status DecodeOnly(const Request& req) {
+  M in;
+  return DecodePayload(req, &in);
+}
 
 template <typename M>
 Status DecodeId(const Request& req, uint64_t* id) {
@@ -185,6 +163,24 @@ Status DecodeId(const Request& req, uint64_t* id) {
 }
 
 }  // namespace
+
+Status DecodeEmpty(const Request& req) {
+  switch (req.type) {
+    case proto::MSG_POOLS_REQUEST:
+      return DecodeOnly<proto::PoolsRequest>(req);
+    case proto::MSG_TOPOLOGY_REQUEST:
+      return DecodeOnly<proto::TopologyRequest>(req);
+    case proto::MSG_STATS_REQUEST:
+      return DecodeOnly<proto::StatsRequest>(req);
+    case proto::MSG_QUOTAS_REQUEST:
+      return DecodeOnly<proto::QuotasRequest>(req);
+    case proto::MSG_METRICS_REQUEST:
+      return DecodeOnly<proto::MetricsRequest>(req);
+    default:
+      return Status(Code::kInternal,
+                    wire::MsgTypeName(req.type) + " is not a request without fields");
+  }
+}
 
 Status DecodeLeaseId(const Request& req, uint64_t* id) {
   switch (req.type) {
