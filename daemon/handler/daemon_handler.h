@@ -1,8 +1,12 @@
-// DaemonHandler: cxlpoold's RequestHandler. Decodes each request with the
-// wire codec, checks who may do what, calls the LeaseManager, and answers
-// with the reply message (plus the lease fd on ALLOC and ATTACH) or an
-// ErrorReply with a code and a human message. Revokes are pushed to every
-// holder as a LeaseEvent.
+// DaemonHandler: cxlpoold's RequestHandler. Looks each request's type up in
+// its table (the tiering ones go to TieringRequests); the function there
+// decodes the request (translate.h), checks who may do what, calls the
+// LeaseManager, and answers with the reply (plus the lease fds on ALLOC and
+// ATTACH) or an ErrorReply with a code and a human message. Revokes are
+// pushed to every holder as a LeaseEvent.
+//
+// A new message: its proto (proto/cxlpool.proto), its Decode/Encode in
+// translate.h, and one function here with its line in Table().
 //
 // Peer facts it derives at connect: supplementary groups from
 // /proc/<pid>/status "Groups:" (read through `proc`, a FileSystem rooted at
@@ -24,6 +28,7 @@
 #include "cxlpool/common/proc.h"  // ParseStatusGroups
 #include "handler/daemon_metrics.h"
 #include "handler/tiering_requests.h"
+#include "handler/translate.h"
 #include "lease/lease_manager.h"
 #include "server/handler.h"
 
@@ -77,11 +82,44 @@ class DaemonHandler final : public RequestHandler {
   const DaemonMetrics& metrics() const { return metrics_; }
 
  private:
+  // One request: what each message's function gets. A function answers now
+  // (returns the reply) or later through `reply` (it sets *deferred).
+  struct Call {
+    ConnectionId conn;
+    const Request& req;
+    const ReplyFn& reply;
+    bool* deferred;
+  };
+  using Method = Reply (DaemonHandler::*)(const Call&);
+  // The message types this handler serves (the tiering ones aside), and the
+  // function for each.
+  static const std::unordered_map<proto::MsgType, Method>& Table();
+
   Reply Handle(ConnectionId conn, const Request& req, const ReplyFn& reply, bool* deferred);
-  Reply Reclaim(ConnectionId conn, const Request& req);
-  // An ALLOC_REPLY or ATTACH_REPLY for `g`: its extents listed (when it has
-  // several) and their fds on as many frames as the client takes per frame.
-  Reply LeaseReply(ConnectionId conn, proto::MsgType type, const Granted& g) const;
+  Reply Hello(const Call& call);
+  Reply Alloc(const Call& call);
+  Reply Release(const Call& call);
+  Reply ListLeases(const Call& call);
+  Reply Stat(const Call& call);
+  Reply Attach(const Call& call);
+  Reply Pools(const Call& call);
+  Reply Topology(const Call& call);
+  Reply Stats(const Call& call);
+  Reply Revoke(const Call& call);
+  Reply Quotas(const Call& call);
+  Reply QuotaSet(const Call& call);
+  Reply Metrics(const Call& call);
+  Reply LeaseMoved(const Call& call);
+  Reply Reclaim(const Call& call);
+
+  // The node the caller runs on, where the request names neither a node nor
+  // a GPU and the topology is this machine's.
+  void SetHomeNode(ConnectionId conn, AllocParams* params) const;
+  // Tells the lease's other holders it moved (one event, as from a tiering move).
+  void TellOtherHolders(ConnectionId conn, uint64_t lease_id);
+  // An ALLOC_REPLY or ATTACH_REPLY for `g`, its fds split into frames as
+  // the connection takes them.
+  Reply LeaseReply(ConnectionId conn, GrantReply kind, const Granted& g) const;
 
   LeaseManager* leases_;
   const FileSystem* proc_;

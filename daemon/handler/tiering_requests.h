@@ -12,6 +12,7 @@
 
 #include <boost/asio/any_io_executor.hpp>
 #include <functional>
+#include <unordered_map>
 
 #include "lease/lease_manager.h"
 #include "server/handler.h"
@@ -47,6 +48,22 @@ class TieringRequests final : public tiering::HolderChannel {
   static constexpr int kMaxSignalsPerFrame = 4096;
 
  private:
+  // One request: what each message's function gets.
+  struct Call {
+    ConnectionId conn;
+    const Request& req;
+    const ReplyFn& reply;
+    bool* deferred;
+  };
+  using Method = Reply (TieringRequests::*)(const Call&);
+  // The message types this object serves, and the function for each.
+  static const std::unordered_map<proto::MsgType, Method>& Table();
+
+  Reply Signals(const Call& call);
+  Reply LeaseOptions(const Call& call);
+  Reply MigrationReady(const Call& call);
+  Reply Report(const Call& call);
+
   // The connection's uid and admin rights, for the engine's checks.
   tiering::Caller CallerOf(ConnectionId conn) const;
 
@@ -55,8 +72,5 @@ class TieringRequests final : public tiering::HolderChannel {
   PushFn push_;
   boost::asio::any_io_executor loop_;
 };
-
-// The engine's report as the wire's TIERING_REPORT_REPLY.
-void ToProto(const tiering::TieringReport& r, proto::TieringReportReply* out);
 
 }  // namespace cxlpool

@@ -262,6 +262,69 @@ bool LeaseJournal::Replay(const std::string& data) {
   return magic_ok || found_any;
 }
 
+namespace {
+
+// The whole file from `fd`'s offset on.
+Result<std::string> ReadToEnd(int fd, const std::string& path) {
+  std::string data;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::FromErrno(errno, "read " + path);
+    }
+    if (n == 0) break;
+    data.append(buf, static_cast<size_t>(n));
+  }
+  return data;
+}
+
+// What the id mark adds to the replayed state: the boot and the high-water
+// mark when the journal lost them, its own damage, and whether this boot's
+// leases may be among what was lost.
+void ReconcileWithMark(const IdMark& mark, const std::string& boot_id, JournalState* state) {
+  JournalState& st = *state;
+  JournalDamage& dmg = st.damage;
+  if (st.boot_id.empty() && mark.state == IdMark::State::kOk) {
+    st.boot_id = mark.boot_id;  // the boot record was lost; the mark knows the boot
+  }
+  if (mark.state == IdMark::State::kDamaged) dmg.id_mark_damaged = true;
+  if (mark.state == IdMark::State::kAbsent && st.next_id > 1) dmg.id_mark_missing = true;
+  if (mark.state == IdMark::State::kOk) st.next_id = std::max(st.next_id, mark.next_id);
+  if (dmg.journal_damaged()) {
+    dmg.boot_id = !st.boot_id.empty()                ? st.boot_id
+                  : mark.state == IdMark::State::kOk ? mark.boot_id
+                                                     : std::string();
+    // This boot's leases may be among what was lost: unless the damaged
+    // state provably belongs to an earlier boot.
+    st.may_have_lost_leases = boot_id.empty() || dmg.boot_id.empty() || dmg.boot_id == boot_id;
+    if (mark.state != IdMark::State::kOk) {
+      // Neither the journal nor the mark knows the high-water mark.
+      st.next_id = std::max(st.next_id, WallClockMicros());
+    }
+  } else if (dmg.torn_tail_bytes > 0) {
+    st.may_have_lost_leases = st.boot_id.empty() || st.boot_id == boot_id;
+  }
+}
+
+// One line for what Open found wrong: an error when records were lost.
+void LogDamage(const std::string& path, const JournalState& st) {
+  std::string msg =
+      path + ": " + st.damage.Describe() + "; " + std::to_string(st.leases.size()) +
+      " leases recovered from it, ids continue at " + std::to_string(st.next_id) +
+      (st.may_have_lost_leases
+           ? "; leases of this boot may be missing: their holders' RECLAIM accounts them again"
+           : "");
+  if (st.damage.journal_damaged()) {
+    CXLPOOL_LOG(kError) << msg;
+  } else {
+    CXLPOOL_LOG(kWarning) << msg;
+  }
+}
+
+}  // namespace
+
 Result<LeaseJournal> LeaseJournal::Open(const std::string& dir, const std::string& boot_id,
                                         bool dir_had_state) {
   LeaseJournal j;
@@ -276,17 +339,9 @@ Result<LeaseJournal> LeaseJournal::Open(const std::string& dir, const std::strin
   j.fd_.Reset(::open(j.path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!j.fd_) return Status::FromErrno(errno, "open " + j.path_);
 
-  std::string data;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = ::read(j.fd_.get(), buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Status::FromErrno(errno, "read " + j.path_);
-    }
-    if (n == 0) break;
-    data.append(buf, static_cast<size_t>(n));
-  }
+  Result<std::string> read = ReadToEnd(j.fd_.get(), j.path_);
+  if (!read.ok()) return read.status();
+  const std::string& data = *read;
 
   JournalDamage& dmg = j.state_.damage;
   const bool had_state = dir_had_state || mark.state != IdMark::State::kAbsent;
@@ -308,27 +363,7 @@ Result<LeaseJournal> LeaseJournal::Open(const std::string& dir, const std::strin
   } else if (data.size() > 8) {
     j.Replay(data);
   }
-  if (j.state_.boot_id.empty() && mark.state == IdMark::State::kOk) {
-    j.state_.boot_id = mark.boot_id;  // the boot record was lost; the mark knows the boot
-  }
-  if (mark.state == IdMark::State::kDamaged) dmg.id_mark_damaged = true;
-  if (mark.state == IdMark::State::kAbsent && j.state_.next_id > 1) dmg.id_mark_missing = true;
-  if (mark.state == IdMark::State::kOk) j.state_.next_id = std::max(j.state_.next_id, mark.next_id);
-  if (dmg.journal_damaged()) {
-    dmg.boot_id = !j.state_.boot_id.empty()          ? j.state_.boot_id
-                  : mark.state == IdMark::State::kOk ? mark.boot_id
-                                                     : std::string();
-    // This boot's leases may be among what was lost: unless the damaged
-    // state provably belongs to an earlier boot.
-    j.state_.may_have_lost_leases =
-        boot_id.empty() || dmg.boot_id.empty() || dmg.boot_id == boot_id;
-    if (mark.state != IdMark::State::kOk) {
-      // Neither the journal nor the mark knows the high-water mark.
-      j.state_.next_id = std::max(j.state_.next_id, WallClockMicros());
-    }
-  } else if (dmg.torn_tail_bytes > 0) {
-    j.state_.may_have_lost_leases = j.state_.boot_id.empty() || j.state_.boot_id == boot_id;
-  }
+  ReconcileWithMark(mark, boot_id, &j.state_);
 
   if (data.size() <= 8 && !dmg.journal_damaged()) {
     // A new journal: header and boot record.
@@ -345,19 +380,7 @@ Result<LeaseJournal> LeaseJournal::Open(const std::string& dir, const std::strin
   } else if (::lseek(j.fd_.get(), 0, SEEK_END) < 0) {
     return Status::FromErrno(errno, "lseek " + j.path_);
   }
-  if (dmg.any()) {
-    std::string msg =
-        j.path_ + ": " + dmg.Describe() + "; " + std::to_string(j.state_.leases.size()) +
-        " leases recovered from it, ids continue at " + std::to_string(j.state_.next_id) +
-        (j.state_.may_have_lost_leases
-             ? "; leases of this boot may be missing: their holders' RECLAIM accounts them again"
-             : "");
-    if (dmg.journal_damaged()) {
-      CXLPOOL_LOG(kError) << msg;
-    } else {
-      CXLPOOL_LOG(kWarning) << msg;
-    }
-  }
+  if (dmg.any()) LogDamage(j.path_, j.state_);
   if (!boot_id.empty() && j.state_.boot_id != boot_id) {
     if (j.state_.boot_id.empty()) {
       // A journal written before boot ids were recorded: keep its leases (the

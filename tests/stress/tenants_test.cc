@@ -30,8 +30,10 @@
 // numbers of the issue). Needs root (other uids); exits 77 otherwise.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <linux/sockios.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -348,6 +350,21 @@ bool SendByteWithFds(int sock, const std::string& frame, size_t off, int fd, int
   return ::sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) == 1;
 }
 
+// Waits (up to `limit_ms`) until the peer has read everything sent on each
+// of `conns` (a closed peer counts as read): their send queues are empty.
+void WaitAllRead(const std::vector<UniqueFd>& conns, int limit_ms) {
+  const uint64_t end = NowMicros() + static_cast<uint64_t>(limit_ms) * 1000;
+  for (;;) {
+    bool all = true;
+    for (const auto& c : conns) {
+      int unread = 0;
+      if (::ioctl(c.get(), SIOCOUTQ, &unread) == 0 && unread > 0) all = false;
+    }
+    if (all || NowMicros() >= end) return;
+    ::usleep(2000);
+  }
+}
+
 // Attack 1: fds across partial frames. Connection 0 sends a RECLAIM one
 // byte per sendmsg, 50 fds on each, 400 times (20,000 fds if nothing
 // stops it); then 59 more connections each hold a RECLAIM begun with 2
@@ -371,8 +388,8 @@ int FdFlood(const std::string& socket, Channel& ch) {
     SendByteWithFds(fd->get(), frame, 1, mfd, 30);
     conns.push_back(std::move(*fd));
   }
-  // Give the daemon a moment to judge every frame before "ready".
-  ::usleep(300 * 1000);
+  // Every frame judged before "ready": the daemon has read all that was sent.
+  WaitAllRead(conns, 10000);
   ch.Tell("ready: connection 0 sent " + std::to_string(pieces) + " pieces");
   ch.Hear();
   std::map<std::string, int> said;
@@ -585,7 +602,7 @@ int BuildFlood(const std::string& socket, Channel& ch) {
   auto alloc_frame = wire::Encode(alloc);
   if (!alloc_frame.ok()) return 2;
   std::atomic<bool> stop{false};
-  uint64_t built = 0, refused = 0, other = 0;
+  std::atomic<uint64_t> built{0}, refused{0}, other{0};
   std::map<std::string, uint64_t> said;
   std::thread flood([&] {
     uint64_t next_id = 1;
@@ -629,14 +646,19 @@ int BuildFlood(const std::string& socket, Channel& ch) {
       }
     }
   });
-  // Let the flood reach its steady state (the first 512 answered or held).
-  ::usleep(500 * 1000);
+  // The flood's steady state: the first 512 answered or held. At most
+  // limits.max_requests_per_uid (256) are held, so the rest are answered.
+  const uint64_t end = NowMicros() + 10'000'000;
+  while (built.load() + refused.load() + other.load() < 512 - 256 && NowMicros() < end) {
+    ::usleep(2000);
+  }
   ch.Tell("ready: " + std::to_string(conns.size()) + " connections");
   ch.Hear();
   stop = true;
   flood.join();
-  std::string out = "built " + std::to_string(built) + ", refused " + std::to_string(refused) +
-                    ", other " + std::to_string(other) + "; told:";
+  std::string out = "built " + std::to_string(built.load()) + ", refused " +
+                    std::to_string(refused.load()) + ", other " + std::to_string(other.load()) +
+                    "; told:";
   for (const auto& [k, n] : said) out += " " + k + " x" + std::to_string(n);
   ch.Tell(out);
   return 0;
