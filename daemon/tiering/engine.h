@@ -61,136 +61,47 @@
 // and samples run on `mover` (one thread: the sampler's state lives there)
 // and post back; a late completion after the engine is destroyed does nothing.
 // Destroy the engine before the LeaseTable, the Migrator and the channel.
+//
+// The engine is a facade over its units, each with its own state:
+//   LeaseBook     (lease_book.h)     per-lease heat, hints, verdicts, pins
+//   RoundPlanner  (round_planner.h)  a round: the policy's inputs, verdicts, the move to begin
+//   MoveRunner    (move_runner.h)    the one move at a time, cooperative or in place
+//   UrgentHints   (urgent_hints.h)   the on-demand queue and each uid's urgent-hint budget
+//   RoundTimers   (round_timers.h)   when the periodic and on-demand rounds run
+//   SampleRounds  (sample_rounds.h)  the access sampler's rounds on `mover`
+//   MigrationLog  (migration_log.h)  the history and the counters
+// The rules that decide what moves are in policy.cc.
 #pragma once
 
-#include <atomic>
 #include <boost/asio/any_io_executor.hpp>
 #include <chrono>
-#include <climits>
+#include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "cxlpool/common/clock.h"
 #include "cxlpool/common/status.h"
+#include "tiering/engine_types.h"
+#include "tiering/lease_book.h"
 #include "tiering/lease_table.h"
+#include "tiering/migration_log.h"
 #include "tiering/migrator.h"
+#include "tiering/move_runner.h"
 #include "tiering/policy.h"
+#include "tiering/round_planner.h"
+#include "tiering/round_timers.h"
+#include "tiering/sample_rounds.h"
 #include "tiering/sampler.h"
 #include "tiering/temperature.h"
+#include "tiering/urgent_hints.h"
 
 namespace cxlpool::tiering {
-
-struct TieringOptions {
-  bool enabled = true;
-  PolicyConfig policy;
-  int64_t half_life_ns = 60'000'000'000;
-  int64_t interval_ns = 1'000'000'000;           // one policy round
-  uint64_t rate_limit_bytes_per_s = 1ull << 30;  // 0: unlimited
-  uint32_t cooperative_deadline_ms = 2000;
-  int64_t cooperative_retry_ns = 300'000'000'000;
-  // A cooperative move of a range expected to pause its holders longer than
-  // this (its size at the throughput measured so far) is not attempted.
-  int64_t max_pause_ns = 2'000'000'000;
-  // A hot / will_need hint sets the temperature to at least this many times
-  // the hot threshold.
-  double hint_boost = 2.0;
-  // A will_need / dont_need hint that could not be acted on lapses after this.
-  int64_t urgent_ttl_ns = 60'000'000'000;
-  // On-demand rounds for urgent hints: at most one pending, at least this
-  // far apart.
-  int64_t urgent_interval_ns = 100'000'000;
-  // Urgent hints (will_need, dont_need) a uid may send per second (0: no limit).
-  uint32_t max_urgent_hints_per_uid = 1000;
-  // Samples: one round at most this often; each adds share x length bytes.
-  int64_t sample_interval_ns = 5'000'000'000;
-  uint64_t step_bytes = 64ull << 20;
-  size_t history = 256;
-};
-
-// The answer to a holder's OnMigrationReady.
-struct MigrationOutcome {
-  bool moved = false;
-  int numa_node = -1;  // where the range is now (-1 unknown)
-  uint64_t bytes = 0;
-  int64_t move_ns = 0;
-  std::string detail;
-};
-
-struct MigrationRecord {
-  uint64_t migration_id = 0;
-  int64_t unix_time = 0;
-  uint64_t lease_id = 0;
-  uint32_t unit = 0;
-  uint64_t bytes = 0;
-  std::string from_pool;
-  std::string to_pool;
-  std::string direction;  // "promote", "demote", "resume", "rollback"
-  std::string mode;       // "in-place", "cooperative"
-  std::string outcome;    // "moved", "rolled back", "split", "refused", "skipped", "failed", "gone"
-  std::string why;        // the policy's reason
-  std::string detail;     // what happened (the migrator's report, the error)
-  int64_t move_ns = 0;
-  int64_t pause_ns = 0;  // cooperative: first holder ready -> answers sent
-};
-
-struct UnitReport {
-  uint32_t unit = 0;
-  uint64_t offset = 0;
-  uint64_t length = 0;
-  std::string pool;
-  int numa_node = -1;
-  double temperature = 0;
-  std::string verdict;
-  uint64_t bytes_read = 0;  // signalled by holders, since start
-  uint64_t bytes_written = 0;
-  uint64_t hints = 0;
-  uint64_t sampled_pages = 0;  // sampler
-  uint64_t accessed_pages = 0;
-  int64_t last_moved_unix = 0;
-};
-
-struct LeaseReport {
-  uint64_t id = 0;
-  std::string label;
-  uint32_t owner_uid = 0;
-  int32_t priority = 0;
-  bool opted_out = false;
-  bool cooperative = false;
-  std::string cooperative_state;
-  std::string moving;  // a move under way or left split
-  std::vector<UnitReport> units;
-};
-
-struct TieringReport {
-  bool enabled = false;
-  std::string disabled_why;
-  std::string sampler;
-  std::string kernel;
-  uint64_t rate_limit_bytes_per_s = 0;
-  double hot_threshold = 0;
-  double cold_threshold = 0;
-  int64_t half_life_ns = 0;
-  std::vector<std::string> pressure;
-  std::string in_flight;
-  std::vector<LeaseReport> leases;
-  std::vector<MigrationRecord> history;  // oldest first
-  std::map<std::string, uint64_t> counters;
-};
-
-// Who sent a request: its connection, its uid, whether it is an admin.
-struct Caller {
-  ConnId conn = 0;
-  uid_t uid = static_cast<uid_t>(-1);
-  bool admin = false;
-};
 
 class TieringEngine {
  public:
@@ -210,7 +121,7 @@ class TieringEngine {
   void SetKernelAccess(std::string description) { kernel_ = std::move(description); }
   // Moves stay off with this reason (a foreign topology, no CAP_SYS_NICE);
   // signals are still taken and temperatures still shown.
-  void DisableMoves(std::string why) { moves_off_ = std::move(why); }
+  void DisableMoves(std::string why) { runner_.Disable(std::move(why)); }
   // Where the loop time of on-demand rounds is charged, per uid.
   void SetBusyCharge(BusyCharge charge) { busy_charge_ = std::move(charge); }
 
@@ -220,14 +131,7 @@ class TieringEngine {
   void Start();
   void Stop();
 
-  struct Signal {
-    uint64_t lease_id = 0;
-    uint64_t offset = 0;
-    uint64_t length = 0;
-    uint64_t bytes_read = 0;
-    uint64_t bytes_written = 0;
-    std::optional<Hint> hint;
-  };
+  using Signal = RangeSignal;
   // Takes a batch from `from`. Each entry is judged alone; the rejected ones
   // come back with their index: NOT_FOUND (no such lease, or not held by
   // this connection: one answer), INVALID_ARGUMENT (empty range, a range
@@ -267,141 +171,28 @@ class TieringEngine {
   // calls it; tests may call it).
   void UrgentRound();
   size_t urgent_queued() const { return urgent_.size(); }
-  bool busy() const { return move_.has_value(); }
-  const std::map<std::string, uint64_t>& counters() const { return counters_; }
+  bool busy() const { return runner_.current() != nullptr; }
+  const std::map<std::string, uint64_t>& counters() const { return log_.counters(); }
 
  private:
-  struct UnitTrack {
-    uint64_t offset = 0;
-    uint64_t length = 0;
-    Heat heat;
-    std::optional<Hint> urgent;
-    int64_t urgent_ns = 0;
-    int64_t last_moved_ns = 0;
-    int64_t last_moved_unix = 0;
-    int64_t refused_until_ns = 0;
-    std::string refused_why;
-    uint64_t bytes_read = 0;
-    uint64_t bytes_written = 0;
-    uint64_t hints = 0;
-    uint64_t sampled = 0;
-    uint64_t accessed = 0;
-    std::string verdict;
-  };
-  struct LeaseTrack {
-    std::vector<UnitTrack> units;
-    bool opted_out = false;
-    std::set<ConnId> pinned_by;
-    int64_t coop_retry_ns = 0;
-    std::string coop_why;
-  };
-  struct Move {
-    uint64_t id = 0;
-    Decision d;
-    std::string kind;  // "promote", "demote", "resume", "rollback" (a move back)
-    int from_node = -1;
-    int to_node = -1;
-    uint64_t page_size = 4096;
-    bool cooperative = false;
-    bool running = false;
-    bool rolling_back = false;
-    int64_t begun_ns = 0;
-    int64_t deadline_ns = 0;
-    int64_t first_ready_ns = 0;
-    std::set<ConnId> waiting;
-    std::map<ConnId, ReadyDone> ready;
-    std::map<ConnId, pid_t> pids;
-    // Where the lease was accounted mostly (its holders are told when that changes).
-    std::string lease_pool;
-    // Cooperative, several units: the units to move after `d.unit` within
-    // the same pause (every unit not on the target), and what moved so far.
-    std::deque<uint32_t> next_units;
-    uint32_t units = 1;  // of the lease
-    std::string first_why;
-    uint32_t units_moved = 0;
-    uint64_t bytes_moved = 0;
-    // NextUnit could not begin the move of this unit (no room, quota): the
-    // pause ends with the lease split; recorded as refused after the others.
-    std::optional<uint32_t> refused_unit;
-    std::string refused_detail;
-  };
-
-  LeaseTrack& Track(const LeaseFacts& f);
-  void SyncUnits(LeaseTrack& t, const LeaseFacts& f);
-  double Temperature(const UnitTrack& u) const;
-  std::string Evidence(const UnitTrack& u) const;
-  void ApplyHint(UnitTrack& u, Hint h, bool whole, int64_t now);
-  void MaybeSample(const std::vector<LeaseFacts>& leases);
-  // Whether `from` may take an urgent hint now (its uid's bucket).
-  Status TakeUrgent(const Caller& from, int64_t now);
-  // Queues lease `id` for the on-demand round (its hint came from `uid`).
-  void QueueUrgent(uint64_t id, uid_t uid);
-  void ScheduleUrgent();
-  // A round: refresh, decide, start a move when none runs.
+  // A round: drop the leases that are gone, sample, plan.
   void Round();
-  // What Round decides over `leases` (all of them, or only those urgent
-  // hints queued: `urgent_only`, which keeps only the urgent rules'
-  // decisions); starts a move when none runs.
-  void Plan(const std::vector<LeaseFacts>& leases, bool urgent_only);
-  std::vector<UnitState> UnitStates(const std::vector<LeaseFacts>& leases, int64_t now);
-  // An unfinished move (a daemon killed mid-migration) among `leases`, begun again.
-  bool ResumeUnfinished(const std::vector<LeaseFacts>& leases, int64_t now);
-  std::vector<PoolState> RefreshPools();
-  // `also`: more units of the same lease the policy sends to the same pool
-  // this round, moved in the same pause when its holders pin it.
-  void Begin(const Decision& d, const LeaseFacts& f, bool resume,
-             const std::vector<uint32_t>& also = {});
-  void Run();
-  void Moved(uint64_t id, Result<MoveReport> r);
-  // Cooperative, several units: the next unit of the same pause, if any.
-  bool NextUnit();
-  void RolledBack(uint64_t id, std::string first, Result<MoveReport> r);
-  // `recorded`: the last unit's record is written already (a pause of several units).
-  void Finish(const std::string& outcome, const std::string& detail, int64_t move_ns, bool moved,
-              bool recorded = false);
-  void CancelCooperative(const std::string& why);
-  void Record(const Move& m, const std::string& outcome, const std::string& detail,
-              int64_t move_ns);
-  void ScheduleRound(int64_t delay_ns);
-  int NodeOfPool(const std::string& pool) const;
-  void Count(const std::string& k, uint64_t by = 1) { counters_[k] += by; }
+  // One lease's part of Report.
+  LeaseReport ReportLease(const LeaseFacts& f) const;
 
   LeaseTable* table_;
-  Migrator* migrator_;
-  HolderChannel* holders_;
   const Clock* clock_;
-  Executor loop_;
-  Executor mover_;
   TieringOptions options_;
-  RateLimiter limiter_;
   std::string kernel_;
-  std::string moves_off_;
-  std::shared_ptr<AccessSampler> sampler_;
-  bool sampling_ = false;
-  int64_t last_sample_ns_ = 0;
-
-  std::map<uint64_t, LeaseTrack> tracks_;
-  std::optional<Move> move_;
-  uint64_t next_migration_id_ = 1;
-  std::deque<MigrationRecord> history_;
-  std::map<std::string, uint64_t> counters_;
-  std::vector<std::string> pressure_;
-  std::map<std::string, int> pool_nodes_;
-  double measured_bps_ = 2e9;  // in-place throughput seen so far (EWMA)
-  bool started_ = false;
-  bool stopped_ = false;
-  std::shared_ptr<std::atomic<bool>> cancel_ = std::make_shared<std::atomic<bool>>(false);
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
-  std::shared_ptr<void> timer_;  // boost::asio::steady_timer
-  bool round_scheduled_ = false;
-  // On-demand rounds: the queued leases (-> the uid whose hint queued it),
-  // their timer, and each uid's bucket of urgent hints.
-  std::map<uint64_t, uid_t> urgent_;
-  std::shared_ptr<void> urgent_timer_;
-  bool urgent_scheduled_ = false;
-  int64_t last_urgent_round_ns_ = INT64_MIN / 2;
-  std::map<uid_t, RateLimiter> urgent_buckets_;
   BusyCharge busy_charge_;
+  RateLimiter limiter_;
+  MigrationLog log_;
+  LeaseBook book_;
+  UrgentHints urgent_;
+  SampleRounds samples_;
+  RoundTimers timers_;
+  MoveRunner runner_;
+  RoundPlanner planner_;
 };
 
 }  // namespace cxlpool::tiering

@@ -201,40 +201,162 @@ bool CanDemoteTo(const Planner& p, const UnitState& u) {
   return to != nullptr && to->tier == TierClass::kSlow;
 }
 
-}  // namespace
+// The policy's steps over one round, in order (Decide). Each rule looks only
+// at the live units no earlier rule decided.
+class Round : public Planner {
+ public:
+  using Planner::Planner;
 
-PolicyOutput Decide(const PolicyConfig& config, const std::vector<PoolState>& pools,
-                    const std::vector<UnitState>& units, int64_t now_ns, int64_t budget_bytes) {
-  Planner p(config, pools, now_ns, budget_bytes);
-  const double hot = config.hot_threshold;
-  const double cold = config.cold_threshold;
-
-  for (const auto& pool : pools) {
-    if (pool.tier != TierClass::kFast) continue;
-    int64_t low = p.Low(pool), high = p.High(pool);
-    int64_t free = static_cast<int64_t>(pool.free_bytes);
-    p.out.pressure.push_back(
-        pool.name + " (" + pool.kind + "): " + HumanBytes(pool.free_bytes) + " free of " +
-        HumanBytes(pool.capacity_bytes) + "; low watermark " +
-        HumanBytes(static_cast<uint64_t>(low)) + ", high " +
-        HumanBytes(static_cast<uint64_t>(high)) +
-        (free < low ? ": under pressure, demoting cold ranges" : ": no pressure"));
+  // One line per fast pool: its free bytes against its watermarks.
+  void DescribePressure(const std::vector<PoolState>& pools) {
+    for (const auto& pool : pools) {
+      if (pool.tier != TierClass::kFast) continue;
+      int64_t low = Low(pool), high = High(pool);
+      int64_t free = static_cast<int64_t>(pool.free_bytes);
+      out.pressure.push_back(
+          pool.name + " (" + pool.kind + "): " + HumanBytes(pool.free_bytes) + " free of " +
+          HumanBytes(pool.capacity_bytes) + "; low watermark " +
+          HumanBytes(static_cast<uint64_t>(low)) + ", high " +
+          HumanBytes(static_cast<uint64_t>(high)) +
+          (free < low ? ": under pressure, demoting cold ranges" : ": no pressure"));
+    }
   }
 
   // Whatever cannot move at all says so first; the rules below skip it.
-  std::vector<const UnitState*> live;
-  for (const auto& u : units) {
-    std::string b = p.Blocked(u);
-    if (!b.empty()) {
-      p.Stay(u, b);
-      continue;
+  void FilterBlocked(const std::vector<UnitState>& units) {
+    for (const auto& u : units) {
+      std::string b = Blocked(u);
+      if (!b.empty()) {
+        Stay(u, b);
+        continue;
+      }
+      live_.push_back(&u);
     }
-    live.push_back(&u);
   }
-  auto sorted = [&](auto pred, bool high_priority_first) {
+
+  // 1. Urgent hints.
+  void UrgentRules() {
+    for (const UnitState* u :
+         Sorted([](const UnitState& x) { return x.urgent == Hint::kWillNeed; }, true)) {
+      if (!CanPromoteTo(*this, *u)) {
+        Stay(*u, u->promote_pool == u->pool || u->promote_pool.empty()
+                     ? "will_need: already on the fast pool nearest its holder"
+                     : "will_need: no fast pool to promote to");
+        continue;
+      }
+      if (Fits(*u, u->promote_pool)) {
+        Emit(*u, Direction::kPromote, u->promote_pool, "will_need",
+             "will_need hint; " + TempWhy(*u));
+      } else {
+        wanting_.push_back(u);
+      }
+    }
+    for (const UnitState* u :
+         Sorted([](const UnitState& x) { return x.urgent == Hint::kDontNeed; }, false)) {
+      if (!CanDemoteTo(*this, *u)) {
+        Stay(*u, OnFast(*this, *u) ? "dont_need: no slow pool to demote to"
+                                   : "dont_need: already off fast memory");
+        continue;
+      }
+      if (Fits(*u, u->demote_pool)) {
+        Emit(*u, Direction::kDemote, u->demote_pool, "dont_need", "dont_need hint; " + TempWhy(*u));
+      } else {
+        Stay(*u, "dont_need, but " + RoomText(*u, u->demote_pool));
+      }
+    }
+  }
+
+  // 2. Pressure on fast pools.
+  void PressureRule(const std::vector<PoolState>& pools) {
+    const double cold = c_.cold_threshold;
+    for (const auto& pool : pools) {
+      if (pool.tier != TierClass::kFast) continue;
+      int64_t low = Low(pool);
+      if (Free(pool.name) >= low) continue;
+      for (const UnitState* u : Sorted(
+               [&](const UnitState& x) {
+                 return x.pool == pool.name && x.temperature <= cold && CanDemoteTo(*this, x);
+               },
+               false)) {
+        if (Free(pool.name) >= High(pool)) break;
+        if (!Fits(*u, u->demote_pool)) {
+          Stay(*u, "cold on " + pool.name + " under pressure, but " + RoomText(*u, u->demote_pool));
+          continue;
+        }
+        Emit(*u, Direction::kDemote, u->demote_pool, "pressure",
+             pool.name + " is under pressure (" + HumanBytes(pool.free_bytes) +
+                 " free < low watermark " + HumanBytes(static_cast<uint64_t>(low)) +
+                 ") and the range is cold (" + TempVs(*u, "<=", "cold", cold) + ")");
+      }
+    }
+  }
+
+  // 3. Promotion of hot ranges.
+  void HotRule() {
+    const double hot = c_.hot_threshold;
+    for (const UnitState* u :
+         Sorted([&](const UnitState& x) { return x.temperature >= hot && !x.urgent; }, true)) {
+      if (!CanPromoteTo(*this, *u)) {
+        Stay(*u, u->promote_pool.empty()
+                     ? "hot (" + TempWhy(*u) + "), but no fast pool is reachable"
+                     : "hot (" + TempWhy(*u) + ") and already on " + u->pool +
+                           ", the fast pool nearest its holder");
+        continue;
+      }
+      if (Fits(*u, u->promote_pool)) {
+        Emit(*u, Direction::kPromote, u->promote_pool, "hot",
+             "hot (" + TempVs(*u, ">=", "hot", hot) + ") and " + u->promote_pool +
+                 " is the fast pool nearest its holder");
+      } else {
+        wanting_.push_back(u);
+      }
+    }
+  }
+
+  // 4. Demand: demote colder ranges of the same or a lower class to make room.
+  void DemandRule() {
+    std::stable_sort(wanting_.begin(), wanting_.end(), [](const UnitState* a, const UnitState* b) {
+      if (a->priority != b->priority) return a->priority > b->priority;
+      return a->temperature > b->temperature;
+    });
+    for (const UnitState* w : wanting_) MakeRoomFor(*w);
+  }
+
+  // Everything else stays; say why.
+  void ExplainStays() {
+    const double hot = c_.hot_threshold;
+    const double cold = c_.cold_threshold;
+    for (const UnitState* u : live_) {
+      if (Decided(*u)) continue;
+      if (u->temperature > cold && u->temperature < hot) {
+        Stay(*u, "temperature " + Temp(u->temperature) + " is between cold " + Temp(cold) +
+                     " and hot " + Temp(hot) + ": stays (hysteresis)");
+      } else if (u->temperature <= cold && OnSlow(*this, *u)) {
+        Stay(*u, "cold (" + Temp(u->temperature) + ") and already on slow memory");
+      } else if (u->temperature <= cold && OnFast(*this, *u)) {
+        const PoolState* pool = Pool(u->pool);
+        if (!CanDemoteTo(*this, *u)) {
+          Stay(*u, "cold (" + Temp(u->temperature) + "), but no slow pool to demote to");
+        } else {
+          Stay(*u, "cold (" + Temp(u->temperature) + "), but " + u->pool +
+                       " is not under pressure (" + HumanBytes(pool->free_bytes) +
+                       " free >= low watermark " + HumanBytes(static_cast<uint64_t>(Low(*pool))) +
+                       ")");
+        }
+      } else {
+        Stay(*u, "stays (" + TempWhy(*u) + ")");
+      }
+    }
+  }
+
+ private:
+  // The live units not decided yet that match `pred`: by priority, then
+  // temperature (highest first or lowest first), then id.
+  template <typename Pred>
+  std::vector<const UnitState*> Sorted(Pred pred, bool high_priority_first) const {
     std::vector<const UnitState*> v;
-    for (const UnitState* u : live) {
-      if (!p.Decided(*u) && pred(*u)) v.push_back(u);
+    for (const UnitState* u : live_) {
+      if (!Decided(*u) && pred(*u)) v.push_back(u);
     }
     std::stable_sort(v.begin(), v.end(), [&](const UnitState* a, const UnitState* b) {
       if (a->priority != b->priority) {
@@ -247,103 +369,25 @@ PolicyOutput Decide(const PolicyConfig& config, const std::vector<PoolState>& po
       return std::tie(a->lease_id, a->unit) < std::tie(b->lease_id, b->unit);
     });
     return v;
-  };
-
-  // Hot ranges (and will_need ones) that found no room, for rule 4.
-  std::vector<const UnitState*> wanting;
-
-  // 1. Urgent hints.
-  for (const UnitState* u :
-       sorted([](const UnitState& x) { return x.urgent == Hint::kWillNeed; }, true)) {
-    if (!CanPromoteTo(p, *u)) {
-      p.Stay(*u, u->promote_pool == u->pool || u->promote_pool.empty()
-                     ? "will_need: already on the fast pool nearest its holder"
-                     : "will_need: no fast pool to promote to");
-      continue;
-    }
-    if (p.Fits(*u, u->promote_pool)) {
-      p.Emit(*u, Direction::kPromote, u->promote_pool, "will_need",
-             "will_need hint; " + p.TempWhy(*u));
-    } else {
-      wanting.push_back(u);
-    }
-  }
-  for (const UnitState* u :
-       sorted([](const UnitState& x) { return x.urgent == Hint::kDontNeed; }, false)) {
-    if (!CanDemoteTo(p, *u)) {
-      p.Stay(*u, OnFast(p, *u) ? "dont_need: no slow pool to demote to"
-                               : "dont_need: already off fast memory");
-      continue;
-    }
-    if (p.Fits(*u, u->demote_pool)) {
-      p.Emit(*u, Direction::kDemote, u->demote_pool, "dont_need",
-             "dont_need hint; " + p.TempWhy(*u));
-    } else {
-      p.Stay(*u, "dont_need, but " + p.RoomText(*u, u->demote_pool));
-    }
   }
 
-  // 2. Pressure on fast pools.
-  for (const auto& pool : pools) {
-    if (pool.tier != TierClass::kFast) continue;
-    int64_t low = p.Low(pool);
-    if (p.Free(pool.name) >= low) continue;
-    for (const UnitState* u : sorted(
-             [&](const UnitState& x) {
-               return x.pool == pool.name && x.temperature <= cold && CanDemoteTo(p, x);
-             },
-             false)) {
-      if (p.Free(pool.name) >= p.High(pool)) break;
-      if (!p.Fits(*u, u->demote_pool)) {
-        p.Stay(*u,
-               "cold on " + pool.name + " under pressure, but " + p.RoomText(*u, u->demote_pool));
-        continue;
-      }
-      p.Emit(*u, Direction::kDemote, u->demote_pool, "pressure",
-             pool.name + " is under pressure (" + HumanBytes(pool.free_bytes) +
-                 " free < low watermark " + HumanBytes(static_cast<uint64_t>(low)) +
-                 ") and the range is cold (" + p.TempVs(*u, "<=", "cold", cold) + ")");
-    }
-  }
-
-  // 3. Promotion of hot ranges.
-  for (const UnitState* u :
-       sorted([&](const UnitState& x) { return x.temperature >= hot && !x.urgent; }, true)) {
-    if (!CanPromoteTo(p, *u)) {
-      p.Stay(*u, u->promote_pool.empty()
-                     ? "hot (" + p.TempWhy(*u) + "), but no fast pool is reachable"
-                     : "hot (" + p.TempWhy(*u) + ") and already on " + u->pool +
-                           ", the fast pool nearest its holder");
-      continue;
-    }
-    if (p.Fits(*u, u->promote_pool)) {
-      p.Emit(*u, Direction::kPromote, u->promote_pool, "hot",
-             "hot (" + p.TempVs(*u, ">=", "hot", hot) + ") and " + u->promote_pool +
-                 " is the fast pool nearest its holder");
-    } else {
-      wanting.push_back(u);
-    }
-  }
-
-  // 4. Demand: demote colder ranges of the same or a lower class to make room.
-  std::stable_sort(wanting.begin(), wanting.end(), [](const UnitState* a, const UnitState* b) {
-    if (a->priority != b->priority) return a->priority > b->priority;
-    return a->temperature > b->temperature;
-  });
-  for (const UnitState* w : wanting) {
-    const std::string& to = w->promote_pool;
-    const PoolState* tp = p.Pool(to);
-    int64_t need = static_cast<int64_t>(w->length) + p.Keep(*tp) - p.Free(to);
+  // Rule 4 for one hot range `w` that found no room on its fast pool.
+  void MakeRoomFor(const UnitState& w) {
+    const double hot = c_.hot_threshold;
+    const double cold = c_.cold_threshold;
+    const std::string& to = w.promote_pool;
+    const PoolState* tp = Pool(to);
+    int64_t need = static_cast<int64_t>(w.length) + Keep(*tp) - Free(to);
     std::vector<const UnitState*> victims;
     int64_t found = 0;
-    const double swap = config.swap_ratio;
+    const double swap = c_.swap_ratio;
     auto colder = [&](const UnitState& x) {
-      return x.temperature <= cold || (swap > 0 && x.temperature * swap <= w->temperature);
+      return x.temperature <= cold || (swap > 0 && x.temperature * swap <= w.temperature);
     };
-    for (const UnitState* v : sorted(
+    for (const UnitState* v : Sorted(
              [&](const UnitState& x) {
-               return x.pool == to && colder(x) && x.priority <= w->priority && CanDemoteTo(p, x) &&
-                      p.Fits(x, x.demote_pool);
+               return x.pool == to && colder(x) && x.priority <= w.priority &&
+                      CanDemoteTo(*this, x) && Fits(x, x.demote_pool);
              },
              false)) {
       if (found >= need) break;
@@ -351,59 +395,54 @@ PolicyOutput Decide(const PolicyConfig& config, const std::vector<PoolState>& po
       found += static_cast<int64_t>(v->length);
     }
     if (found < need) {
-      p.Stay(*w, "hot (" + p.TempWhy(*w) + "), but " + p.RoomText(*w, to) +
-                     "; ranges of priority <= " + std::to_string(w->priority) +
-                     " there that are cold or " + Temp(swap) + "x colder hold " +
-                     HumanBytes(static_cast<uint64_t>(found)) + ", not enough to make room");
-      continue;
+      Stay(w, "hot (" + TempWhy(w) + "), but " + RoomText(w, to) +
+                  "; ranges of priority <= " + std::to_string(w.priority) +
+                  " there that are cold or " + Temp(swap) + "x colder hold " +
+                  HumanBytes(static_cast<uint64_t>(found)) + ", not enough to make room");
+      return;
     }
     bool all = true;
     for (const UnitState* v : victims) {
-      if (!p.Fits(*v, v->demote_pool)) {
-        p.Stay(*v, "cold, but " + p.RoomText(*v, v->demote_pool));
+      if (!Fits(*v, v->demote_pool)) {
+        Stay(*v, "cold, but " + RoomText(*v, v->demote_pool));
         all = false;
         continue;
       }
       std::string why = v->temperature <= cold
-                            ? "this range is cold (" + p.TempVs(*v, "<=", "cold", cold) + ")"
-                            : "this range is " + Temp(w->temperature / v->temperature) +
+                            ? "this range is cold (" + TempVs(*v, "<=", "cold", cold) + ")"
+                            : "this range is " + Temp(w.temperature / v->temperature) +
                                   "x colder (temperature " + Temp(v->temperature) + " vs " +
-                                  Temp(w->temperature) + "; swap_ratio " + Temp(swap) + ")";
-      all = p.Emit(*v, Direction::kDemote, v->demote_pool, "demand",
-                   "makes room on " + to + " for hot lease " + std::to_string(w->lease_id) +
-                       " (priority " + std::to_string(w->priority) + "); " + why) &&
+                                  Temp(w.temperature) + "; swap_ratio " + Temp(swap) + ")";
+      all = Emit(*v, Direction::kDemote, v->demote_pool, "demand",
+                 "makes room on " + to + " for hot lease " + std::to_string(w.lease_id) +
+                     " (priority " + std::to_string(w.priority) + "); " + why) &&
             all;
     }
-    if (!all) continue;
-    p.Emit(*w, Direction::kPromote, to, w->urgent == Hint::kWillNeed ? "will_need" : "hot",
-           (w->urgent == Hint::kWillNeed ? "will_need hint; " + p.TempWhy(*w)
-                                         : "hot (" + p.TempVs(*w, ">=", "hot", hot) + ")") +
-               ", after colder ranges make room on " + to);
+    if (!all) return;
+    Emit(w, Direction::kPromote, to, w.urgent == Hint::kWillNeed ? "will_need" : "hot",
+         (w.urgent == Hint::kWillNeed ? "will_need hint; " + TempWhy(w)
+                                      : "hot (" + TempVs(w, ">=", "hot", hot) + ")") +
+             ", after colder ranges make room on " + to);
   }
 
-  // Everything else stays; say why.
-  for (const UnitState* u : live) {
-    if (p.Decided(*u)) continue;
-    if (u->temperature > cold && u->temperature < hot) {
-      p.Stay(*u, "temperature " + Temp(u->temperature) + " is between cold " + Temp(cold) +
-                     " and hot " + Temp(hot) + ": stays (hysteresis)");
-    } else if (u->temperature <= cold && OnSlow(p, *u)) {
-      p.Stay(*u, "cold (" + Temp(u->temperature) + ") and already on slow memory");
-    } else if (u->temperature <= cold && OnFast(p, *u)) {
-      const PoolState* pool = p.Pool(u->pool);
-      if (!CanDemoteTo(p, *u)) {
-        p.Stay(*u, "cold (" + Temp(u->temperature) + "), but no slow pool to demote to");
-      } else {
-        p.Stay(*u, "cold (" + Temp(u->temperature) + "), but " + u->pool +
-                       " is not under pressure (" + HumanBytes(pool->free_bytes) +
-                       " free >= low watermark " + HumanBytes(static_cast<uint64_t>(p.Low(*pool))) +
-                       ")");
-      }
-    } else {
-      p.Stay(*u, "stays (" + p.TempWhy(*u) + ")");
-    }
-  }
-  return std::move(p.out);
+  std::vector<const UnitState*> live_;
+  // Hot ranges (and will_need ones) that found no room, for rule 4.
+  std::vector<const UnitState*> wanting_;
+};
+
+}  // namespace
+
+PolicyOutput Decide(const PolicyConfig& config, const std::vector<PoolState>& pools,
+                    const std::vector<UnitState>& units, int64_t now_ns, int64_t budget_bytes) {
+  Round r(config, pools, now_ns, budget_bytes);
+  r.DescribePressure(pools);
+  r.FilterBlocked(units);
+  r.UrgentRules();
+  r.PressureRule(pools);
+  r.HotRule();
+  r.DemandRule();
+  r.ExplainStays();
+  return std::move(r.out);
 }
 
 }  // namespace cxlpool::tiering
