@@ -5,7 +5,8 @@
 // One Boost.Asio io_context thread runs everything. Reads are
 // async_wait(wait_read) followed by non-blocking recvmsg (so fds arrive with
 // their bytes); writes are non-blocking sendmsg with the reply's fds, queued
-// when the socket is full.
+// when the socket is full. server/server_impl.h lists the units behind this
+// façade (listener, connection, reader, send queue, timers, admission).
 //
 // What one client may make the daemon hold is bounded by ServerLimits
 // (server/limits.h), per connection, per uid and for the whole daemon, and

@@ -10,6 +10,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -124,15 +125,11 @@ class TestHandler : public RequestHandler {
         return;
       }
       case proto::MSG_LIST_LEASES_REQUEST: {
-        // A big reply from another thread: many of them can be in flight.
-        size_t n = big_reply_bytes_;
-        std::thread([reply, n] {
-          // Late, so that every request sent at once is in flight first.
-          std::this_thread::sleep_for(std::chrono::milliseconds(100));
-          proto::ListLeasesReply out;
-          out.add_leases()->set_label(std::string(n, 'l'));
-          reply(Reply{proto::MSG_LIST_LEASES_REPLY, *wire::Encode(out, 64u << 20), {}});
-        }).detach();
+        // A big reply, held until the test has all it sent in flight
+        // (AnswerLists), then produced off the loop.
+        std::lock_guard<std::mutex> l(mu_);
+        lists_held_.push_back(std::move(reply));
+        cv_.notify_all();
         return;
       }
       default:
@@ -150,6 +147,8 @@ class TestHandler : public RequestHandler {
   }
   bool HoldsResources(ConnectionId conn) const override {
     std::lock_guard<std::mutex> l(mu_);
+    ++holds_asked_[conn];  // the server found it idle, and asks
+    cv_.notify_all();
     return holders_.count(conn) > 0;
   }
   // Answers every request held in flight (MSG_QUOTA_SET_REQUEST).
@@ -161,11 +160,31 @@ class TestHandler : public RequestHandler {
     }
     for (auto& r : held) r(Reply{proto::MSG_QUOTA_SET_REPLY, "", {}});
   }
+  // Once `n` MSG_LIST_LEASES_REQUESTs are in flight, answers them from this
+  // thread (off the loop) with big replies; false if they never came.
+  bool AnswerLists(size_t n) {
+    std::vector<ReplyFn> held;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      if (!cv_.wait_for(l, std::chrono::milliseconds(kWaitMs),
+                        [&] { return lists_held_.size() >= n; })) {
+        return false;
+      }
+      held.swap(lists_held_);
+    }
+    proto::ListLeasesReply out;
+    out.add_leases()->set_label(std::string(big_reply_bytes_, 'l'));
+    const std::string payload = *wire::Encode(out, 64u << 20);
+    for (auto& r : held) r(Reply{proto::MSG_LIST_LEASES_REPLY, payload, {}});
+    return true;
+  }
 
   mutable std::mutex mu_;
-  std::condition_variable cv_;
+  mutable std::condition_variable cv_;
   std::set<ConnectionId> holders_;
   std::vector<ReplyFn> held_;
+  std::vector<ReplyFn> lists_held_;
+  mutable std::map<ConnectionId, int> holds_asked_;
   std::map<ConnectionId, int> connects_, disconnects_;
   std::map<ConnectionId, PeerInfo> peers_;
   std::map<ConnectionId, bool> pidfd_valid_;
@@ -849,16 +868,26 @@ TEST_F(ServerTest, IdleTimeoutSparesConnectionsThatHoldSomething) {
               "limits.idle_timeout");
   ExpectClosed(idle.get());
   // The holder sent nothing for many idle periods and is still served.
-  ::usleep(600 * 1000);
+  const ConnectionId holder_id = std::prev(handler_.connects_.end())->first;
+  ASSERT_TRUE(handler_.WaitFor([&] { return handler_.holds_asked_[holder_id] >= 4; }));
   ExpectStatWorks(holder.get(), 12);
   EXPECT_EQ(OnLoop([&] { return server_->stats().hits("idle_timeout"); }), 1u);
-  // A request is activity: a connection that keeps asking is not idle.
+  // A request is activity: a connection that keeps asking is not idle. It
+  // asks faster than the idle timeout until two quiet probes, connected
+  // with it, were closed for being idle.
   UniqueFd busy = Connect();
   ASSERT_TRUE(Hello(busy.get()).ok());
-  for (int i = 0; i < 8; ++i) {
-    ::usleep(50 * 1000);
-    ExpectStatWorks(busy.get(), 20 + i);
+  uint64_t rid = 20;
+  for (int round = 0; round < 2; ++round) {
+    UniqueFd probe = Connect();
+    ASSERT_TRUE(Hello(probe.get()).ok());
+    struct pollfd pfd = {probe.get(), POLLIN, 0};
+    while (::poll(&pfd, 1, 20) == 0) ExpectStatWorks(busy.get(), rid++);
+    ExpectError(wire::RecvFrame(probe.get(), {}, kWaitMs), Code::kUnavailable, 0,
+                "limits.idle_timeout");
   }
+  EXPECT_GT(rid, 20u);
+  ExpectStatWorks(busy.get(), rid);
 }
 
 TEST_F(ServerTest, RequestsInFlightPerUidAreRefusedAndCountUntilAnswered) {
@@ -928,6 +957,7 @@ TEST_F(ServerTest, QueuedBytesPerConnectionAreBounded) {
   for (uint64_t i = 0; i < 40; ++i) {
     ASSERT_TRUE(wire::SendFrame(deaf.get(), proto::MSG_LIST_LEASES_REQUEST, 10 + i, "").ok());
   }
+  ASSERT_TRUE(handler_.AnswerLists(40));
   ASSERT_TRUE(handler_.WaitDisconnects(1));
   EXPECT_EQ(OnLoop([&] { return server_->stats().hits("max_queued_bytes_per_connection"); }), 1u);
   EXPECT_TRUE(PollStat([&] { return server_->stats().queued_bytes == 0; }));
@@ -950,10 +980,12 @@ TEST_F(ServerTest, QueuedBytesPerUidDropTheLargestQueue) {
   for (uint64_t i = 0; i < 9; ++i) {
     ASSERT_TRUE(wire::SendFrame(big.get(), proto::MSG_LIST_LEASES_REQUEST, 10 + i, "").ok());
   }
+  ASSERT_TRUE(handler_.AnswerLists(9));
   ASSERT_TRUE(PollStat([&] { return server_->stats().queued_bytes > (1u << 20); }));
   for (uint64_t i = 0; i < 8; ++i) {
     ASSERT_TRUE(wire::SendFrame(small.get(), proto::MSG_LIST_LEASES_REQUEST, 50 + i, "").ok());
   }
+  ASSERT_TRUE(handler_.AnswerLists(8));
   ASSERT_TRUE(handler_.WaitDisconnects(1));
   EXPECT_GE(OnLoop([&] { return server_->stats().hits("max_queued_bytes_per_uid"); }), 1u);
   // The first to go was the largest; the reader that reads is never touched.
