@@ -67,7 +67,7 @@ void ClientCore::HandleMigrationEvent(const wire::Frame& frame) {
     CXLPOOL_LOG(kWarning) << "ignoring undecodable migration event: " << s.ToString();
     return;
   }
-  std::lock_guard<std::mutex> lock(tier_mu_);
+  MutexLock lock(tier_mu_);
   if (ev.phase() == "prepare") {
     PendingMigration p;
     p.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ev.deadline_ms());
@@ -91,12 +91,15 @@ void ClientCore::StartFlusher() {
 
 void ClientCore::FlushLoop() {
   const auto interval = std::chrono::milliseconds(SignalIntervalMs());
-  while (!stopping_.load()) {
+  while (!stop_.stopping()) {
     {
-      std::unique_lock<std::mutex> lock(tier_mu_);
-      tier_cv_.wait_for(lock, interval, [&] { return stopping_.load() || flush_now_; });
+      MutexLock lock(tier_mu_);
+      const auto until = std::chrono::steady_clock::now() + interval;
+      while (!stop_.stopping() && !flush_now_) {
+        if (lock.WaitUntil(tier_cv_, until) == std::cv_status::timeout) break;
+      }
     }
-    if (stopping_.load()) return;
+    if (stop_.stopping()) return;
     Status s = FlushSignals();
     if (!s.ok()) {
       CXLPOOL_LOG(kDebug) << "tiering signals not sent: " << s.ToString();
@@ -110,7 +113,7 @@ void ClientCore::SignalsRecorded(uint64_t bytes) {
   static const uint64_t threshold = SignalThreshold();
   uint64_t before = unsent_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   if (before < threshold && before + bytes >= threshold) {
-    std::lock_guard<std::mutex> lock(tier_mu_);
+    MutexLock lock(tier_mu_);
     flush_now_ = true;
     tier_cv_.notify_all();
   }
@@ -119,7 +122,7 @@ void ClientCore::SignalsRecorded(uint64_t bytes) {
 void ClientCore::QueueHint(uint64_t lease_id, uint64_t offset, uint64_t len, int hint) {
   if (signals_off_.load()) return;
   {
-    std::lock_guard<std::mutex> lock(tier_mu_);
+    MutexLock lock(tier_mu_);
     proto::RangeSignal s;
     s.set_lease_id(lease_id);
     s.set_offset(offset);
@@ -134,43 +137,45 @@ void ClientCore::QueueHint(uint64_t lease_id, uint64_t offset, uint64_t len, int
 
 Status ClientCore::FlushSignals() {
   if (signals_off_.load()) return Status::Ok();
-  std::lock_guard<std::mutex> flush(flush_mu_);
+  MutexLock flush(flush_mu_);
   std::vector<proto::RangeSignal> batch;
   std::vector<proto::RangeSignal> hints;
   {
-    std::lock_guard<std::mutex> lock(tier_mu_);
+    MutexLock lock(tier_mu_);
     hints.swap(hints_);
     flush_now_ = false;
   }
   unsent_bytes_.store(0, std::memory_order_relaxed);
-  {
-    std::lock_guard<std::mutex> lock(leases_mu_);
-    std::vector<SignalRecorder::Range> ranges;
-    for (const auto& [id, lease] : leases_) {
-      ranges.clear();
-      lease->signals().Drain(&ranges);
-      for (const auto& r : ranges) {
-        proto::RangeSignal s;
-        s.set_lease_id(id);
-        s.set_offset(r.offset);
-        s.set_length(r.length);
-        s.set_bytes_read(r.bytes_read);
-        s.set_bytes_written(r.bytes_written);
-        batch.push_back(std::move(s));
-      }
+  std::vector<SignalRecorder::Range> ranges;
+  leases_.ForAll([&](uint64_t id, LeaseState* lease) {
+    ranges.clear();
+    lease->signals().Drain(&ranges);
+    for (const auto& r : ranges) {
+      proto::RangeSignal s;
+      s.set_lease_id(id);
+      s.set_offset(r.offset);
+      s.set_length(r.length);
+      s.set_bytes_read(r.bytes_read);
+      s.set_bytes_written(r.bytes_written);
+      batch.push_back(std::move(s));
     }
-  }
+    return true;
+  });
   // Hints last: the most recent word of the application wins.
   for (auto& h : hints) batch.push_back(std::move(h));
   if (batch.empty()) return Status::Ok();
+  return SendSignals(batch);
+}
+
+Status ClientCore::SendSignals(const std::vector<proto::RangeSignal>& batch) {
   for (size_t at = 0; at < batch.size(); at += kMaxSignalsPerFrame) {
     proto::TieringSignalsRequest req;
     size_t end = std::min(batch.size(), at + kMaxSignalsPerFrame);
     for (size_t i = at; i < end; ++i) *req.add_signals() = batch[i];
     Result<wire::Frame> f = Status(Code::kInternal, "not sent");
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      f = CallMessage(req);
+      MutexLock lock(mu_);
+      f = conn_.CallMessage(req);
     }
     proto::TieringSignalsReply rep;
     Status st = f.ok() ? wire::DecodeReply(*f, &rep) : f.status();
@@ -202,8 +207,8 @@ Status ClientCore::SetLeaseTiering(uint64_t lease_id, std::optional<bool> pin_ti
   req.set_lease_id(lease_id);
   if (pin_tier) req.set_pin_tier(*pin_tier);
   if (cooperative_pin) req.set_cooperative_pin(*cooperative_pin);
-  std::lock_guard<std::mutex> lock(mu_);
-  Result<wire::Frame> f = CallMessage(req);
+  MutexLock lock(mu_);
+  Result<wire::Frame> f = conn_.CallMessage(req);
   if (!f.ok()) return f.status();
   proto::TieringLeaseReply rep;
   return wire::DecodeReply(*f, &rep);
@@ -216,19 +221,18 @@ void ClientCore::ResendTieringLocked() {
     bool coop;
   };
   std::vector<Setting> settings;
-  {
-    std::lock_guard<std::mutex> lock(leases_mu_);
-    for (const auto& [id, lease] : leases_) {
-      if (lease->revoked() || (!lease->tier_pinned() && !lease->cooperative())) continue;
+  leases_.ForAll([&](uint64_t id, LeaseState* lease) {
+    if (!lease->revoked() && (lease->tier_pinned() || lease->cooperative())) {
       settings.push_back(Setting{id, lease->tier_pinned(), lease->cooperative()});
     }
-  }
+    return true;
+  });
   for (const Setting& s : settings) {
     proto::TieringLeaseRequest req;
     req.set_lease_id(s.id);
     if (s.pinned) req.set_pin_tier(true);
     if (s.coop) req.set_cooperative_pin(true);
-    Result<wire::Frame> f = CallMessage(req);
+    Result<wire::Frame> f = conn_.CallMessage(req);
     proto::TieringLeaseReply rep;
     Status st = f.ok() ? wire::DecodeReply(*f, &rep) : f.status();
     if (!st.ok() && st.code() != Code::kUnsupported) {
@@ -240,7 +244,7 @@ void ClientCore::ResendTieringLocked() {
 
 int ClientCore::MigrationsPending() {
   (void)ProcessEvents();
-  std::lock_guard<std::mutex> lock(tier_mu_);
+  MutexLock lock(tier_mu_);
   const auto now = std::chrono::steady_clock::now();
   int n = 0;
   for (const auto& p : migrations_) n += p.deadline > now ? 1 : 0;
@@ -251,7 +255,7 @@ Result<int> ClientCore::SafePoint() {
   (void)ProcessEvents();  // asks that arrived since the last request
   std::vector<PendingMigration> todo;
   {
-    std::lock_guard<std::mutex> lock(tier_mu_);
+    MutexLock lock(tier_mu_);
     todo.swap(migrations_);
   }
   int handled = 0;
@@ -264,11 +268,7 @@ Result<int> ClientCore::SafePoint() {
       continue;
     }
     std::vector<LeaseState*> leases;
-    {
-      std::lock_guard<std::mutex> lock(leases_mu_);
-      auto [b, e] = leases_.equal_range(lease_id);
-      for (auto it = b; it != e; ++it) leases.push_back(it->second);
-    }
+    leases_.ForId(lease_id, [&](LeaseState* l) { leases.push_back(l); });
     const int64_t t0 = NowNs();
     bool ready = true;
     std::string why;
@@ -287,8 +287,8 @@ Result<int> ClientCore::SafePoint() {
     req.set_reason(why);
     Result<wire::Frame> f = Status(Code::kInternal, "not sent");
     {
-      std::lock_guard<std::mutex> lock(mu_);
-      f = CallMessage(req);  // answered once the pages moved
+      MutexLock lock(mu_);
+      f = conn_.CallMessage(req);  // answered once the pages moved
     }
     proto::MigrationReadyReply rep;
     Status st = f.ok() ? wire::DecodeReply(*f, &rep) : f.status();

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "cxlpool/proto/extents.h"
+#include "cxlpool/proto/hello.h"
 #include "cxlpool/proto/ipc.h"
 #include "cxlpool/proto/socket.h"
 
@@ -23,22 +24,14 @@ Result<BlockingClient> BlockingClient::Handshake(UniqueFd sock, BlockingClientOp
   c.sock_ = std::move(sock);
   c.options_ = std::move(options);
   if (auto cred = GetPeerCred(c.sock_.get()); cred.ok()) c.peer_pid_ = cred->pid;
-  proto::HelloRequest h;
-  h.set_min_version(c.options_.min_version);
-  h.set_max_version(c.options_.max_version);
-  h.set_client_name(c.options_.name);
-  h.set_max_fds_per_frame(static_cast<uint32_t>(kHardMaxFdsPerFrame));
-  proto::HelloReply r;
-  CXLPOOL_RETURN_IF_ERROR(c.Call(h, &r));
-  if (r.version() < c.options_.min_version || r.version() > c.options_.max_version ||
-      r.version() < kMinWireVersion || r.version() > kMaxWireVersion) {
-    return Status(Code::kProtocol, "the daemon chose protocol version " +
-                                       std::to_string(r.version()) + "; this client speaks " +
-                                       std::to_string(c.options_.min_version) + ".." +
-                                       std::to_string(c.options_.max_version));
-  }
-  c.version_ = static_cast<uint16_t>(r.version());
-  c.hello_ = std::move(r);
+  HelloOptions hello{.name = c.options_.name,
+                     .min_version = c.options_.min_version,
+                     .max_version = c.options_.max_version,
+                     .timeout_ms = c.options_.timeout_ms};
+  Result<proto::HelloReply> r = SayHello(c.sock_.get(), c.next_id_++, hello);
+  if (!r.ok()) return r.status();
+  c.version_ = static_cast<uint16_t>(r->version());
+  c.hello_ = std::move(*r);
   return c;
 }
 
@@ -50,10 +43,7 @@ Status BlockingClient::Broken(Status why) {
 Result<Frame> BlockingClient::NextReplyFrame() {
   RecvLimits limits;
   limits.max_fds = kHardMaxFdsPerFrame;
-  if (hello_.max_frame_bytes() != 0) {
-    limits.max_payload_bytes =
-        static_cast<uint32_t>(std::min<uint64_t>(hello_.max_frame_bytes(), kHardMaxFrameBytes));
-  }
+  limits.max_payload_bytes = MaxPayloadBytes(hello_);
   for (;;) {
     Result<Frame> f = RecvFrame(sock_.get(), limits, options_.timeout_ms);
     if (!f.ok()) return f.status();
@@ -67,10 +57,7 @@ Result<Frame> BlockingClient::NextReplyFrame() {
 Status BlockingClient::SendFailed(Status sent) {
   // A daemon that refused the connection (a limit) wrote why and closed
   // before this request went out: that is the answer, not EPIPE.
-  Result<Frame> why = RecvFrame(sock_.get(), {}, 100);
-  if (why.ok()) {
-    if (std::optional<Status> err = ConnectionError(*why)) return Broken(*err);
-  }
+  if (std::optional<Status> err = ReadRefusal(sock_.get())) return Broken(*err);
   return sent;
 }
 
@@ -97,20 +84,15 @@ Result<Frame> BlockingClient::ExchangeReclaim(const proto::ReclaimRequest& req,
   }
   // A daemon that does not say how many fds it reads per frame predates
   // split requests: it gets one frame, and judges it.
-  const size_t per_frame = hello_.max_fds_per_frame() > 0
-                               ? std::min<size_t>(hello_.max_fds_per_frame(), kMaxExtentFdsPerFrame)
-                               : std::max<size_t>(send_fds.size(), 1);
+  const size_t per_frame = RequestFdsPerFrame(hello_) > 0 ? RequestFdsPerFrame(hello_)
+                                                          : std::max<size_t>(send_fds.size(), 1);
   // What fits one frame goes as it is, so the daemon judges it (this client
   // is also the tests' raw one: it sends requests that do not add up).
   if (send_fds.size() <= per_frame) {
     return Exchange(proto::MSG_RECLAIM_REQUEST, Encode(req), proto::MSG_RECLAIM_REPLY, send_fds);
   }
-  const uint32_t max_payload =
-      hello_.max_frame_bytes() > 0
-          ? static_cast<uint32_t>(std::min<uint64_t>(hello_.max_frame_bytes(), kHardMaxFrameBytes))
-          : kDefaultMaxFrameBytes;
   Result<std::vector<PlannedFrame>> plan =
-      PlanReclaimRequest(req, send_fds.size(), per_frame, max_payload);
+      PlanReclaimRequest(req, send_fds.size(), per_frame, MaxPayloadBytes(hello_));
   if (!plan.ok()) return plan.status();
   CXLPOOL_RETURN_IF_ERROR(
       CheckReclaimRequestBytes(plan->front(), send_fds.size(), hello_.max_request_bytes()));

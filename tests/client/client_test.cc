@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -33,6 +34,17 @@ Client ConnectPair(FakeServer& server) {
   auto core = detail::ClientCore::FromSocket(std::move(sock), "fake");
   if (!core.ok()) ADD_FAILURE() << core.status().ToString();
   return core.ok() ? ClientAccess::Wrap(std::move(*core)) : Client();
+}
+
+// Polls `cond` until it holds; false when it did not within `timeout`.
+template <typename Cond>
+bool Eventually(Cond cond, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
 }
 
 bool FillAndCheck(const Lease& l, unsigned char seed) {
@@ -398,7 +410,7 @@ TEST(ClientTest, ReleaseDoesNotWaitForAReconnect) {
     unlink(path.c_str());
     FakeServer second;
     ASSERT_TRUE(second.StartListening(path).ok());
-    for (int i = 0; i < 2000 && second.releases().empty(); ++i) usleep(10000);
+    EXPECT_TRUE(second.WaitForRelease(std::chrono::seconds(20)));
     EXPECT_EQ(core->reconnects(), 1u);
     EXPECT_EQ(second.reclaims(), std::vector<uint64_t>{id});
     EXPECT_EQ(second.releases(), std::vector<uint64_t>{id});
@@ -427,6 +439,27 @@ long VoluntarySwitchesOf(const std::string& comm) {
   return -1;
 }
 
+// The thread of this process named `comm` is blocked in epoll_wait
+// (/proc/<tid>/syscall names the system call a thread sleeps in).
+bool InEpollWait(const std::string& comm) {
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream name(e.path() / "comm");
+    std::string n;
+    if (!std::getline(name, n) || n != comm) continue;
+    std::ifstream syscall(e.path() / "syscall");
+    long nr = -1;
+    if (!(syscall >> nr)) return false;
+#ifdef SYS_epoll_wait
+    if (nr == SYS_epoll_wait) return true;
+#endif
+#ifdef SYS_epoll_pwait2
+    if (nr == SYS_epoll_pwait2) return true;
+#endif
+    return nr == SYS_epoll_pwait;
+  }
+  return false;
+}
+
 // The restart watcher waits on the connection while leases are live. A
 // reply is the caller's to read: 200 calls must not wake the watcher each
 // time, and an event between calls still reaches it.
@@ -443,14 +476,9 @@ TEST(ClientTest, TheWatcherSleepsThroughRepliesAndWakesForEvents) {
     o.size_bytes = 4096;
     auto held = c->Allocate(o);  // starts the watcher
     ASSERT_TRUE(held.ok()) << held.status().ToString();
-    long before = -1;
-    for (int i = 0; i < 500 && before < 0; ++i) {
-      before = VoluntarySwitchesOf("cxlpool-watch");
-      if (before < 0) usleep(10000);
-    }
-    ASSERT_GE(before, 0) << "no thread named cxlpool-watch";
-    usleep(100000);  // let it settle into its wait
-    before = VoluntarySwitchesOf("cxlpool-watch");
+    ASSERT_TRUE(Eventually([] { return InEpollWait("cxlpool-watch"); }))
+        << "no thread named cxlpool-watch waiting on the connection";
+    const long before = VoluntarySwitchesOf("cxlpool-watch");
     for (int i = 0; i < 100; ++i) {
       auto l = c->Allocate(o);
       ASSERT_TRUE(l.ok()) << l.status().ToString();
@@ -461,8 +489,8 @@ TEST(ClientTest, TheWatcherSleepsThroughRepliesAndWakesForEvents) {
     EXPECT_LT(woken, 20) << "the watcher woke for the replies";
 
     server.PushNow(held->id(), "revoked");
-    for (int i = 0; i < 500 && !held->revoked(); ++i) usleep(10000);
-    EXPECT_TRUE(held->revoked()) << "the watcher did not read an event between calls";
+    EXPECT_TRUE(Eventually([&] { return held->revoked(); }))
+        << "the watcher did not read an event between calls";
   }
   unlink(path.c_str());
   rmdir(dir);
@@ -499,8 +527,8 @@ TEST(ClientTest, ADeferredReleaseIsDroppedWhenTheDaemonDoesNotComeBack) {
     EXPECT_TRUE(lease->Release().ok());
     // The fake's own memfd went with its connection; what is left is the
     // client's dup, until the watcher's reconnect gives up.
-    for (int i = 0; i < 1000 && OpenFdsNaming("fake-lease") > 0; ++i) usleep(10000);
-    EXPECT_EQ(OpenFdsNaming("fake-lease"), 0);
+    EXPECT_TRUE(Eventually([] { return OpenFdsNaming("fake-lease") == 0; }))
+        << OpenFdsNaming("fake-lease") << " fds of the lease left open";
   }
   unsetenv("CXLPOOL_RECONNECT_TIMEOUT_MS");
   unlink(path.c_str());

@@ -105,6 +105,10 @@ std::vector<uint64_t> FakeServer::releases() {
   std::lock_guard<std::mutex> l(mu_);
   return releases_;
 }
+bool FakeServer::WaitForRelease(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> l(mu_);
+  return handled_.wait_for(l, timeout, [&] { return !releases_.empty(); });
+}
 std::vector<uint64_t> FakeServer::reclaims() {
   std::lock_guard<std::mutex> l(mu_);
   return reclaims_;
@@ -125,6 +129,7 @@ void FakeServer::Serve() {
     std::lock_guard<std::mutex> l(mu_);
     incoming_fds_ = std::move(f->fds);
     Handle(f->type(), f->request_id(), f->payload);
+    handled_.notify_all();
     if (!sock_.valid()) break;
   }
   std::lock_guard<std::mutex> l(mu_);

@@ -11,6 +11,7 @@
 // by a mutex, so the test may set and read them while the client runs.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <map>
@@ -68,6 +69,8 @@ class FakeServer {
   // Record.
   std::vector<proto::AllocRequest> allocs();
   std::vector<uint64_t> releases();
+  // Waits until a release came in; false when none did within `timeout`.
+  bool WaitForRelease(std::chrono::milliseconds timeout);
   // Lease ids handed back with RECLAIM (each accepted, as a fresh holder).
   std::vector<uint64_t> reclaims();
   int live_leases();
@@ -83,6 +86,7 @@ class FakeServer {
   void SendExtentLease(uint64_t request_id, proto::LeaseInfo info);
 
   std::mutex mu_;
+  std::condition_variable handled_;  // a request was handled
   UniqueFd listen_;
   UniqueFd sock_;
   std::thread thread_;

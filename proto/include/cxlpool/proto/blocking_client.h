@@ -1,13 +1,13 @@
 // BlockingClient: one request at a time to cxlpoold over its Unix socket,
 // for tools and tests (cxlpoolctl, the bench, the test support library).
-// The client library (libcxlpool) has its own connection, with
-// reconnects and mappings.
+// The client library (libcxlpool) says the same HELLO (hello.h) but keeps
+// its own connection, with reconnects and mappings.
 //
 //   auto c = wire::BlockingClient::Connect(path, {.name = "cxlpool-bench"});
 //   proto::AllocReply r;  std::vector<UniqueFd> fds;
 //   Status st = c->Call(alloc_request, &r, &fds);   // one fd per extent
 //
-// HELLO is sent at connect, written in kHelloWireVersion; every later frame
+// HELLO is sent at connect (wire::SayHello, hello.h); every later frame
 // is written in the negotiated version. A lease reply (ALLOC_REPLY,
 // ATTACH_REPLY) is put together with its EXTENT_FDS frames
 // (LeaseReplyAssembler), so `fds` holds every extent's fd, in order. Server
