@@ -37,8 +37,10 @@
 #include <utility>
 #include <vector>
 
-#include "config/config.h"
 #include "cxlpool/common/status.h"
+#include "lease/cgroup_match.h"
+#include "lease/quota_rules.h"
+#include "pool/pool_options.h"
 
 namespace cxlpool {
 

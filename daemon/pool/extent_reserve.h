@@ -77,13 +77,13 @@
 #include <string>
 #include <vector>
 
-#include "config/config.h"
 #include "cxlpool/common/clock.h"
 #include "cxlpool/common/fs.h"
 #include "cxlpool/common/status.h"
 #include "pool/backing.h"
 #include "pool/extent.h"
 #include "pool/extent_cut.h"
+#include "pool/pool_options.h"
 
 namespace cxlpool {
 

@@ -43,7 +43,7 @@ std::optional<uint64_t> NodeMemoryWatch::applied_total(int node) const {
   return it->second.applied_total;
 }
 
-MemoryWatchReport NodeMemoryWatch::Check(const DaemonConfig& config,
+MemoryWatchReport NodeMemoryWatch::Check(const PoolsConfig& config,
                                          const std::vector<Pool*>& pools) {
   MemoryWatchReport r;
   for (Pool* pool : pools) {

@@ -25,11 +25,11 @@
 #include <string>
 #include <vector>
 
-#include "config/config.h"
 #include "cxlpool/common/fs.h"
 #include "cxlpool/common/status.h"
 #include "cxlpool/topology/topology.h"
 #include "pool/pool.h"
+#include "pool/pool_options.h"
 
 namespace cxlpool {
 
@@ -55,7 +55,7 @@ class NodeMemoryWatch {
   // the report (info / warning). When a capacity changed (report.resized)
   // the caller restarts reserve refills: growth leaves room for them, and a
   // shrink may have retired ready extents.
-  MemoryWatchReport Check(const DaemonConfig& config, const std::vector<Pool*>& pools);
+  MemoryWatchReport Check(const PoolsConfig& config, const std::vector<Pool*>& pools);
 
   // For a config reload: resolves `spec` for `pool` against its node's
   // MemTotal read now (the last known one when the read fails) and applies

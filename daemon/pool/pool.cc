@@ -335,7 +335,7 @@ std::string DaxSourceKind(const std::optional<std::string>& source) {
 }  // namespace
 
 Result<std::vector<std::unique_ptr<Pool>>> BuildPools(const Topology& topo,
-                                                      const DaemonConfig& config,
+                                                      const PoolsConfig& config,
                                                       const PoolBuildOptions& options,
                                                       std::vector<std::string>* warnings) {
   std::vector<std::unique_ptr<Pool>> pools;

@@ -21,12 +21,12 @@
 #include <string>
 #include <vector>
 
-#include "config/config.h"
 #include "cxlpool/common/fs.h"
 #include "cxlpool/topology/topology.h"
 #include "pool/backing.h"
 #include "pool/devdax.h"
 #include "pool/extent_reserve.h"
+#include "pool/pool_options.h"
 
 namespace cxlpool {
 
@@ -227,7 +227,7 @@ struct PoolBuildOptions {
 // nodes that do not exist, and each node left out with why and how to
 // include it.
 Result<std::vector<std::unique_ptr<Pool>>> BuildPools(const Topology& topo,
-                                                      const DaemonConfig& config,
+                                                      const PoolsConfig& config,
                                                       const PoolBuildOptions& options,
                                                       std::vector<std::string>* warnings);
 

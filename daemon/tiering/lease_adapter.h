@@ -26,10 +26,10 @@
 
 #include <string>
 
-#include "config/config.h"
 #include "lease/lease_manager.h"
 #include "tiering/engine.h"
 #include "tiering/lease_table.h"
+#include "tiering/tiering_options.h"
 
 namespace cxlpool::tiering {
 

@@ -6,6 +6,8 @@
 
 #include <fstream>
 
+#include "lease/tier_names.h"
+
 namespace cxlpool {
 namespace {
 
@@ -354,6 +356,43 @@ TEST(ConfigTest, DefaultSocketPath) {
   EXPECT_EQ(DefaultSocketPath(1000, "/run/user/1000"), "/run/user/1000/cxlpool.sock");
   EXPECT_EQ(DefaultSocketPath(1000, nullptr), "/tmp/cxlpool-1000.sock");
   EXPECT_EQ(DefaultSocketPath(1000, ""), "/tmp/cxlpool-1000.sock");
+}
+
+// Every duration key takes the same forms with the same limits: an integer
+// of seconds or a string with a unit, 0..24h.
+TEST(ConfigTest, DurationsAreReadAlikeInEveryTable) {
+  for (const char* table : {"tiering", "limits", "daemon"}) {
+    std::string key = std::string(table) == "tiering"  ? "min_residency"
+                      : std::string(table) == "limits" ? "idle_timeout"
+                                                       : "memory_watch_interval";
+    for (const auto& [value, want] : std::vector<std::pair<std::string, int64_t>>{
+             {"2", 2000}, {"\"2s\"", 2000}, {"\"500ms\"", 500}, {"\"1h\"", 3600000}}) {
+      auto cfg = ParseConfig("[" + std::string(table) + "]\n" + key + " = " + value + "\n");
+      ASSERT_TRUE(cfg.ok()) << table << "." << key << " = " << value << ": "
+                            << cfg.status().ToString();
+      std::chrono::milliseconds got = std::string(table) == "tiering"  ? cfg->tiering.min_residency
+                                      : std::string(table) == "limits" ? *cfg->limits.idle_timeout
+                                                                       : cfg->memory_watch_interval;
+      EXPECT_EQ(got.count(), want) << table << "." << key << " = " << value;
+    }
+    for (const char* bad : {"\"25h\"", "-1", "\"soon\"", "true"}) {
+      ExpectError("[" + std::string(table) + "]\n" + key + " = " + bad + "\n",
+                  std::string(table) + "." + key);
+    }
+  }
+}
+
+TEST(ConfigTest, OneTableOfTierNames) {
+  for (const char* t : {"dram", "cxl", "hbm", "nvm", "unknown", "devdax"}) {
+    EXPECT_TRUE(IsTierName(t)) << t;
+  }
+  EXPECT_FALSE(IsTierName("gpu"));  // GPU memory is never pooled
+  EXPECT_FALSE(IsTierName(""));
+  EXPECT_EQ(TierNamesHint(), "dram, cxl, hbm, nvm, devdax");
+  auto cfg = ParseConfig("[[quota]]\nuid = 1\ntier = \"gpu\"\nmax_bytes = 1\n", "t.toml");
+  ASSERT_FALSE(cfg.ok());
+  EXPECT_EQ(cfg.status().message(),
+            "t.toml: quota[0].tier: unknown tier 'gpu' (dram, cxl, hbm, nvm, devdax)");
 }
 
 }  // namespace
