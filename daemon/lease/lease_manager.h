@@ -504,6 +504,34 @@ class LeaseManager {
   // Moves a lease to a new owner (quota charge, owner's list; and the name
   // when `confirmed`: the caller says it is the owner).
   void TakeOver(Lease& l, const CallerInfo& who, const std::string& name, bool confirmed);
+  // Recover's steps for one journalled lease (`fds`: the fd store's).
+  void RecoverLease(DurableLease& d, std::vector<UniqueFd> fds, std::set<std::string>* carved_seen,
+                    RecoveryReport* r);
+  // A devdax lease's device, resolved and counted back into a dynamic
+  // region; why it cannot come back otherwise.
+  std::optional<std::string> RecoverDaxDevice(DevdaxPool* dax_pool, DurableLease& d,
+                                              std::set<std::string>* carved_seen);
+  // Closes stored fds that do not match the journal.
+  void CheckStoredFds(const DurableLease& d, DevdaxPool* dax_pool, std::vector<UniqueFd>* fds);
+  // Every holder is gone: the stored memory is freed (a device given back).
+  void ReleaseUnheldStored(const DurableLease& d, DevdaxPool* dax_pool, std::vector<UniqueFd>* fds);
+  // The journalled pool of each extent of a split lease (empty: all on `pool`).
+  std::vector<Pool*> RecoveredExtentPools(const DurableLease& d, Pool* pool, bool devdax) const;
+  static std::vector<std::pair<Pool*, uint64_t>> BytesByPool(
+      const DurableLease& d, Pool* pool, const std::vector<Pool*>& extent_pools);
+  // The stored memory adopted (`*adopted`), or stand-ins awaiting RECLAIM.
+  Extents RecoveredBacking(const DurableLease& d, Pool* pool, std::vector<UniqueFd> fds,
+                           bool* adopted);
+  static Lease FromDurable(const DurableLease& d, Pool* pool);
+  // fd-store leases the journal does not know, accounted again.
+  void ReadoptStoreOrphans(std::map<uint64_t, std::vector<UniqueFd>> stored, RecoveryReport* r);
+  void StartGrace(std::chrono::milliseconds grace, bool awaiting, bool may_have_lost_leases);
+  // Reclaim's steps for one item: the rejection, or nullopt when accepted.
+  std::optional<std::string> ReclaimLost(ConnId conn, Conn& c, ReclaimItem& item);
+  std::optional<std::string> ReclaimJournalled(ConnId conn, Conn& c, ReclaimItem& item);
+  std::optional<std::string> CheckReclaimItem(const Lease& l, const DurableLease& d,
+                                              const CallerInfo& who, const ReclaimItem& item) const;
+  std::optional<std::string> AdoptReclaimed(Lease& l, const DurableLease& d, ReclaimItem& item);
   void MaybeEndGrace();
   void EndGrace(const char* why);
   // Sub-devices of dynamic DAX regions that no journalled lease names
