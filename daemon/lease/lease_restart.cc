@@ -6,9 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <set>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -22,8 +20,6 @@
 namespace cxlpool {
 
 namespace {
-constexpr uint64_t kIdBatch = 1024;
-
 // A RECLAIM item's extents against the journalled ones: one fd per extent,
 // and the sizes the holder was told (when it says) are the lease's.
 Status CheckReclaimExtents(uint64_t id, const std::vector<DurableExtent>& extents,
@@ -63,23 +59,8 @@ bool SameHolder(const HolderId& a, pid_t pid, uint64_t start_time) {
 }  // namespace
 
 void LeaseManager::EnableRestart(LeaseStore* store, const ProcessProbe* probe, uint64_t next_id) {
-  restart_.store = store;
-  restart_.probe = probe;
-  next_id_ = std::max(next_id_, next_id);
-  restart_.ids_reserved = next_id_;
-}
-
-uint64_t LeaseManager::NextId() {
-  uint64_t id = next_id_++;
-  if (restart_.store != nullptr && id >= restart_.ids_reserved) {
-    Status st = restart_.store->ReserveIds(id + kIdBatch);
-    if (st.ok()) {
-      restart_.ids_reserved = id + kIdBatch;
-    } else {
-      CXLPOOL_LOG(kError) << "reserving lease ids: " << st.ToString();
-    }
-  }
-  return id;
+  journal_.Enable(store, next_id);
+  restart_.set_probe(probe);
 }
 
 DurableLease LeaseManager::ToDurable(const Lease& l) const {
@@ -137,27 +118,17 @@ DurableLease LeaseManager::ToDurable(const Lease& l) const {
 }
 
 Status LeaseManager::Persist(const Lease& l, std::span<const int> fds) {
-  if (restart_.store == nullptr || restart_.handed_over) return Status::Ok();
-  Status st = restart_.store->Put(ToDurable(l), fds);
-  if (!st.ok()) {
-    CXLPOOL_LOG(kError) << "journal lease " << l.id << ": " << st.ToString();
-  }
-  return st;
+  if (!journal_.writing()) return Status::Ok();
+  return journal_.Put(ToDurable(l), fds);
 }
 
-void LeaseManager::Unpersist(uint64_t id) {
-  if (restart_.store == nullptr || restart_.handed_over) return;
-  Status st = restart_.store->Delete(id);
-  if (!st.ok()) {
-    CXLPOOL_LOG(kError) << "journal end of lease " << id << ": " << st.ToString();
-  }
-}
+void LeaseManager::Unpersist(uint64_t id) { journal_.Delete(id); }
 
 bool LeaseManager::PersistGrant(uint64_t id, const AllocDone& done) {
   Lease& l = table_.leases().at(id);
   // Every extent's size and memfd identity: what a RECLAIM is matched
   // against, journalled or not.
-  const bool journal = restart_.store != nullptr;
+  const bool journal = journal_.enabled();
   l.identity.clear();
   for (const auto& e : l.extents) {
     DurableExtent x;
@@ -188,12 +159,11 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
                                                    std::chrono::milliseconds grace,
                                                    const JournalHealth& health) {
   RecoveryReport r;
-  restart_.health = health;
+  restart_.health() = health;
   std::set<std::string> carved_seen;  // dynamic sub-devices counted back in
   for (DurableLease& d : journalled) {
     ++r.journalled;
-    next_id_ = std::max(next_id_, d.id + 1);
-    restart_.ids_reserved = std::max(restart_.ids_reserved, next_id_);
+    journal_.TakeJournalledId(d.id);
     // The fd store's fds of its extents, all of them or none.
     std::vector<UniqueFd> fds;
     if (auto s = stored.find(d.id); s != stored.end()) {
@@ -204,22 +174,16 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
   }
   const size_t dax_orphans = FindDaxOrphans(carved_seen);
   ReadoptStoreOrphans(std::move(stored), &r);
-  if (restart_.store != nullptr && next_id_ > restart_.ids_reserved) {
-    if (Status st = restart_.store->ReserveIds(next_id_ + kIdBatch); st.ok()) {
-      restart_.ids_reserved = next_id_ + kIdBatch;
-    } else {
-      CXLPOOL_LOG(kError) << "reserving lease ids: " << st.ToString();
-    }
-  }
+  journal_.ReserveTaken();
   CXLPOOL_LOG(kInfo) << "restart: " << r.journalled << " journalled leases, " << r.adopted
                      << " adopted from the fd store, " << r.awaiting << " awaiting reclaim, "
                      << r.dropped << " dropped, " << r.orphans << " found only in the fd store";
-  if (health.damaged || r.orphans > 0) restart_.health.damaged = true;
+  if (health.damaged || r.orphans > 0) restart_.health().damaged = true;
   // Journal damage: leases may exist that nobody has told this daemon of.
   // Their holders reclaim them once they see the restart; until the grace
   // period is over nothing new is granted, so they always find room.
-  restart_.grace_full = health.may_have_lost_leases || r.orphans > 0 || dax_orphans > 0;
-  if (restart_.grace_full) {
+  restart_.set_full(health.may_have_lost_leases || r.orphans > 0 || dax_orphans > 0);
+  if (restart_.full()) {
     CXLPOOL_LOG(kError) << "restart: the lease journal was damaged"
                         << (health.description.empty() ? "" : " (" + health.description + ")")
                         << (r.orphans > 0 ? "; the fd store held leases it did not know" : "")
@@ -260,7 +224,7 @@ void LeaseManager::RecoverLease(DurableLease& d, std::vector<UniqueFd> fds,
   if (d.holders.empty()) d.holders.push_back(HolderId{d.owner_pid, d.owner_start_time});
   std::vector<HolderId> alive;
   for (const HolderId& h : d.holders) {
-    if (restart_.probe != nullptr && HolderAlive(*restart_.probe, h)) alive.push_back(h);
+    if (restart_.probe() != nullptr && HolderAlive(*restart_.probe(), h)) alive.push_back(h);
   }
   CheckStoredFds(d, dax_pool, &fds);
   if (alive.empty()) {
@@ -297,7 +261,7 @@ void LeaseManager::RecoverLease(DurableLease& d, std::vector<UniqueFd> fds,
   RecoverPoolMove(l, d.migrating_to_pool, d.migrating_back_from_pool,
                   d.migrating_extent.value_or(FirstNotOn(d)));
   if (alive.size() != d.holders.size()) (void)Persist(l, {});
-  restart_.awaiting_any = true;
+  restart_.set_awaiting_any(true);
   Count(adopted ? "restart_adopted" : "restart_awaiting");
   ++(adopted ? r->adopted : r->awaiting);
 }
@@ -442,7 +406,7 @@ void LeaseManager::ReadoptStoreOrphans(std::map<uint64_t, std::vector<UniqueFd>>
   for (auto& [id, fds] : stored) {
     std::erase_if(fds, [](const UniqueFd& fd) { return !fd.valid(); });
     if (fds.empty()) continue;
-    next_id_ = std::max(next_id_, id + 1);
+    journal_.TakeStoredId(id);
     bool revoked = false;
     const size_t stored_extents = fds.size();
     auto a = Readopt(id, std::move(fds), nullptr, nullptr, &revoked);
@@ -450,7 +414,7 @@ void LeaseManager::ReadoptStoreOrphans(std::map<uint64_t, std::vector<UniqueFd>>
       CXLPOOL_LOG(kError) << "restart: fd store lease-" << id
                           << " has no journal record and cannot be accounted again: "
                           << a.status().message();
-      if (restart_.store != nullptr) restart_.store->ForgetStoredFd(id, stored_extents);
+      journal_.ForgetStoredFd(id, stored_extents);
       Count("fd_store_orphans_dropped");
       continue;
     }
@@ -465,35 +429,23 @@ void LeaseManager::ReadoptStoreOrphans(std::map<uint64_t, std::vector<UniqueFd>>
 
 void LeaseManager::StartGrace(std::chrono::milliseconds grace, bool awaiting,
                               bool may_have_lost_leases) {
-  if ((awaiting || restart_.grace_full) && grace.count() > 0) {
-    restart_.grace = true;
-    restart_.grace_end = std::chrono::steady_clock::now() + grace;
-    auto timer = std::make_shared<boost::asio::steady_timer>(loop_);
-    timer->expires_at(restart_.grace_end);
+  if ((awaiting || restart_.full()) && grace.count() > 0) {
     std::weak_ptr<bool> alive = alive_;
-    timer->async_wait([this, alive](const boost::system::error_code& ec) {
-      if (ec) return;
+    restart_.StartGrace(grace, [this, alive] {
       auto a = alive.lock();
       if (!a || !*a) return;
       EndGrace("grace period over");
     });
-    restart_.grace_timer = timer;
     CXLPOOL_LOG(kInfo) << "restart: grace period of " << grace.count()
                        << " ms: grants wait until every lease is reclaimed";
   } else {
-    restart_.grace_full = false;
+    restart_.set_full(false);
     EndGrace(awaiting || may_have_lost_leases ? "no grace period configured"
                                               : "nothing awaits reclaim");
   }
 }
 
-Status LeaseManager::GraceRefusal() const {
-  if (!restart_.grace) return Status::Ok();
-  auto left = restart_.grace_end - std::chrono::steady_clock::now();
-  auto secs = std::chrono::duration_cast<std::chrono::seconds>(left).count() + 1;
-  return Status(Code::kUnavailable, "daemon restarting: reclaim in progress, retry in " +
-                                        std::to_string(std::max<int64_t>(secs, 1)) + " s");
-}
+Status LeaseManager::GraceRefusal() const { return restart_.Refusal(); }
 
 size_t LeaseManager::FindDaxOrphans(const std::set<std::string>& journalled) {
   size_t found = 0;
@@ -509,7 +461,7 @@ size_t LeaseManager::FindDaxOrphans(const std::set<std::string>& journalled) {
       dax->CommitReserve(size);
       dax_orphans_.push_back(DaxOrphan{dax, device, size});
       ++found;
-      restart_.health.damaged = true;
+      restart_.health().damaged = true;
       Count("dax_orphans");
       CXLPOOL_LOG(kError) << "restart: DAX sub-device " << device << " (" << HumanBytes(size)
                           << " of " << dax->name()
@@ -545,7 +497,7 @@ void LeaseManager::DestroyDaxOrphans(const char* when) {
 }
 
 void LeaseManager::MaybeEndGrace() {
-  if (!restart_.grace || restart_.grace_full) return;
+  if (!restart_.in_grace() || restart_.full()) return;
   for (const auto& [id, l] : table_.leases()) {
     if (l.awaited_memory) return;
   }
@@ -553,13 +505,10 @@ void LeaseManager::MaybeEndGrace() {
 }
 
 void LeaseManager::EndGrace(const char* why) {
-  if (restart_.grace) {
-    restart_.grace = false;
+  if (restart_.EndGrace()) {
     CXLPOOL_LOG(kInfo) << "restart: grace period ended: " << why;
-    if (restart_.grace_timer)
-      static_cast<boost::asio::steady_timer*>(restart_.grace_timer.get())->cancel();
   }
-  restart_.grace_full = false;
+  restart_.set_full(false);
   DestroyDaxOrphans("at the end of the grace period");
   // Holders that never reclaimed: struck off if dead or provably without the
   // memfd; the rest are watched until they exit (their lease stays counted).
@@ -584,7 +533,8 @@ void LeaseManager::EndGrace(const char* why) {
 }
 
 void LeaseManager::SweepAwaiting(bool check_files, std::optional<HolderId> exited) {
-  if (!restart_.awaiting_any || restart_.probe == nullptr) return;
+  const ProcessProbe* probe = restart_.probe();
+  if (!restart_.awaiting_any() || probe == nullptr) return;
   std::vector<uint64_t> unheld;
   bool any = false;
   for (auto& [id, l] : table_.leases()) {
@@ -596,8 +546,8 @@ void LeaseManager::SweepAwaiting(bool check_files, std::optional<HolderId> exite
     const auto ino = l.inode;
     std::erase_if(l.awaiting, [&](const HolderId& h) {
       if (exited && h == *exited) return true;  // a zombie still has its /proc entry
-      if (!HolderAlive(*restart_.probe, h)) return true;
-      return check_files && restart_.probe->HoldsFile(h.pid, dev, ino) == Holding::kNo;
+      if (!HolderAlive(*probe, h)) return true;
+      return check_files && probe->HoldsFile(h.pid, dev, ino) == Holding::kNo;
     });
     any |= !l.awaiting.empty();
     if (l.awaiting.size() == before) continue;
@@ -607,14 +557,15 @@ void LeaseManager::SweepAwaiting(bool check_files, std::optional<HolderId> exite
       (void)Persist(l, {});
     }
   }
-  restart_.awaiting_any = any;
+  restart_.set_awaiting_any(any);
   for (uint64_t id : unheld) Free(id, "restart_drops");
   MaybeEndGrace();
 }
 
 void LeaseManager::CheckHolderOf(pid_t pid) {
-  if (!restart_.awaiting_any || restart_.probe == nullptr || pid <= 0) return;
-  auto start = restart_.probe->StartTime(pid);
+  const ProcessProbe* probe = restart_.probe();
+  if (!restart_.awaiting_any() || probe == nullptr || pid <= 0) return;
+  auto start = probe->StartTime(pid);
   if (!start) return;
   std::vector<uint64_t> unheld;
   for (auto& [id, l] : table_.leases()) {
@@ -623,7 +574,7 @@ void LeaseManager::CheckHolderOf(pid_t pid) {
     if (it == l.awaiting.end()) continue;
     // It is back on a new connection, so its old one is drained: if it holds
     // no fd or mapping of the memfd now, the grant never reached it.
-    if (restart_.probe->HoldsFile(pid, l.inode_dev, l.inode) != Holding::kNo) continue;
+    if (probe->HoldsFile(pid, l.inode_dev, l.inode) != Holding::kNo) continue;
     l.awaiting.erase(it);
     if (Unheld(l)) {
       unheld.push_back(id);
@@ -636,34 +587,28 @@ void LeaseManager::CheckHolderOf(pid_t pid) {
 }
 
 void LeaseManager::WatchHolder(const HolderId& h) {
-  auto key = std::make_pair(h.pid, h.start_time);
-  if (restart_.probe == nullptr || restart_.watches.count(key)) return;
-  UniqueFd pidfd = restart_.probe->OpenPidfd(h.pid);
+  const ProcessProbe* probe = restart_.probe();
+  if (probe == nullptr || restart_.Watching(h)) return;
+  UniqueFd pidfd = probe->OpenPidfd(h.pid);
   if (!pidfd.valid()) {
     CXLPOOL_LOG(kWarning) << "restart: cannot watch pid " << h.pid
                           << " (no pidfd); its awaited leases stay until a later sweep";
     return;
   }
-  if (!HolderAlive(*restart_.probe, h)) {  // exited (or the pid was reused) meanwhile
-    std::weak_ptr<bool> alive = alive_;
+  std::weak_ptr<bool> alive = alive_;
+  if (!HolderAlive(*probe, h)) {  // exited (or the pid was reused) meanwhile
     boost::asio::post(loop_, [this, alive] {
       auto a = alive.lock();
-      if (a && *a && !restart_.handed_over) SweepAwaiting(false);
+      if (a && *a && !journal_.handed_over()) SweepAwaiting(false);
     });
     return;
   }
-  auto sd = std::make_shared<boost::asio::posix::stream_descriptor>(loop_, pidfd.Release());
-  restart_.watches[key] = sd;
-  std::weak_ptr<bool> alive = alive_;
-  sd->async_wait(boost::asio::posix::stream_descriptor::wait_read,
-                 [this, alive, key](const boost::system::error_code& ec) {
-                   if (ec) return;
-                   auto a = alive.lock();
-                   if (!a || !*a || restart_.handed_over) return;
-                   auto keep = restart_.watches[key];  // destroyed after this handler
-                   restart_.watches.erase(key);
-                   SweepAwaiting(false, HolderId{key.first, key.second});
-                 });
+  restart_.Watch(h, std::move(pidfd), [this, alive](const HolderId& exited) {
+    auto a = alive.lock();
+    if (!a || !*a || journal_.handed_over()) return;
+    auto keep = restart_.Unwatch(exited);  // closed after this handler
+    SweepAwaiting(false, exited);
+  });
 }
 
 LeaseManager::ReclaimOutcome LeaseManager::Reclaim(ConnId conn, std::vector<ReclaimItem> items) {
@@ -793,7 +738,7 @@ std::optional<std::string> LeaseManager::AdoptReclaimed(Lease& l, const DurableL
 }
 
 void LeaseManager::HandOver() {
-  if (restart_.handed_over) return;
+  if (journal_.handed_over()) return;
   stopping_ = true;
   // The leases' memory must outlive this process: the backings are released
   // on purpose without Reclaim (which would truncate); the process exits next
@@ -813,10 +758,8 @@ void LeaseManager::HandOver() {
   extra_extents_ = 0;
   for (auto& [conn, c] : conns_) c.held.clear();
   StopReserves();
-  restart_.watches.clear();
-  if (restart_.grace_timer)
-    static_cast<boost::asio::steady_timer*>(restart_.grace_timer.get())->cancel();
-  restart_.handed_over = true;
+  restart_.Stop();
+  journal_.HandOver();
   CXLPOOL_LOG(kInfo) << "handing " << n << " leases over to the next daemon (journal kept)";
 }
 
