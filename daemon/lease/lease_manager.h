@@ -7,8 +7,10 @@
 //     and the revocations;
 //   - AllocWaitQueue (wait_queue.h): allocations waiting for reclaims;
 //   - ReclaimQueue (reclaim_queue.h): ended leases' memory given back;
-//   - RestartState (restart.h): the journal, the grace period, the holders
-//     awaited after a restart (lease_restart.cc).
+//   - JournalWriter (journal_writer.h): grants, holder changes and ends
+//     written to the LeaseStore; the lease ids;
+//   - RestartTracker (restart_tracker.h): the grace period, its timer and the
+//     holders awaited after a restart (the rules: lease_restart.cc).
 //
 // Nothing here knows protobuf or sockets; the handler translates.
 //
@@ -43,6 +45,7 @@
 #include <sys/types.h>
 
 #include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -61,12 +64,15 @@
 #include "cxlpool/common/status.h"
 #include "cxlpool/topology/topology.h"
 #include "lease/build_queue.h"
+#include "lease/journal_writer.h"
+#include "lease/lease_stock.h"
 #include "lease/lease_table.h"
 #include "lease/lease_types.h"
 #include "lease/placement.h"
 #include "lease/quota.h"
 #include "lease/reclaim_queue.h"
 #include "lease/restart.h"
+#include "lease/restart_tracker.h"
 #include "lease/wait_queue.h"
 #include "pool/pool.h"
 
@@ -175,8 +181,7 @@ class LeaseManager {
   // Where reserve refills run from now on (default: the workers), and how
   // many threads run them (a large refill's prefault is shared among them).
   void SetStockExecutor(Executor stock, uint32_t threads = 1) {
-    stock_ = std::move(stock);
-    stock_threads_ = threads;
+    stock_.SetExecutor(std::move(stock), threads);
   }
   // Leases up to `bytes` are built and reclaimed on the loop thread itself
   // (their completion is still posted, as from a worker). Default 0: never.
@@ -240,7 +245,7 @@ class LeaseManager {
   RecoveryReport Recover(std::vector<DurableLease> journalled,
                          std::map<uint64_t, std::vector<UniqueFd>> stored,
                          std::chrono::milliseconds grace, const JournalHealth& health = {});
-  bool in_grace() const { return restart_.grace; }
+  bool in_grace() const { return restart_.in_grace(); }
   // During the grace period: UNAVAILABLE "daemon restarting: reclaim in
   // progress, retry in N s"; else OK.
   Status GraceRefusal() const;
@@ -361,18 +366,8 @@ class LeaseManager {
   // The lease's size in `pool`, or nullopt with why not added to `why`.
   std::optional<uint64_t> Admit(const Tenant& tenant, const AllocParams& p, Pool* pool,
                                 PoolRefusals* why) const;
-  // The pool's reserve extents for a lease of `size`, when the reserve
-  // covers some of it and the request may take them (null otherwise).
-  std::shared_ptr<ExtentReserve::Taken> TakeFromReserve(Pool* pool, const AllocParams& p,
-                                                        uint64_t size);
-  // Extents of a grant that did not happen go back (never exposed).
-  void ReturnToReserve(Pool* pool, std::shared_ptr<ExtentReserve::Taken> taken);
   // Grants a lease wholly made of reserve extents (room already reserved).
   void GrantFromReserve(BuildJob job);
-  // The lease's extents in plan order: the taken ones and the `built` piece.
-  static Extents Assemble(ExtentReserve::Taken* taken, Extents built);
-  // The refiller of `pool`'s reserve (made on first use), or null.
-  ReserveRefiller* RefillerOf(Pool* pool);
   // Waiting allocations run again (room came back).
   void RetryWaiting();
   // No more reserve refills; ready stock is retired (shutdown, hand-over).
@@ -415,7 +410,7 @@ class LeaseManager {
   static bool InAcl(const Lease& l, const CallerInfo& who);
   // Restart support (lease_restart.cc).
   bool Unheld(const Lease& l) const {
-    return l.refs == 0 && l.awaiting.empty() && !(l.unjournalled && restart_.grace);
+    return l.refs == 0 && l.awaiting.empty() && !(l.unjournalled && restart_.in_grace());
   }
   DurableLease ToDurable(const Lease& l) const;
   MigrationFacts FactsOf(const Lease& l) const;
@@ -451,9 +446,6 @@ class LeaseManager {
   Status Persist(const Lease& l, std::span<const int> fds);
   // Journals the end of a lease (errors logged).
   void Unpersist(uint64_t id);
-  // Takes the next lease id, reserving a batch in the store when needed
-  // (a failed reservation is logged; the grant's own Put then decides).
-  uint64_t NextId();
   // A new grant just inserted: records its extents' identity, and journals
   // it or takes it back. False: refused.
   bool PersistGrant(uint64_t id, const AllocDone& done);
@@ -504,6 +496,34 @@ class LeaseManager {
   // Moves a lease to a new owner (quota charge, owner's list; and the name
   // when `confirmed`: the caller says it is the owner).
   void TakeOver(Lease& l, const CallerInfo& who, const std::string& name, bool confirmed);
+  // Recover's steps for one journalled lease (`fds`: the fd store's).
+  void RecoverLease(DurableLease& d, std::vector<UniqueFd> fds, std::set<std::string>* carved_seen,
+                    RecoveryReport* r);
+  // A devdax lease's device, resolved and counted back into a dynamic
+  // region; why it cannot come back otherwise.
+  std::optional<std::string> RecoverDaxDevice(DevdaxPool* dax_pool, DurableLease& d,
+                                              std::set<std::string>* carved_seen);
+  // Closes stored fds that do not match the journal.
+  void CheckStoredFds(const DurableLease& d, DevdaxPool* dax_pool, std::vector<UniqueFd>* fds);
+  // Every holder is gone: the stored memory is freed (a device given back).
+  void ReleaseUnheldStored(const DurableLease& d, DevdaxPool* dax_pool, std::vector<UniqueFd>* fds);
+  // The journalled pool of each extent of a split lease (empty: all on `pool`).
+  std::vector<Pool*> RecoveredExtentPools(const DurableLease& d, Pool* pool, bool devdax) const;
+  static std::vector<std::pair<Pool*, uint64_t>> BytesByPool(
+      const DurableLease& d, Pool* pool, const std::vector<Pool*>& extent_pools);
+  // The stored memory adopted (`*adopted`), or stand-ins awaiting RECLAIM.
+  Extents RecoveredBacking(const DurableLease& d, Pool* pool, std::vector<UniqueFd> fds,
+                           bool* adopted);
+  static Lease FromDurable(const DurableLease& d, Pool* pool);
+  // fd-store leases the journal does not know, accounted again.
+  void ReadoptStoreOrphans(std::map<uint64_t, std::vector<UniqueFd>> stored, RecoveryReport* r);
+  void StartGrace(std::chrono::milliseconds grace, bool awaiting, bool may_have_lost_leases);
+  // Reclaim's steps for one item: the rejection, or nullopt when accepted.
+  std::optional<std::string> ReclaimLost(ConnId conn, Conn& c, ReclaimItem& item);
+  std::optional<std::string> ReclaimJournalled(ConnId conn, Conn& c, ReclaimItem& item);
+  std::optional<std::string> CheckReclaimItem(const Lease& l, const DurableLease& d,
+                                              const CallerInfo& who, const ReclaimItem& item) const;
+  std::optional<std::string> AdoptReclaimed(Lease& l, const DurableLease& d, ReclaimItem& item);
   void MaybeEndGrace();
   void EndGrace(const char* why);
   // Sub-devices of dynamic DAX regions that no journalled lease names
@@ -525,8 +545,6 @@ class LeaseManager {
   QuotaTable quotas_;
   Executor loop_;
   Executor workers_;
-  std::optional<Executor> stock_;
-  uint32_t stock_threads_ = 1;
   uint64_t inline_max_ = 0;
   uint64_t max_extent_ = 0;
   // Extents beyond the first of every lease in the table (each one more fd
@@ -534,13 +552,12 @@ class LeaseManager {
   uint64_t extra_extents_ = 0;
   BuildQueue build_queue_;
   BusyCharge busy_charge_;
-  std::shared_ptr<void> busy_retry_timer_;  // a steady_timer while builds are held
+  std::unique_ptr<boost::asio::steady_timer> busy_retry_timer_;  // made once builds are held
   bool busy_retry_armed_ = false;
   void RetryHeldBuilds();
   const FileSystem* settle_fs_ = nullptr;
   const Clock* clock_;
   bool stopping_ = false;
-  uint64_t next_id_ = 1;
   uint32_t pending_builds_ = 0;
   std::unordered_map<uid_t, uint32_t> pending_builds_by_uid_;  // request builds
   DaemonLimits limits_;
@@ -557,10 +574,12 @@ class LeaseManager {
   std::unordered_map<ConnId, Conn> conns_;
   std::map<std::string, uint64_t> counters_;
 
-  // Restart support (lease_restart.cc).
-  RestartState restart_;
-  // One per pool with a reserve (destroyed before the pools).
-  std::map<Pool*, std::unique_ptr<ReserveRefiller>> refillers_;
+  // Grants, holder changes and ends journalled; lease ids.
+  JournalWriter journal_;
+  // After a restart: the probe, the grace period, the holder watches.
+  RestartTracker restart_;
+  // The pools' warm reserves refilled and stopped (destroyed before the pools).
+  LeaseStock stock_;
 };
 
 }  // namespace cxlpool

@@ -140,7 +140,7 @@ Status LeaseManager::BeginExtentMove(uint64_t id, uint32_t extent, Pool* to) {
   ClearMove(l);
   l.moving_to = to;
   l.moving_extent = extent;
-  if (restart_.store != nullptr && !restart_.handed_over) {
+  if (journal_.writing()) {
     Status st = Persist(l, {});
     if (!st.ok()) {
       DropPoolMove(l);

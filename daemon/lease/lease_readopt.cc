@@ -44,8 +44,8 @@ bool LeaseManager::LostLeaseWindowOpen(uint64_t id) const {
   // Only while the grace period that real damage started runs: a holder of
   // a lease the journal lost has had its chance by its end, and outside it
   // an unknown id is simply one that ended (its memfd was truncated then).
-  return restart_.store != nullptr && !restart_.handed_over && id != 0 && id < next_id_ &&
-         restart_.grace && restart_.grace_full;
+  return journal_.writing() && journal_.MayHaveGranted(id) && restart_.in_grace() &&
+         restart_.full();
 }
 
 std::set<std::pair<uint64_t, uint64_t>> LeaseManager::LiveMemfds() const {

@@ -6,9 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <set>
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -22,8 +20,6 @@
 namespace cxlpool {
 
 namespace {
-constexpr uint64_t kIdBatch = 1024;
-
 // A RECLAIM item's extents against the journalled ones: one fd per extent,
 // and the sizes the holder was told (when it says) are the lease's.
 Status CheckReclaimExtents(uint64_t id, const std::vector<DurableExtent>& extents,
@@ -63,23 +59,8 @@ bool SameHolder(const HolderId& a, pid_t pid, uint64_t start_time) {
 }  // namespace
 
 void LeaseManager::EnableRestart(LeaseStore* store, const ProcessProbe* probe, uint64_t next_id) {
-  restart_.store = store;
-  restart_.probe = probe;
-  next_id_ = std::max(next_id_, next_id);
-  restart_.ids_reserved = next_id_;
-}
-
-uint64_t LeaseManager::NextId() {
-  uint64_t id = next_id_++;
-  if (restart_.store != nullptr && id >= restart_.ids_reserved) {
-    Status st = restart_.store->ReserveIds(id + kIdBatch);
-    if (st.ok()) {
-      restart_.ids_reserved = id + kIdBatch;
-    } else {
-      CXLPOOL_LOG(kError) << "reserving lease ids: " << st.ToString();
-    }
-  }
-  return id;
+  journal_.Enable(store, next_id);
+  restart_.set_probe(probe);
 }
 
 DurableLease LeaseManager::ToDurable(const Lease& l) const {
@@ -137,27 +118,17 @@ DurableLease LeaseManager::ToDurable(const Lease& l) const {
 }
 
 Status LeaseManager::Persist(const Lease& l, std::span<const int> fds) {
-  if (restart_.store == nullptr || restart_.handed_over) return Status::Ok();
-  Status st = restart_.store->Put(ToDurable(l), fds);
-  if (!st.ok()) {
-    CXLPOOL_LOG(kError) << "journal lease " << l.id << ": " << st.ToString();
-  }
-  return st;
+  if (!journal_.writing()) return Status::Ok();
+  return journal_.Put(ToDurable(l), fds);
 }
 
-void LeaseManager::Unpersist(uint64_t id) {
-  if (restart_.store == nullptr || restart_.handed_over) return;
-  Status st = restart_.store->Delete(id);
-  if (!st.ok()) {
-    CXLPOOL_LOG(kError) << "journal end of lease " << id << ": " << st.ToString();
-  }
-}
+void LeaseManager::Unpersist(uint64_t id) { journal_.Delete(id); }
 
 bool LeaseManager::PersistGrant(uint64_t id, const AllocDone& done) {
   Lease& l = table_.leases().at(id);
   // Every extent's size and memfd identity: what a RECLAIM is matched
   // against, journalled or not.
-  const bool journal = restart_.store != nullptr;
+  const bool journal = journal_.enabled();
   l.identity.clear();
   for (const auto& e : l.extents) {
     DurableExtent x;
@@ -188,228 +159,31 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
                                                    std::chrono::milliseconds grace,
                                                    const JournalHealth& health) {
   RecoveryReport r;
-  restart_.health = health;
+  restart_.health() = health;
   std::set<std::string> carved_seen;  // dynamic sub-devices counted back in
   for (DurableLease& d : journalled) {
     ++r.journalled;
-    next_id_ = std::max(next_id_, d.id + 1);
-    restart_.ids_reserved = std::max(restart_.ids_reserved, next_id_);
+    journal_.TakeJournalledId(d.id);
     // The fd store's fds of its extents, all of them or none.
     std::vector<UniqueFd> fds;
     if (auto s = stored.find(d.id); s != stored.end()) {
       fds = std::move(s->second);
       stored.erase(s);
     }
-    const std::vector<DurableExtent> extents = ExtentsOf(d);
-    auto close_fds = [&fds] { fds.clear(); };
-    auto drop = [&](const std::string& why) {
-      CXLPOOL_LOG(kWarning) << "restart: lease " << d.id << " (" << HumanBytes(d.size_bytes)
-                            << ", uid " << d.owner_uid << ") dropped: " << why;
-      Unpersist(d.id);
-      Count("restart_drops");
-      ++r.dropped;
-    };
-    Pool* pool = nullptr;
-    for (Pool* p : pool_ptrs_) {
-      if (p->name() == d.pool) pool = p;
-    }
-    if (pool == nullptr) {
-      drop("pool " + d.pool + " is no longer configured");
-      continue;
-    }
-    // devdax: the lease's device must still be there; a sub-device the
-    // previous daemon carved is not in the region's free space at start, so
-    // it is counted back into the pool (reserved again below, or destroyed
-    // if the lease is dropped).
-    auto* dax_pool = dynamic_cast<DevdaxPool*>(pool);
-    if (dax_pool != nullptr) {
-      d.dax_device = dax_pool->LeaseDevice(d.dax_device);
-      if (d.dax_device.empty() || !dax_pool->DeviceExists(d.dax_device)) {
-        close_fds();
-        drop(d.dax_device.empty()
-                 ? std::string("journalled without its DAX device (an older cxlpoold)")
-                 : "its DAX device " + d.dax_device + " no longer exists");
-        continue;
-      }
-      if (dax_pool->dynamic_region() && carved_seen.insert(d.dax_device).second) {
-        dax_pool->CountCarvedAtStart(d.size_bytes);
-      }
-    }
-    if (d.holders.empty()) d.holders.push_back(HolderId{d.owner_pid, d.owner_start_time});
-    std::vector<HolderId> alive;
-    for (const HolderId& h : d.holders) {
-      if (restart_.probe != nullptr && HolderAlive(*restart_.probe, h)) alive.push_back(h);
-    }
-    Extents backing;
-    if (!fds.empty()) {
-      Status st = dax_pool != nullptr
-                      ? (fds.size() == 1 ? dax_pool->CheckFd(fds[0].get(), d.dax_device, d.dax_rdev)
-                                         : Status(Code::kInvalidArgument,
-                                                  "a devdax lease has one fd, the store had " +
-                                                      std::to_string(fds.size())))
-                      : CheckLeaseFds(fds, d);
-      if (!st.ok()) {
-        CXLPOOL_LOG(kWarning) << "restart: stored fds do not match the journal, closed: "
-                              << st.ToString();
-        close_fds();
-      }
-    }
-    if (alive.empty()) {
-      if (dax_pool != nullptr) {
-        // The stored fd would keep the device busy: close it, then give a
-        // carved sub-device back to its region (a static device is free
-        // again once nothing reserves it).
-        close_fds();
-        dax_pool->Recovered(d.dax_device, d.size_bytes, d.dax_rdev, UniqueFd())->Reclaim();
-        drop("every holder exited while the daemon was down");
-        continue;
-      }
-      // Its memory died with its last holder; if the fd store kept it, free it now.
-      for (const UniqueFd& fd : fds) {
-        if (fd.valid() && ::ftruncate(fd.get(), 0) != 0) {
-          CXLPOOL_LOG(kWarning) << "restart: truncating stored lease " << d.id << " failed";
-        }
-      }
-      drop("every holder exited while the daemon was down");
-      continue;
-    }
-    // Split between pools: each extent is accounted to the pool the
-    // journal names (one no longer configured, or not a memfd pool: the
-    // lease's own, said in the log).
-    std::vector<Pool*> extent_pools;
-    if (dax_pool == nullptr && d.extent_pools.size() == extents.size() && extents.size() > 1) {
-      for (const std::string& name : d.extent_pools) {
-        Pool* p = name.empty() ? pool : PoolNamed(name);
-        if (p == nullptr || std::string(p->backing()) != "memfd") {
-          CXLPOOL_LOG(kWarning) << "restart: lease " << d.id << ": an extent's pool " << name
-                                << " is no longer a memfd pool; accounted to " << pool->name()
-                                << " (its pages may be elsewhere)";
-          p = pool;
-        }
-        extent_pools.push_back(p);
-      }
-    }
-    std::vector<std::pair<Pool*, uint64_t>> by_pool{{pool, 0}};
-    for (size_t i = 0; i < extents.size(); ++i) {
-      Pool* p = extent_pools.empty() ? pool : extent_pools[i];
-      auto it =
-          std::find_if(by_pool.begin(), by_pool.end(), [p](const auto& b) { return b.first == p; });
-      if (it == by_pool.end()) it = by_pool.insert(by_pool.end(), {p, 0});
-      it->second += extents.size() == 1 ? d.size_bytes : extents[i].size_bytes;
-    }
-    if (extents.empty()) by_pool.front().second = d.size_bytes;
-    // Never double-grant: without room on paper its holders cannot keep it.
-    if (d.size_bytes == 0) {
-      drop("it has no bytes; its holders' reclaim will be rejected");
-      continue;
-    }
-    if (Status st = ReserveByPool(by_pool); !st.ok()) {
-      drop("it does not fit " + st.message() + " any more; its holders' reclaim will be rejected");
-      continue;
-    }
-    bool adopted = false;
-    if (dax_pool != nullptr) {
-      adopted = !fds.empty();
-      backing.push_back(dax_pool->Recovered(d.dax_device, d.size_bytes, d.dax_rdev,
-                                            fds.empty() ? UniqueFd() : std::move(fds[0])));
-    } else if (!fds.empty()) {
-      auto* mp = dynamic_cast<MemfdPool*>(pool);
-      auto b = AdoptMemfds(std::move(fds), d, mp != nullptr && mp->config().pin);
-      if (b.ok()) {
-        backing = std::move(*b);
-        adopted = true;
-      } else {
-        CXLPOOL_LOG(kWarning) << "restart: adopting stored lease " << d.id << ": "
-                              << b.status().ToString();
-      }
-    }
-    if (backing.empty()) backing = MakeAwaitedBackings(d);
-    Lease fresh;
-    fresh.id = d.id;
-    fresh.size = d.size_bytes;
-    fresh.requested = d.requested_bytes;
-    fresh.pool = pool;
-    fresh.tier = pool->quota_tier();
-    fresh.label = d.label;
-    fresh.name = d.name;
-    fresh.acl_uids = d.acl_uids;
-    fresh.acl_gids = d.acl_gids;
-    fresh.long_term_pin = d.long_term_pin;
-    fresh.placed_node = d.placed_numa_node;
-    fresh.moved_reason = d.moved_reason;
-    fresh.pages_node = d.pages_numa_node;
-    fresh.owner.pid = d.owner_pid;
-    fresh.owner.uid = d.owner_uid;
-    fresh.owner.gid = d.owner_gid;
-    fresh.owner.comm = d.owner_comm;
-    fresh.owner.cgroup = d.owner_cgroup;
-    fresh.owner.start_time = d.owner_start_time;
-    fresh.created_unix = d.created_unix;
-    extra_extents_ += backing.size() - 1;
-    fresh.extents = std::move(backing);
-    fresh.placement_reason = "recovered after a daemon restart";
-    fresh.awaiting = alive;
-    fresh.awaited_memory = !adopted;
-    fresh.inode = d.inode;
-    fresh.inode_dev = d.inode_dev;
-    fresh.identity = extents;
-    fresh.extent_pools = std::move(extent_pools);
-    if (!fresh.extent_pools.empty()) {
-      Pool* first = fresh.extent_pools.front();
-      fresh.SetExtentPool(0, first);  // settles pool (and tier) on the one holding most
-    }
-    Lease& l = table_.Add(std::move(fresh));  // indexed by owner and name
-    ChargeTiers(l, true);
-    RecoverPoolMove(l, d.migrating_to_pool, d.migrating_back_from_pool,
-                    d.migrating_extent.value_or(FirstNotOn(d)));
-    if (alive.size() != d.holders.size()) (void)Persist(l, {});
-    restart_.awaiting_any = true;
-    Count(adopted ? "restart_adopted" : "restart_awaiting");
-    ++(adopted ? r.adopted : r.awaiting);
+    RecoverLease(d, std::move(fds), &carved_seen, &r);
   }
   const size_t dax_orphans = FindDaxOrphans(carved_seen);
-  // The fd store kept leases the journal does not know: the journal lost
-  // them. Their memory is live (the store holds it), so it is accounted
-  // again now, in the pool its pages are on, with no owner until a holder
-  // reclaims it; the id is taken (the store's names are a floor for ids).
-  for (auto& [id, fds] : stored) {
-    std::erase_if(fds, [](const UniqueFd& fd) { return !fd.valid(); });
-    if (fds.empty()) continue;
-    next_id_ = std::max(next_id_, id + 1);
-    bool revoked = false;
-    const size_t stored_extents = fds.size();
-    auto a = Readopt(id, std::move(fds), nullptr, nullptr, &revoked);
-    if (!a.ok()) {
-      CXLPOOL_LOG(kError) << "restart: fd store lease-" << id
-                          << " has no journal record and cannot be accounted again: "
-                          << a.status().message();
-      if (restart_.store != nullptr) restart_.store->ForgetStoredFd(id, stored_extents);
-      Count("fd_store_orphans_dropped");
-      continue;
-    }
-    CXLPOOL_LOG(kError) << "restart: fd store lease-" << id << " ("
-                        << HumanBytes(table_.leases().at(id).size) << " in "
-                        << table_.leases().at(id).pool->name()
-                        << ") has no journal record: accounted again, awaiting its holders";
-    Count("fd_store_orphans");
-    ++r.orphans;
-  }
-  if (restart_.store != nullptr && next_id_ > restart_.ids_reserved) {
-    if (Status st = restart_.store->ReserveIds(next_id_ + kIdBatch); st.ok()) {
-      restart_.ids_reserved = next_id_ + kIdBatch;
-    } else {
-      CXLPOOL_LOG(kError) << "reserving lease ids: " << st.ToString();
-    }
-  }
+  ReadoptStoreOrphans(std::move(stored), &r);
+  journal_.ReserveTaken();
   CXLPOOL_LOG(kInfo) << "restart: " << r.journalled << " journalled leases, " << r.adopted
                      << " adopted from the fd store, " << r.awaiting << " awaiting reclaim, "
                      << r.dropped << " dropped, " << r.orphans << " found only in the fd store";
-  if (health.damaged || r.orphans > 0) restart_.health.damaged = true;
+  if (health.damaged || r.orphans > 0) restart_.health().damaged = true;
   // Journal damage: leases may exist that nobody has told this daemon of.
   // Their holders reclaim them once they see the restart; until the grace
   // period is over nothing new is granted, so they always find room.
-  restart_.grace_full = health.may_have_lost_leases || r.orphans > 0 || dax_orphans > 0;
-  if (restart_.grace_full) {
+  restart_.set_full(health.may_have_lost_leases || r.orphans > 0 || dax_orphans > 0);
+  if (restart_.full()) {
     CXLPOOL_LOG(kError) << "restart: the lease journal was damaged"
                         << (health.description.empty() ? "" : " (" + health.description + ")")
                         << (r.orphans > 0 ? "; the fd store held leases it did not know" : "")
@@ -418,36 +192,260 @@ LeaseManager::RecoveryReport LeaseManager::Recover(std::vector<DurableLease> jou
                                 ? "; the grace period runs its full length"
                                 : "; no grace period is configured, so grants do not wait");
   }
-  if ((r.awaiting > 0 || restart_.grace_full) && grace.count() > 0) {
-    restart_.grace = true;
-    restart_.grace_end = std::chrono::steady_clock::now() + grace;
-    auto timer = std::make_shared<boost::asio::steady_timer>(loop_);
-    timer->expires_at(restart_.grace_end);
+  StartGrace(grace, r.awaiting > 0, health.may_have_lost_leases);
+  return r;
+}
+
+void LeaseManager::RecoverLease(DurableLease& d, std::vector<UniqueFd> fds,
+                                std::set<std::string>* carved_seen, RecoveryReport* r) {
+  auto drop = [&](const std::string& why) {
+    CXLPOOL_LOG(kWarning) << "restart: lease " << d.id << " (" << HumanBytes(d.size_bytes)
+                          << ", uid " << d.owner_uid << ") dropped: " << why;
+    Unpersist(d.id);
+    Count("restart_drops");
+    ++r->dropped;
+  };
+  Pool* pool = nullptr;
+  for (Pool* p : pool_ptrs_) {
+    if (p->name() == d.pool) pool = p;
+  }
+  if (pool == nullptr) {
+    drop("pool " + d.pool + " is no longer configured");
+    return;
+  }
+  auto* dax_pool = dynamic_cast<DevdaxPool*>(pool);
+  if (dax_pool != nullptr) {
+    if (auto why = RecoverDaxDevice(dax_pool, d, carved_seen)) {
+      fds.clear();
+      drop(*why);
+      return;
+    }
+  }
+  if (d.holders.empty()) d.holders.push_back(HolderId{d.owner_pid, d.owner_start_time});
+  std::vector<HolderId> alive;
+  for (const HolderId& h : d.holders) {
+    if (restart_.probe() != nullptr && HolderAlive(*restart_.probe(), h)) alive.push_back(h);
+  }
+  CheckStoredFds(d, dax_pool, &fds);
+  if (alive.empty()) {
+    ReleaseUnheldStored(d, dax_pool, &fds);
+    drop("every holder exited while the daemon was down");
+    return;
+  }
+  const std::vector<DurableExtent> extents = ExtentsOf(d);
+  std::vector<Pool*> extent_pools = RecoveredExtentPools(d, pool, dax_pool != nullptr);
+  // Never double-grant: without room on paper its holders cannot keep it.
+  if (d.size_bytes == 0) {
+    drop("it has no bytes; its holders' reclaim will be rejected");
+    return;
+  }
+  if (Status st = ReserveByPool(BytesByPool(d, pool, extent_pools)); !st.ok()) {
+    drop("it does not fit " + st.message() + " any more; its holders' reclaim will be rejected");
+    return;
+  }
+  bool adopted = false;
+  Extents backing = RecoveredBacking(d, pool, std::move(fds), &adopted);
+  Lease fresh = FromDurable(d, pool);
+  extra_extents_ += backing.size() - 1;
+  fresh.extents = std::move(backing);
+  fresh.awaiting = alive;
+  fresh.awaited_memory = !adopted;
+  fresh.identity = extents;
+  fresh.extent_pools = std::move(extent_pools);
+  if (!fresh.extent_pools.empty()) {
+    Pool* first = fresh.extent_pools.front();
+    fresh.SetExtentPool(0, first);  // settles pool (and tier) on the one holding most
+  }
+  Lease& l = table_.Add(std::move(fresh));  // indexed by owner and name
+  ChargeTiers(l, true);
+  RecoverPoolMove(l, d.migrating_to_pool, d.migrating_back_from_pool,
+                  d.migrating_extent.value_or(FirstNotOn(d)));
+  if (alive.size() != d.holders.size()) (void)Persist(l, {});
+  restart_.set_awaiting_any(true);
+  Count(adopted ? "restart_adopted" : "restart_awaiting");
+  ++(adopted ? r->adopted : r->awaiting);
+}
+
+std::optional<std::string> LeaseManager::RecoverDaxDevice(DevdaxPool* dax_pool, DurableLease& d,
+                                                          std::set<std::string>* carved_seen) {
+  d.dax_device = dax_pool->LeaseDevice(d.dax_device);
+  if (d.dax_device.empty() || !dax_pool->DeviceExists(d.dax_device)) {
+    return d.dax_device.empty()
+               ? std::string("journalled without its DAX device (an older cxlpoold)")
+               : "its DAX device " + d.dax_device + " no longer exists";
+  }
+  if (dax_pool->dynamic_region() && carved_seen->insert(d.dax_device).second) {
+    dax_pool->CountCarvedAtStart(d.size_bytes);
+  }
+  return std::nullopt;
+}
+
+void LeaseManager::CheckStoredFds(const DurableLease& d, DevdaxPool* dax_pool,
+                                  std::vector<UniqueFd>* fds) {
+  if (fds->empty()) return;
+  Status st = dax_pool != nullptr
+                  ? (fds->size() == 1 ? dax_pool->CheckFd((*fds)[0].get(), d.dax_device, d.dax_rdev)
+                                      : Status(Code::kInvalidArgument,
+                                               "a devdax lease has one fd, the store had " +
+                                                   std::to_string(fds->size())))
+                  : CheckLeaseFds(*fds, d);
+  if (!st.ok()) {
+    CXLPOOL_LOG(kWarning) << "restart: stored fds do not match the journal, closed: "
+                          << st.ToString();
+    fds->clear();
+  }
+}
+
+void LeaseManager::ReleaseUnheldStored(const DurableLease& d, DevdaxPool* dax_pool,
+                                       std::vector<UniqueFd>* fds) {
+  if (dax_pool != nullptr) {
+    // The stored fd would keep the device busy: close it, then give a
+    // carved sub-device back to its region (a static device is free
+    // again once nothing reserves it).
+    fds->clear();
+    dax_pool->Recovered(d.dax_device, d.size_bytes, d.dax_rdev, UniqueFd())->Reclaim();
+    return;
+  }
+  // Its memory died with its last holder; if the fd store kept it, free it now.
+  for (const UniqueFd& fd : *fds) {
+    if (fd.valid() && ::ftruncate(fd.get(), 0) != 0) {
+      CXLPOOL_LOG(kWarning) << "restart: truncating stored lease " << d.id << " failed";
+    }
+  }
+}
+
+std::vector<Pool*> LeaseManager::RecoveredExtentPools(const DurableLease& d, Pool* pool,
+                                                      bool devdax) const {
+  std::vector<Pool*> extent_pools;
+  const size_t n = ExtentsOf(d).size();
+  if (devdax || d.extent_pools.size() != n || n <= 1) return extent_pools;
+  for (const std::string& name : d.extent_pools) {
+    Pool* p = name.empty() ? pool : PoolNamed(name);
+    if (p == nullptr || std::string(p->backing()) != "memfd") {
+      CXLPOOL_LOG(kWarning) << "restart: lease " << d.id << ": an extent's pool " << name
+                            << " is no longer a memfd pool; accounted to " << pool->name()
+                            << " (its pages may be elsewhere)";
+      p = pool;
+    }
+    extent_pools.push_back(p);
+  }
+  return extent_pools;
+}
+
+std::vector<std::pair<Pool*, uint64_t>> LeaseManager::BytesByPool(
+    const DurableLease& d, Pool* pool, const std::vector<Pool*>& extent_pools) {
+  const std::vector<DurableExtent> extents = ExtentsOf(d);
+  std::vector<std::pair<Pool*, uint64_t>> by_pool{{pool, 0}};
+  for (size_t i = 0; i < extents.size(); ++i) {
+    Pool* p = extent_pools.empty() ? pool : extent_pools[i];
+    auto it =
+        std::find_if(by_pool.begin(), by_pool.end(), [p](const auto& b) { return b.first == p; });
+    if (it == by_pool.end()) it = by_pool.insert(by_pool.end(), {p, 0});
+    it->second += extents.size() == 1 ? d.size_bytes : extents[i].size_bytes;
+  }
+  if (extents.empty()) by_pool.front().second = d.size_bytes;
+  return by_pool;
+}
+
+LeaseManager::Extents LeaseManager::RecoveredBacking(const DurableLease& d, Pool* pool,
+                                                     std::vector<UniqueFd> fds, bool* adopted) {
+  Extents backing;
+  if (auto* dax_pool = dynamic_cast<DevdaxPool*>(pool); dax_pool != nullptr) {
+    *adopted = !fds.empty();
+    backing.push_back(dax_pool->Recovered(d.dax_device, d.size_bytes, d.dax_rdev,
+                                          fds.empty() ? UniqueFd() : std::move(fds[0])));
+  } else if (!fds.empty()) {
+    auto* mp = dynamic_cast<MemfdPool*>(pool);
+    auto b = AdoptMemfds(std::move(fds), d, mp != nullptr && mp->config().pin);
+    if (b.ok()) {
+      backing = std::move(*b);
+      *adopted = true;
+    } else {
+      CXLPOOL_LOG(kWarning) << "restart: adopting stored lease " << d.id << ": "
+                            << b.status().ToString();
+    }
+  }
+  if (backing.empty()) backing = MakeAwaitedBackings(d);
+  return backing;
+}
+
+LeaseRecord LeaseManager::FromDurable(const DurableLease& d, Pool* pool) {
+  Lease fresh;
+  fresh.id = d.id;
+  fresh.size = d.size_bytes;
+  fresh.requested = d.requested_bytes;
+  fresh.pool = pool;
+  fresh.tier = pool->quota_tier();
+  fresh.label = d.label;
+  fresh.name = d.name;
+  fresh.acl_uids = d.acl_uids;
+  fresh.acl_gids = d.acl_gids;
+  fresh.long_term_pin = d.long_term_pin;
+  fresh.placed_node = d.placed_numa_node;
+  fresh.moved_reason = d.moved_reason;
+  fresh.pages_node = d.pages_numa_node;
+  fresh.owner.pid = d.owner_pid;
+  fresh.owner.uid = d.owner_uid;
+  fresh.owner.gid = d.owner_gid;
+  fresh.owner.comm = d.owner_comm;
+  fresh.owner.cgroup = d.owner_cgroup;
+  fresh.owner.start_time = d.owner_start_time;
+  fresh.created_unix = d.created_unix;
+  fresh.placement_reason = "recovered after a daemon restart";
+  fresh.inode = d.inode;
+  fresh.inode_dev = d.inode_dev;
+  return fresh;
+}
+
+void LeaseManager::ReadoptStoreOrphans(std::map<uint64_t, std::vector<UniqueFd>> stored,
+                                       RecoveryReport* r) {
+  // The fd store kept leases the journal does not know: the journal lost
+  // them. Their memory is live (the store holds it), so it is accounted
+  // again now, in the pool its pages are on, with no owner until a holder
+  // reclaims it; the id is taken (the store's names are a floor for ids).
+  for (auto& [id, fds] : stored) {
+    std::erase_if(fds, [](const UniqueFd& fd) { return !fd.valid(); });
+    if (fds.empty()) continue;
+    journal_.TakeStoredId(id);
+    bool revoked = false;
+    const size_t stored_extents = fds.size();
+    auto a = Readopt(id, std::move(fds), nullptr, nullptr, &revoked);
+    if (!a.ok()) {
+      CXLPOOL_LOG(kError) << "restart: fd store lease-" << id
+                          << " has no journal record and cannot be accounted again: "
+                          << a.status().message();
+      journal_.ForgetStoredFd(id, stored_extents);
+      Count("fd_store_orphans_dropped");
+      continue;
+    }
+    CXLPOOL_LOG(kError) << "restart: fd store lease-" << id << " ("
+                        << HumanBytes(table_.leases().at(id).size) << " in "
+                        << table_.leases().at(id).pool->name()
+                        << ") has no journal record: accounted again, awaiting its holders";
+    Count("fd_store_orphans");
+    ++r->orphans;
+  }
+}
+
+void LeaseManager::StartGrace(std::chrono::milliseconds grace, bool awaiting,
+                              bool may_have_lost_leases) {
+  if ((awaiting || restart_.full()) && grace.count() > 0) {
     std::weak_ptr<bool> alive = alive_;
-    timer->async_wait([this, alive](const boost::system::error_code& ec) {
-      if (ec) return;
+    restart_.StartGrace(grace, [this, alive] {
       auto a = alive.lock();
       if (!a || !*a) return;
       EndGrace("grace period over");
     });
-    restart_.grace_timer = timer;
     CXLPOOL_LOG(kInfo) << "restart: grace period of " << grace.count()
                        << " ms: grants wait until every lease is reclaimed";
   } else {
-    restart_.grace_full = false;
-    EndGrace(r.awaiting > 0 || health.may_have_lost_leases ? "no grace period configured"
-                                                           : "nothing awaits reclaim");
+    restart_.set_full(false);
+    EndGrace(awaiting || may_have_lost_leases ? "no grace period configured"
+                                              : "nothing awaits reclaim");
   }
-  return r;
 }
 
-Status LeaseManager::GraceRefusal() const {
-  if (!restart_.grace) return Status::Ok();
-  auto left = restart_.grace_end - std::chrono::steady_clock::now();
-  auto secs = std::chrono::duration_cast<std::chrono::seconds>(left).count() + 1;
-  return Status(Code::kUnavailable, "daemon restarting: reclaim in progress, retry in " +
-                                        std::to_string(std::max<int64_t>(secs, 1)) + " s");
-}
+Status LeaseManager::GraceRefusal() const { return restart_.Refusal(); }
 
 size_t LeaseManager::FindDaxOrphans(const std::set<std::string>& journalled) {
   size_t found = 0;
@@ -463,7 +461,7 @@ size_t LeaseManager::FindDaxOrphans(const std::set<std::string>& journalled) {
       dax->CommitReserve(size);
       dax_orphans_.push_back(DaxOrphan{dax, device, size});
       ++found;
-      restart_.health.damaged = true;
+      restart_.health().damaged = true;
       Count("dax_orphans");
       CXLPOOL_LOG(kError) << "restart: DAX sub-device " << device << " (" << HumanBytes(size)
                           << " of " << dax->name()
@@ -499,7 +497,7 @@ void LeaseManager::DestroyDaxOrphans(const char* when) {
 }
 
 void LeaseManager::MaybeEndGrace() {
-  if (!restart_.grace || restart_.grace_full) return;
+  if (!restart_.in_grace() || restart_.full()) return;
   for (const auto& [id, l] : table_.leases()) {
     if (l.awaited_memory) return;
   }
@@ -507,13 +505,10 @@ void LeaseManager::MaybeEndGrace() {
 }
 
 void LeaseManager::EndGrace(const char* why) {
-  if (restart_.grace) {
-    restart_.grace = false;
+  if (restart_.EndGrace()) {
     CXLPOOL_LOG(kInfo) << "restart: grace period ended: " << why;
-    if (restart_.grace_timer)
-      static_cast<boost::asio::steady_timer*>(restart_.grace_timer.get())->cancel();
   }
-  restart_.grace_full = false;
+  restart_.set_full(false);
   DestroyDaxOrphans("at the end of the grace period");
   // Holders that never reclaimed: struck off if dead or provably without the
   // memfd; the rest are watched until they exit (their lease stays counted).
@@ -538,7 +533,8 @@ void LeaseManager::EndGrace(const char* why) {
 }
 
 void LeaseManager::SweepAwaiting(bool check_files, std::optional<HolderId> exited) {
-  if (!restart_.awaiting_any || restart_.probe == nullptr) return;
+  const ProcessProbe* probe = restart_.probe();
+  if (!restart_.awaiting_any() || probe == nullptr) return;
   std::vector<uint64_t> unheld;
   bool any = false;
   for (auto& [id, l] : table_.leases()) {
@@ -550,8 +546,8 @@ void LeaseManager::SweepAwaiting(bool check_files, std::optional<HolderId> exite
     const auto ino = l.inode;
     std::erase_if(l.awaiting, [&](const HolderId& h) {
       if (exited && h == *exited) return true;  // a zombie still has its /proc entry
-      if (!HolderAlive(*restart_.probe, h)) return true;
-      return check_files && restart_.probe->HoldsFile(h.pid, dev, ino) == Holding::kNo;
+      if (!HolderAlive(*probe, h)) return true;
+      return check_files && probe->HoldsFile(h.pid, dev, ino) == Holding::kNo;
     });
     any |= !l.awaiting.empty();
     if (l.awaiting.size() == before) continue;
@@ -561,14 +557,15 @@ void LeaseManager::SweepAwaiting(bool check_files, std::optional<HolderId> exite
       (void)Persist(l, {});
     }
   }
-  restart_.awaiting_any = any;
+  restart_.set_awaiting_any(any);
   for (uint64_t id : unheld) Free(id, "restart_drops");
   MaybeEndGrace();
 }
 
 void LeaseManager::CheckHolderOf(pid_t pid) {
-  if (!restart_.awaiting_any || restart_.probe == nullptr || pid <= 0) return;
-  auto start = restart_.probe->StartTime(pid);
+  const ProcessProbe* probe = restart_.probe();
+  if (!restart_.awaiting_any() || probe == nullptr || pid <= 0) return;
+  auto start = probe->StartTime(pid);
   if (!start) return;
   std::vector<uint64_t> unheld;
   for (auto& [id, l] : table_.leases()) {
@@ -577,7 +574,7 @@ void LeaseManager::CheckHolderOf(pid_t pid) {
     if (it == l.awaiting.end()) continue;
     // It is back on a new connection, so its old one is drained: if it holds
     // no fd or mapping of the memfd now, the grant never reached it.
-    if (restart_.probe->HoldsFile(pid, l.inode_dev, l.inode) != Holding::kNo) continue;
+    if (probe->HoldsFile(pid, l.inode_dev, l.inode) != Holding::kNo) continue;
     l.awaiting.erase(it);
     if (Unheld(l)) {
       unheld.push_back(id);
@@ -590,160 +587,158 @@ void LeaseManager::CheckHolderOf(pid_t pid) {
 }
 
 void LeaseManager::WatchHolder(const HolderId& h) {
-  auto key = std::make_pair(h.pid, h.start_time);
-  if (restart_.probe == nullptr || restart_.watches.count(key)) return;
-  UniqueFd pidfd = restart_.probe->OpenPidfd(h.pid);
+  const ProcessProbe* probe = restart_.probe();
+  if (probe == nullptr || restart_.Watching(h)) return;
+  UniqueFd pidfd = probe->OpenPidfd(h.pid);
   if (!pidfd.valid()) {
     CXLPOOL_LOG(kWarning) << "restart: cannot watch pid " << h.pid
                           << " (no pidfd); its awaited leases stay until a later sweep";
     return;
   }
-  if (!HolderAlive(*restart_.probe, h)) {  // exited (or the pid was reused) meanwhile
-    std::weak_ptr<bool> alive = alive_;
+  std::weak_ptr<bool> alive = alive_;
+  if (!HolderAlive(*probe, h)) {  // exited (or the pid was reused) meanwhile
     boost::asio::post(loop_, [this, alive] {
       auto a = alive.lock();
-      if (a && *a && !restart_.handed_over) SweepAwaiting(false);
+      if (a && *a && !journal_.handed_over()) SweepAwaiting(false);
     });
     return;
   }
-  auto sd = std::make_shared<boost::asio::posix::stream_descriptor>(loop_, pidfd.Release());
-  restart_.watches[key] = sd;
-  std::weak_ptr<bool> alive = alive_;
-  sd->async_wait(boost::asio::posix::stream_descriptor::wait_read,
-                 [this, alive, key](const boost::system::error_code& ec) {
-                   if (ec) return;
-                   auto a = alive.lock();
-                   if (!a || !*a || restart_.handed_over) return;
-                   auto keep = restart_.watches[key];  // destroyed after this handler
-                   restart_.watches.erase(key);
-                   SweepAwaiting(false, HolderId{key.first, key.second});
-                 });
+  restart_.Watch(h, std::move(pidfd), [this, alive](const HolderId& exited) {
+    auto a = alive.lock();
+    if (!a || !*a || journal_.handed_over()) return;
+    auto keep = restart_.Unwatch(exited);  // closed after this handler
+    SweepAwaiting(false, exited);
+  });
 }
 
 LeaseManager::ReclaimOutcome LeaseManager::Reclaim(ConnId conn, std::vector<ReclaimItem> items) {
   ReclaimOutcome out;
   auto c = conns_.find(conn);
   for (ReclaimItem& item : items) {
-    const uint64_t id = item.id;
-    auto reject = [&](const std::string& why) {
-      out.rejected.emplace_back(id, why);
-      Count("reclaim_rejects");
-    };
+    std::optional<std::string> why;
     if (c == conns_.end()) {
-      reject("unknown connection");
+      why = "unknown connection";
+    } else if (table_.leases().count(item.id) == 0) {
+      why = ReclaimLost(conn, c->second, item);
+    } else {
+      why = ReclaimJournalled(conn, c->second, item);
+    }
+    if (why) {
+      out.rejected.emplace_back(item.id, *why);
+      Count("reclaim_rejects");
       continue;
     }
-    const CallerInfo& who = c->second.caller;
-    auto it = table_.leases().find(id);
-    if (it == table_.leases().end()) {
-      // Nothing to learn from a refusal: an id that ended, one never
-      // granted, one revoked from someone else and one whose fds do not
-      // pass are refused alike (the log has the details).
-      const std::vector<uid_t>* told = table_.RevokedFor(id);
-      if (told != nullptr &&
-          (who.uid == 0 || std::find(told->begin(), told->end(), who.uid) != told->end())) {
-        reject("lease " + std::to_string(id) + " was revoked by an admin");
-        continue;
-      }
-      if (told != nullptr || !LostLeaseWindowOpen(id)) {
-        reject(NotYours(id));
-        continue;
-      }
-      // An id this daemon may have granted, unknown now, while the grace
-      // period that journal damage started runs: the journal lost it.
-      bool revoked = false;
-      auto a = Readopt(id, std::move(item.fds), &item, &who, &revoked);
-      if (!a.ok()) {
-        CXLPOOL_LOG(kWarning) << "reclaim from uid " << who.uid << ": " << a.status().message();
-        reject(revoked ? a.status().message() : NotYours(id));
-        continue;
-      }
-      Lease& l = table_.leases().at(id);
-      l.holders[conn] += 1;
-      l.refs += 1;
-      c->second.held.insert(id);
-      const std::vector<int> fds = l.Fds();
-      (void)Persist(l, fds);
-      CXLPOOL_LOG(kWarning) << "reclaim: lease " << id << " (" << HumanBytes(l.size) << " in "
-                            << l.pool->name() << ", uid " << who.uid
-                            << ") was not in the journal: accounted again";
-      out.accepted.push_back(id);
-      Count("reclaims");
-      continue;
-    }
-    Lease& l = it->second;
-    DurableLease d = ToDurable(l);
-    // A lease accounted again after journal damage has no ACL any more: the
-    // memfd itself (checked below) shows the caller holds it.
-    if (!l.unjournalled && !InAcl(l, who)) {
-      reject(NotYours(id));
-      continue;
-    }
-    if (item.size_bytes != l.size) {
-      reject("lease " + std::to_string(id) + " is " + std::to_string(l.size) + " bytes, not " +
-             std::to_string(item.size_bytes));
-      continue;
-    }
-    // Its extents as the holder tells them: as many as the lease has, of
-    // the same sizes, one fd each.
-    const std::vector<DurableExtent> extents = ExtentsOf(d);
-    if (Status st = CheckReclaimExtents(id, extents, item); !st.ok()) {
-      reject(st.message());
-      continue;
-    }
-    auto* dax_pool = dynamic_cast<DevdaxPool*>(l.pool);
-    if (dax_pool != nullptr) {
-      Status st = dax_pool->CheckFd(item.fds[0].get(), d.dax_device, d.dax_rdev);
-      if (!st.ok()) {
-        reject("lease " + std::to_string(id) + " (devdax " + d.dax_device + "): " + st.message());
-        continue;
-      }
-    } else if (Status st = CheckLeaseFds(item.fds, d); !st.ok()) {
-      reject(st.message());
-      continue;
-    }
-    if (l.awaited_memory && dax_pool != nullptr) {
-      auto* db = dynamic_cast<DevdaxBacking*>(l.extents.front().get());
-      if (db == nullptr) {
-        reject("lease " + std::to_string(id) + ": no devdax backing to adopt the device into");
-        continue;
-      }
-      db->AdoptFd(std::move(item.fds[0]));
-      l.awaited_memory = false;
-    } else if (l.awaited_memory) {
-      auto* mp = dynamic_cast<MemfdPool*>(l.pool);
-      auto b = AdoptMemfds(std::move(item.fds), d, mp != nullptr && mp->config().pin);
-      if (!b.ok()) {
-        reject(b.status().message());
-        continue;
-      }
-      l.extents = std::move(*b);
-      l.awaited_memory = false;
-    }
-    if (l.unjournalled && l.owner_provisional) {
-      if (item.owner_uid && *item.owner_uid == who.uid) {
-        TakeOver(l, who, item.name, true);  // its owner is back
-      } else if (l.owner.uid == CallerInfo().uid) {
-        TakeOver(l, who, "", false);  // an fd-store orphan: charged to its first holder
-      }
-    }
-    l.holders[conn] += 1;
-    l.refs += 1;
-    c->second.held.insert(id);
-    auto a = std::find_if(l.awaiting.begin(), l.awaiting.end(), [&](const HolderId& h) {
-      return SameHolder(h, who.pid, who.start_time);
-    });
-    if (a != l.awaiting.end()) l.awaiting.erase(a);
-    (void)Persist(l, {});
-    out.accepted.push_back(id);
+    out.accepted.push_back(item.id);
     Count("reclaims");
   }
   MaybeEndGrace();
   return out;
 }
 
+std::optional<std::string> LeaseManager::ReclaimLost(ConnId conn, Conn& c, ReclaimItem& item) {
+  const uint64_t id = item.id;
+  const CallerInfo& who = c.caller;
+  // Nothing to learn from a refusal: an id that ended, one never
+  // granted, one revoked from someone else and one whose fds do not
+  // pass are refused alike (the log has the details).
+  const std::vector<uid_t>* told = table_.RevokedFor(id);
+  if (told != nullptr &&
+      (who.uid == 0 || std::find(told->begin(), told->end(), who.uid) != told->end())) {
+    return "lease " + std::to_string(id) + " was revoked by an admin";
+  }
+  if (told != nullptr || !LostLeaseWindowOpen(id)) return NotYours(id);
+  // An id this daemon may have granted, unknown now, while the grace
+  // period that journal damage started runs: the journal lost it.
+  bool revoked = false;
+  auto a = Readopt(id, std::move(item.fds), &item, &who, &revoked);
+  if (!a.ok()) {
+    CXLPOOL_LOG(kWarning) << "reclaim from uid " << who.uid << ": " << a.status().message();
+    return revoked ? a.status().message() : NotYours(id);
+  }
+  Lease& l = table_.leases().at(id);
+  l.holders[conn] += 1;
+  l.refs += 1;
+  c.held.insert(id);
+  const std::vector<int> fds = l.Fds();
+  (void)Persist(l, fds);
+  CXLPOOL_LOG(kWarning) << "reclaim: lease " << id << " (" << HumanBytes(l.size) << " in "
+                        << l.pool->name() << ", uid " << who.uid
+                        << ") was not in the journal: accounted again";
+  return std::nullopt;
+}
+
+std::optional<std::string> LeaseManager::ReclaimJournalled(ConnId conn, Conn& c,
+                                                           ReclaimItem& item) {
+  const uint64_t id = item.id;
+  const CallerInfo& who = c.caller;
+  Lease& l = table_.leases().at(id);
+  DurableLease d = ToDurable(l);
+  if (auto why = CheckReclaimItem(l, d, who, item)) return why;
+  if (auto why = AdoptReclaimed(l, d, item)) return why;
+  if (l.unjournalled && l.owner_provisional) {
+    if (item.owner_uid && *item.owner_uid == who.uid) {
+      TakeOver(l, who, item.name, true);  // its owner is back
+    } else if (l.owner.uid == CallerInfo().uid) {
+      TakeOver(l, who, "", false);  // an fd-store orphan: charged to its first holder
+    }
+  }
+  l.holders[conn] += 1;
+  l.refs += 1;
+  c.held.insert(id);
+  auto a = std::find_if(l.awaiting.begin(), l.awaiting.end(),
+                        [&](const HolderId& h) { return SameHolder(h, who.pid, who.start_time); });
+  if (a != l.awaiting.end()) l.awaiting.erase(a);
+  (void)Persist(l, {});
+  return std::nullopt;
+}
+
+std::optional<std::string> LeaseManager::CheckReclaimItem(const Lease& l, const DurableLease& d,
+                                                          const CallerInfo& who,
+                                                          const ReclaimItem& item) const {
+  const uint64_t id = item.id;
+  // A lease accounted again after journal damage has no ACL any more: the
+  // memfd itself (checked below) shows the caller holds it.
+  if (!l.unjournalled && !InAcl(l, who)) return NotYours(id);
+  if (item.size_bytes != l.size) {
+    return "lease " + std::to_string(id) + " is " + std::to_string(l.size) + " bytes, not " +
+           std::to_string(item.size_bytes);
+  }
+  // Its extents as the holder tells them: as many as the lease has, of
+  // the same sizes, one fd each.
+  if (Status st = CheckReclaimExtents(id, ExtentsOf(d), item); !st.ok()) return st.message();
+  if (auto* dax_pool = dynamic_cast<DevdaxPool*>(l.pool); dax_pool != nullptr) {
+    Status st = dax_pool->CheckFd(item.fds[0].get(), d.dax_device, d.dax_rdev);
+    if (!st.ok()) {
+      return "lease " + std::to_string(id) + " (devdax " + d.dax_device + "): " + st.message();
+    }
+  } else if (Status st = CheckLeaseFds(item.fds, d); !st.ok()) {
+    return st.message();
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> LeaseManager::AdoptReclaimed(Lease& l, const DurableLease& d,
+                                                        ReclaimItem& item) {
+  if (!l.awaited_memory) return std::nullopt;
+  if (dynamic_cast<DevdaxPool*>(l.pool) != nullptr) {
+    auto* db = dynamic_cast<DevdaxBacking*>(l.extents.front().get());
+    if (db == nullptr) {
+      return "lease " + std::to_string(item.id) + ": no devdax backing to adopt the device into";
+    }
+    db->AdoptFd(std::move(item.fds[0]));
+    l.awaited_memory = false;
+    return std::nullopt;
+  }
+  auto* mp = dynamic_cast<MemfdPool*>(l.pool);
+  auto b = AdoptMemfds(std::move(item.fds), d, mp != nullptr && mp->config().pin);
+  if (!b.ok()) return b.status().message();
+  l.extents = std::move(*b);
+  l.awaited_memory = false;
+  return std::nullopt;
+}
+
 void LeaseManager::HandOver() {
-  if (restart_.handed_over) return;
+  if (journal_.handed_over()) return;
   stopping_ = true;
   // The leases' memory must outlive this process: the backings are released
   // on purpose without Reclaim (which would truncate); the process exits next
@@ -763,10 +758,8 @@ void LeaseManager::HandOver() {
   extra_extents_ = 0;
   for (auto& [conn, c] : conns_) c.held.clear();
   StopReserves();
-  restart_.watches.clear();
-  if (restart_.grace_timer)
-    static_cast<boost::asio::steady_timer*>(restart_.grace_timer.get())->cancel();
-  restart_.handed_over = true;
+  restart_.Stop();
+  journal_.HandOver();
   CXLPOOL_LOG(kInfo) << "handing " << n << " leases over to the next daemon (journal kept)";
 }
 

@@ -154,15 +154,10 @@ std::optional<std::string> LongTermPinRefusal(const Topology& topo, const Pool* 
          topo.KernelZoneRemedy(pool->numa_node());
 }
 
-Result<std::vector<Candidate>> PlanPlacement(const Topology& topo,
-                                             const std::vector<Pool*>& all_pools,
-                                             const PlacementRequest& req) {
-  std::vector<Pool*> pools;
-  for (Pool* p : all_pools) {
-    if (std::find(req.exclude.begin(), req.exclude.end(), p) == req.exclude.end()) {
-      pools.push_back(p);
-    }
-  }
+namespace {
+
+// Unknown tier names, and a GPU and a node both named.
+Status CheckPlacementRequest(const PlacementRequest& req) {
   static const std::set<std::string> kTiers = {"dram", "cxl", "hbm", "nvm", "unknown", "devdax"};
   for (const auto& t : req.tiers) {
     if (!kTiers.count(t)) {
@@ -173,119 +168,161 @@ Result<std::vector<Candidate>> PlanPlacement(const Topology& topo,
   if (req.numa_node && !req.gpu.empty()) {
     return Status(Code::kInvalidArgument, "name a GPU or a NUMA node, not both");
   }
-  std::vector<Candidate> out;
-  if (req.numa_node) {
-    int node = *req.numa_node;
-    for (Pool* p : pools) {
-      if (p->numa_node() == node && !IsDevdax(p)) {
-        out.push_back({p, "requested NUMA node " + std::to_string(node)});
-      }
+  return Status::Ok();
+}
+
+// A named node's pools first (memfd, then devdax), then the rest by distance.
+Status OrderForNode(const Topology& topo, const std::vector<Pool*>& pools,
+                    const PlacementRequest& req, std::vector<Candidate>* out) {
+  int node = *req.numa_node;
+  for (Pool* p : pools) {
+    if (p->numa_node() == node && !IsDevdax(p)) {
+      out->push_back({p, "requested NUMA node " + std::to_string(node)});
     }
-    for (Pool* p : pools) {
-      if (p->numa_node() == node && IsDevdax(p)) {
-        out.push_back({p, "requested NUMA node " + std::to_string(node) + " (devdax)"});
-      }
+  }
+  for (Pool* p : pools) {
+    if (p->numa_node() == node && IsDevdax(p)) {
+      out->push_back({p, "requested NUMA node " + std::to_string(node) + " (devdax)"});
     }
-    const bool excluded_here = std::any_of(req.exclude.begin(), req.exclude.end(),
-                                           [&](const Pool* p) { return p->numa_node() == node; });
-    if (out.empty() && !excluded_here) return NoPoolOnNode(topo, node, pools);
-    AppendByDistance(topo, pools, node,
-                     "fallback by distance from NUMA node " + std::to_string(node), &out);
-  } else if (!req.gpu.empty()) {
-    const Gpu* gpu = topo.FindGpuByName(req.gpu);
-    if (gpu == nullptr) {
-      std::string known;
-      for (const auto& g : topo.gpus)
-        known += (known.empty() ? "" : ", ") + std::to_string(g.index);
-      return Status(Code::kNotFound,
-                    "no GPU '" + req.gpu + "' (known: " + (known.empty() ? "none" : known) + ")");
-    }
-    std::string gname = "GPU " + std::to_string(gpu->index);
-    auto pref = topo.gpu_memory_preference.find(gpu->index);
-    if (pref != topo.gpu_memory_preference.end()) {
-      const auto& nodes = pref->second;
-      for (size_t i = 0; i < nodes.size(); ++i) {
-        for (Pool* p : pools) {
-          if (p->numa_node() == nodes[i] && !IsDevdax(p)) {
-            out.push_back({p, "nearest to " + gname + " (preference #" + std::to_string(i + 1) +
-                                  " of " + std::to_string(nodes.size()) + ")"});
-          }
+  }
+  const bool excluded_here = std::any_of(req.exclude.begin(), req.exclude.end(),
+                                         [&](const Pool* p) { return p->numa_node() == node; });
+  if (out->empty() && !excluded_here) return NoPoolOnNode(topo, node, pools);
+  AppendByDistance(topo, pools, node, "fallback by distance from NUMA node " + std::to_string(node),
+                   out);
+  return Status::Ok();
+}
+
+// A named GPU's preferred nodes first, then by distance from its CPU node.
+Status OrderForGpu(const Topology& topo, const std::vector<Pool*>& pools,
+                   const PlacementRequest& req, std::vector<Candidate>* out) {
+  const Gpu* gpu = topo.FindGpuByName(req.gpu);
+  if (gpu == nullptr) {
+    std::string known;
+    for (const auto& g : topo.gpus) known += (known.empty() ? "" : ", ") + std::to_string(g.index);
+    return Status(Code::kNotFound,
+                  "no GPU '" + req.gpu + "' (known: " + (known.empty() ? "none" : known) + ")");
+  }
+  std::string gname = "GPU " + std::to_string(gpu->index);
+  auto pref = topo.gpu_memory_preference.find(gpu->index);
+  if (pref != topo.gpu_memory_preference.end()) {
+    const auto& nodes = pref->second;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      for (Pool* p : pools) {
+        if (p->numa_node() == nodes[i] && !IsDevdax(p)) {
+          out->push_back({p, "nearest to " + gname + " (preference #" + std::to_string(i + 1) +
+                                 " of " + std::to_string(nodes.size()) + ")"});
         }
       }
     }
-    AppendByDistance(topo, pools, gpu->numa_node,
-                     "by distance from " + gname + "'s CPU node" +
-                         (gpu->numa_node ? " " + std::to_string(*gpu->numa_node) : " (unknown)"),
-                     &out);
-  } else {
-    AppendByDistance(topo, pools, req.home_node,
-                     req.home_node
-                         ? "closest to the caller's NUMA node " + std::to_string(*req.home_node)
-                         : "caller's node unknown; by node id",
-                     &out);
   }
-  if (!req.tiers.empty()) {
-    // devdax pools join only when asked for by tier.
-    if (std::find(req.tiers.begin(), req.tiers.end(), "devdax") != req.tiers.end()) {
-      for (Pool* p : pools) {
-        bool have =
-            std::any_of(out.begin(), out.end(), [&](const Candidate& c) { return c.pool == p; });
-        if (IsDevdax(p) && !have) out.push_back({p, "devdax pool"});
-      }
-    }
-    auto rank = [&](const Candidate& c) {
-      auto it = std::find(req.tiers.begin(), req.tiers.end(), TierOf(c.pool));
-      return static_cast<size_t>(it - req.tiers.begin());  // unlisted: tiers.size()
-    };
-    std::stable_sort(out.begin(), out.end(),
-                     [&](const Candidate& a, const Candidate& b) { return rank(a) < rank(b); });
-    for (auto& c : out) {
-      size_t r = rank(c);
-      c.reason += r < req.tiers.size()
-                      ? "; tier " + TierOf(c.pool) + " is preference #" + std::to_string(r + 1)
-                      : "; tier " + TierOf(c.pool) + " not in the preference list";
-    }
-    if (req.strict) {
-      out.erase(std::remove_if(out.begin(), out.end(),
-                               [&](const Candidate& c) { return rank(c) >= req.tiers.size(); }),
-                out.end());
+  AppendByDistance(topo, pools, gpu->numa_node,
+                   "by distance from " + gname + "'s CPU node" +
+                       (gpu->numa_node ? " " + std::to_string(*gpu->numa_node) : " (unknown)"),
+                   out);
+  return Status::Ok();
+}
+
+// The candidates by locality: to the named node, the named GPU, or the caller.
+Status OrderByLocality(const Topology& topo, const std::vector<Pool*>& pools,
+                       const PlacementRequest& req, std::vector<Candidate>* out) {
+  if (req.numa_node) return OrderForNode(topo, pools, req, out);
+  if (!req.gpu.empty()) return OrderForGpu(topo, pools, req, out);
+  AppendByDistance(topo, pools, req.home_node,
+                   req.home_node
+                       ? "closest to the caller's NUMA node " + std::to_string(*req.home_node)
+                       : "caller's node unknown; by node id",
+                   out);
+  return Status::Ok();
+}
+
+// Tier preferences: devdax pools join when asked for; the order becomes the
+// tiers' (stable within one); strict drops unlisted tiers.
+void ApplyTiers(const std::vector<Pool*>& pools, const PlacementRequest& req,
+                std::vector<Candidate>* out) {
+  if (req.tiers.empty()) return;
+  if (std::find(req.tiers.begin(), req.tiers.end(), "devdax") != req.tiers.end()) {
+    for (Pool* p : pools) {
+      bool have =
+          std::any_of(out->begin(), out->end(), [&](const Candidate& c) { return c.pool == p; });
+      if (IsDevdax(p) && !have) out->push_back({p, "devdax pool"});
     }
   }
+  auto rank = [&](const Candidate& c) {
+    auto it = std::find(req.tiers.begin(), req.tiers.end(), TierOf(c.pool));
+    return static_cast<size_t>(it - req.tiers.begin());  // unlisted: tiers.size()
+  };
+  std::stable_sort(out->begin(), out->end(),
+                   [&](const Candidate& a, const Candidate& b) { return rank(a) < rank(b); });
+  for (auto& c : *out) {
+    size_t r = rank(c);
+    c.reason += r < req.tiers.size()
+                    ? "; tier " + TierOf(c.pool) + " is preference #" + std::to_string(r + 1)
+                    : "; tier " + TierOf(c.pool) + " not in the preference list";
+  }
+  if (req.strict) {
+    out->erase(std::remove_if(out->begin(), out->end(),
+                              [&](const Candidate& c) { return rank(c) >= req.tiers.size(); }),
+               out->end());
+  }
+}
+
+// Rule 4: never where a long-term pin would move the pages off the node.
+Status ApplyLongTermPin(const Topology& topo, const PlacementRequest& req,
+                        std::vector<Candidate>* out) {
+  if (req.strict) {
+    if (auto why = LongTermPinRefusal(topo, (*out)[0].pool)) {
+      return Status(Code::kUnsupported, "strict long-term pinned lease refused: " + *why);
+    }
+  }
+  std::vector<Candidate> kept;
+  std::string skipped;
+  std::optional<std::string> first_refusal;
+  for (auto& c : *out) {
+    if (auto why = LongTermPinRefusal(topo, c.pool)) {
+      if (!first_refusal) first_refusal = *why;
+      skipped += (skipped.empty() ? "" : ", ") + c.pool->name();
+      continue;
+    }
+    if (FitForPin(topo, c.pool) == PinFit::kSettle) {
+      c.settle = true;
+      c.reason += "; long-term pin: pages moved into node " + std::to_string(c.pool->numa_node()) +
+                  "'s kernel zones before the grant";
+    } else if (c.pool->long_term_pin_policy() == LongTermPinPolicy::kAllow) {
+      c.reason += "; long-term pin allowed by long_term_pins = \"allow\"";
+    }
+    if (!skipped.empty()) {
+      c.reason += "; skipped " + skipped + " (a long-term pin would move the pages off)";
+    }
+    kept.push_back(std::move(c));
+  }
+  if (kept.empty()) {
+    return Status(Code::kUnsupported, "long-term pinned lease refused: " + *first_refusal);
+  }
+  *out = std::move(kept);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::vector<Candidate>> PlanPlacement(const Topology& topo,
+                                             const std::vector<Pool*>& all_pools,
+                                             const PlacementRequest& req) {
+  std::vector<Pool*> pools;
+  for (Pool* p : all_pools) {
+    if (std::find(req.exclude.begin(), req.exclude.end(), p) == req.exclude.end()) {
+      pools.push_back(p);
+    }
+  }
+  if (Status st = CheckPlacementRequest(req); !st.ok()) return st;
+  std::vector<Candidate> out;
+  if (Status st = OrderByLocality(topo, pools, req, &out); !st.ok()) return st;
+  ApplyTiers(pools, req, &out);
   if (out.empty()) {
     return Status(Code::kNotFound, "no pool matches the request (pools: " + PoolNames(pools) + ")");
   }
   if (req.long_term_pin) {
-    // Rule 4: never where the pin would move the pages off the node.
-    if (req.strict) {
-      if (auto why = LongTermPinRefusal(topo, out[0].pool)) {
-        return Status(Code::kUnsupported, "strict long-term pinned lease refused: " + *why);
-      }
-    }
-    std::vector<Candidate> kept;
-    std::string skipped;
-    std::optional<std::string> first_refusal;
-    for (auto& c : out) {
-      if (auto why = LongTermPinRefusal(topo, c.pool)) {
-        if (!first_refusal) first_refusal = *why;
-        skipped += (skipped.empty() ? "" : ", ") + c.pool->name();
-        continue;
-      }
-      if (FitForPin(topo, c.pool) == PinFit::kSettle) {
-        c.settle = true;
-        c.reason += "; long-term pin: pages moved into node " +
-                    std::to_string(c.pool->numa_node()) + "'s kernel zones before the grant";
-      } else if (c.pool->long_term_pin_policy() == LongTermPinPolicy::kAllow) {
-        c.reason += "; long-term pin allowed by long_term_pins = \"allow\"";
-      }
-      if (!skipped.empty()) {
-        c.reason += "; skipped " + skipped + " (a long-term pin would move the pages off)";
-      }
-      kept.push_back(std::move(c));
-    }
-    if (kept.empty()) {
-      return Status(Code::kUnsupported, "long-term pinned lease refused: " + *first_refusal);
-    }
-    out = std::move(kept);
+    if (Status st = ApplyLongTermPin(topo, req, &out); !st.ok()) return st;
   }
   if (req.strict) {
     out.resize(1);

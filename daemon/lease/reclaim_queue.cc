@@ -1,10 +1,10 @@
 #include "lease/reclaim_queue.h"
 
 #include <boost/asio/post.hpp>
-#include <mutex>
 #include <utility>
 
 #include "cxlpool/common/log.h"
+#include "cxlpool/common/thread_annotations.h"
 
 namespace cxlpool {
 
@@ -22,8 +22,8 @@ void ReclaimAll(std::vector<std::unique_ptr<Backing>>* extents) {
 // How a reclaim on a worker reaches the loop without touching the queue:
 // closed (under its mutex) when the queue dies.
 struct ReclaimQueue::Channel {
-  std::mutex mu;
-  bool open = true;  // guarded by mu
+  Mutex mu;
+  bool open GUARDED_BY(mu) = true;
   Executor loop;
 };
 
@@ -37,7 +37,7 @@ ReclaimQueue::ReclaimQueue(Executor loop, Executor workers, Done on_done)
 
 ReclaimQueue::~ReclaimQueue() {
   *alive_ = false;
-  std::lock_guard<std::mutex> lock(channel_->mu);
+  MutexLock lock(channel_->mu);
   channel_->open = false;
 }
 
@@ -100,7 +100,7 @@ void ReclaimQueue::Start(Item item) {
     const auto start = std::chrono::steady_clock::now();
     ReclaimAll(&item.extents);
     const auto took = std::chrono::steady_clock::now() - start;
-    std::lock_guard<std::mutex> lock(channel->mu);
+    MutexLock lock(channel->mu);
     if (!channel->open) return;  // the queue is gone
     boost::asio::post(channel->loop, [this, alive, pool = item.pool, size = item.size,
                                       then = std::move(item.then), owner = item.owner, took] {

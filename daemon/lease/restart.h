@@ -209,21 +209,4 @@ Result<std::unique_ptr<Backing>> AdoptMemfd(UniqueFd fd, const DurableLease& lea
 // size; Reclaim does nothing.
 std::vector<std::unique_ptr<Backing>> MakeAwaitedBackings(const DurableLease& lease);
 
-// The lease manager's restart state: where grants are journalled, how
-// holders are looked at, the ids reserved, and the grace period after a
-// start (its end, its timer, the pidfd waits on awaited holders).
-struct RestartState {
-  LeaseStore* store = nullptr;
-  const ProcessProbe* probe = nullptr;
-  uint64_t ids_reserved = 0;  // ids below this are reserved in the store
-  bool handed_over = false;
-  bool awaiting_any = false;  // some lease still awaits a holder's reclaim
-  bool grace = false;
-  bool grace_full = false;  // journal damage: no early end (unknown leases may come)
-  JournalHealth health;
-  std::chrono::steady_clock::time_point grace_end;
-  std::shared_ptr<void> grace_timer;                                    // boost::asio::steady_timer
-  std::map<std::pair<pid_t, uint64_t>, std::shared_ptr<void>> watches;  // pidfd waits
-};
-
 }  // namespace cxlpool

@@ -9,8 +9,9 @@
 #include <boost/asio/post.hpp>
 #include <cerrno>
 #include <latch>
-#include <mutex>
 #include <string>
+
+#include "cxlpool/common/thread_annotations.h"
 
 namespace cxlpool {
 namespace {
@@ -63,7 +64,7 @@ Status SetPoolPriority(boost::asio::thread_pool& pool, unsigned threads, int nic
   // one of them.
   std::latch started(threads);
   std::latch finished(threads);
-  std::mutex mu;
+  Mutex mu;  // guards first
   Status first = Status::Ok();
   for (unsigned i = 0; i < threads; ++i) {
     boost::asio::post(pool, [&] {
@@ -74,7 +75,7 @@ Status SetPoolPriority(boost::asio::thread_pool& pool, unsigned threads, int nic
       if (st.ok()) st = SetThreadNice(nice);
       if (st.ok() && idle) st = SetThreadIdle(true);
       {
-        std::lock_guard<std::mutex> lock(mu);
+        MutexLock lock(mu);
         if (first.ok() && !st.ok()) first = st;
       }
       started.arrive_and_wait();
