@@ -242,7 +242,7 @@ int Daemon::OpenStateDir() {
     auto g = ParseGracePeriod(flags.grace_period);
     if (!g) {
       CXLPOOL_LOG(kError) << "--grace-period: '" << flags.grace_period
-                          << "' is not a duration (30, 30s, 500ms)";
+                          << "' is not a duration of at most 1h (30, 30s, 500ms, 2m)";
       return 2;
     }
     grace_ = *g;

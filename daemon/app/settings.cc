@@ -11,6 +11,7 @@
 #include "cxlpool/common/log.h"
 #include "cxlpool/common/strings.h"
 #include "cxlpool/proto/frame.h"
+#include "values/value_parser.h"
 
 namespace cxlpool {
 namespace {
@@ -102,17 +103,9 @@ Result<ServerLimits> ResolveLimits(const LimitsConfig& c, uint64_t nofile) {
 }
 
 std::optional<std::chrono::milliseconds> ParseGracePeriod(const std::string& text) {
-  std::string_view t = text;
-  uint64_t scale = 1000;
-  if (EndsWith(t, "ms")) {
-    scale = 1;
-    t.remove_suffix(2);
-  } else if (EndsWith(t, "s")) {
-    t.remove_suffix(1);
-  }
-  auto v = ParseU64(t);
-  if (!v || *v > 3600ull * 1000) return std::nullopt;
-  return std::chrono::milliseconds(*v * scale);
+  auto d = ParseDuration(text, "--grace-period");
+  if (!d.ok() || *d > std::chrono::hours(1)) return std::nullopt;
+  return *d;
 }
 
 std::optional<DaemonSettings> LoadDaemonSettings(const DaemonFlags& command_line, int* exit_code) {

@@ -54,7 +54,8 @@ std::optional<DaemonSettings> LoadDaemonSettings(const DaemonFlags& flags, int* 
 // INVALID_ARGUMENT naming the `limits.` key when they do not fit together.
 Result<ServerLimits> ResolveLimits(const LimitsConfig& config, uint64_t nofile);
 
-// "30" / "30s" (seconds) or "500ms"; nullopt when garbled or over an hour.
+// A duration as config reads one ("30" = 30s, "500ms", "2m");
+// nullopt when garbled or over an hour.
 std::optional<std::chrono::milliseconds> ParseGracePeriod(const std::string& text);
 
 }  // namespace cxlpool

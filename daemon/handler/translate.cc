@@ -1,8 +1,6 @@
 #include "handler/translate.h"
 
 #include <fcntl.h>
-#include <grp.h>
-#include <pwd.h>
 
 #include <algorithm>
 
@@ -11,6 +9,8 @@
 #include "cxlpool/common/strings.h"
 #include "cxlpool/proto/extents.h"
 #include "handler/translate_codec.h"
+#include "lease/tier_names.h"
+#include "values/value_parser.h"
 
 namespace cxlpool {
 
@@ -113,25 +113,16 @@ Result<QuotaRule> ToQuotaRule(const QuotaSpec& q) {
   } else if (num && *num < 0xffffffffull) {
     r.id = static_cast<uint32_t>(*num);
   } else {
-    char buf[4096];
-    if (r.scope == QuotaScope::kUid) {
-      struct passwd pw, *res = nullptr;
-      if (getpwnam_r(q.subject.c_str(), &pw, buf, sizeof buf, &res) != 0 || res == nullptr) {
-        return Status(Code::kNotFound, "no such user '" + q.subject + "'");
-      }
-      r.id = res->pw_uid;
-    } else {
-      struct group gr, *res = nullptr;
-      if (getgrnam_r(q.subject.c_str(), &gr, buf, sizeof buf, &res) != 0 || res == nullptr) {
-        return Status(Code::kNotFound, "no such group '" + q.subject + "'");
-      }
-      r.id = res->gr_gid;
+    bool user = r.scope == QuotaScope::kUid;
+    auto id = user ? LookupUser(q.subject) : LookupGroup(q.subject);
+    if (!id) {
+      return Status(Code::kNotFound,
+                    std::string(user ? "no such user '" : "no such group '") + q.subject + "'");
     }
+    r.id = *id;
   }
-  static const char* kTiers[] = {"", "dram", "cxl", "hbm", "nvm", "unknown", "devdax"};
-  bool known = false;
-  for (const char* t : kTiers) known = known || q.tier == t;
-  if (!known) return Status(Code::kInvalidArgument, "unknown tier '" + q.tier + "'");
+  if (!q.tier.empty() && !IsTierName(q.tier))
+    return Status(Code::kInvalidArgument, "unknown tier '" + q.tier + "'");
   r.tier = q.tier;
   r.max_bytes = q.max_bytes;
   r.max_leases = q.max_leases;

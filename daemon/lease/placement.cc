@@ -6,6 +6,7 @@
 
 #include "cxlpool/common/proc.h"
 #include "cxlpool/common/strings.h"
+#include "lease/tier_names.h"
 
 namespace cxlpool {
 
@@ -158,11 +159,10 @@ namespace {
 
 // Unknown tier names, and a GPU and a node both named.
 Status CheckPlacementRequest(const PlacementRequest& req) {
-  static const std::set<std::string> kTiers = {"dram", "cxl", "hbm", "nvm", "unknown", "devdax"};
   for (const auto& t : req.tiers) {
-    if (!kTiers.count(t)) {
+    if (!IsTierName(t)) {
       return Status(Code::kInvalidArgument,
-                    "unknown tier '" + t + "' (known: dram, cxl, hbm, nvm, devdax)");
+                    "unknown tier '" + t + "' (known: " + TierNamesHint() + ")");
     }
   }
   if (req.numa_node && !req.gpu.empty()) {
