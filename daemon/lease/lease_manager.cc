@@ -8,6 +8,7 @@
 #include "cxlpool/common/log.h"
 #include "cxlpool/common/page_census.h"
 #include "cxlpool/common/strings.h"
+#include "lease/allocator.h"
 #include "lease/restart_rules.h"
 
 namespace cxlpool {
@@ -42,6 +43,7 @@ LeaseManager::LeaseManager(const Topology* topo, std::vector<std::unique_ptr<Poo
       quotas_(std::move(quotas)),
       loop_(std::move(loop)),
       workers_(std::move(workers)),
+      alloc_(std::make_unique<Allocator>(*this)),
       clock_(clock),
       reclaims_(loop_, workers_,
                 [this](Pool* pool, uint64_t size) { BackingReclaimed(pool, size); }),

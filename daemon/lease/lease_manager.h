@@ -9,6 +9,8 @@
 //   - ReclaimQueue (reclaim_queue.h): ended leases' memory given back;
 //   - JournalWriter (journal_writer.h): grants, holder changes and ends
 //     written to the LeaseStore; the lease ids;
+//   - Allocator (allocator.h): a request checked, placed and admitted,
+//     granted from the warm reserve, parked for reclaims or built;
 //   - RestartRules (restart_rules.h): recover, reclaim, re-adopt, the grace
 //     period and the sweeps after a restart.
 //
@@ -77,6 +79,7 @@
 
 namespace cxlpool {
 
+class Allocator;
 class RestartRules;
 
 class LeaseManager {
@@ -193,7 +196,7 @@ class LeaseManager {
   // At most `n` cold builds for requests run at once (the worker count);
   // the rest wait, the owners' uids taking turns (lease/build_queue.h).
   // Default: no limit, in the order asked.
-  void SetBuildConcurrency(size_t n) { build_queue_.set_max_running(n); }
+  void SetBuildConcurrency(size_t n);
   // Daemon time per uid (server/busy_budget.h): `charge` is told how long
   // each build and reclaim of a uid's lease took on a worker (on the loop,
   // once it is back); a uid `throttled` says yes to starts none of its cold
@@ -330,8 +333,10 @@ class LeaseManager {
   void HandOver();
 
  private:
-  // The restart rules reach the table, the connections, the journal and
-  // the accounting helpers below (lease/restart_rules.h).
+  // The allocator and the restart rules reach the table, the connections,
+  // the journal and the helpers below (lease/allocator.h,
+  // lease/restart_rules.h).
+  friend class Allocator;
   friend class RestartRules;
   using Lease = LeaseRecord;
   struct Conn {
@@ -339,56 +344,10 @@ class LeaseManager {
     std::unordered_set<uint64_t> held;
   };
 
-  // Allocate's steps: check the request, plan the candidate pools, and for
-  // each admit it (size, quota, priority reserve), take what the warm
-  // reserve has, wait for reclaims, or start a build; else refuse, naming every pool's
-  // reason.
-  struct PoolRefusals {
-    std::string text;
-    Code code = Code::kResourceExhausted;
-    const char* first_reason = nullptr;  // why the preferred pool refused
-    void Add(const std::string& why, const char* reason, Code c = Code::kOk);
-  };
-  // A build in flight: what its completion needs to grant or undo it.
-  struct BuildJob {
-    ConnId conn = 0;
-    AllocParams params;
-    AllocDone done;
-    Pool* pool = nullptr;
-    uint64_t size = 0;
-    std::string reason;
-    std::string tier;
-    Tenant owner;
-    const FileSystem* settle = nullptr;
-    // Extents taken from the pool's reserve for this lease (null: none);
-    // only the plan's kBuild piece is built.
-    std::shared_ptr<ExtentReserve::Taken> taken;
-  };
-  void Refuse(const AllocDone& done, Status st, const char* reason = nullptr);
-  Status CheckRequest(const CallerInfo& caller, const AllocParams& p) const;
-  static PlacementRequest PlacementFor(const AllocParams& p);
-  // The lease's size in `pool`, or nullopt with why not added to `why`.
-  std::optional<uint64_t> Admit(const Tenant& tenant, const AllocParams& p, Pool* pool,
-                                PoolRefusals* why) const;
-  // Grants a lease wholly made of reserve extents (room already reserved).
-  void GrantFromReserve(BuildJob job);
   // Waiting allocations run again (room came back).
   void RetryWaiting();
   // No more reserve refills; ready stock is retired (shutdown, hand-over).
   void StopReserves();
-  // Charges and reserves for `job`, then builds on a worker (or the loop).
-  void StartBuild(BuildJob job);
-  // On the loop: grants the built lease, places it elsewhere (a failed
-  // kernel-zone settle), or undoes the hold and refuses.
-  void FinishBuild(BuildJob job, Result<Extents> built);
-  void UndoBuildHold(const BuildJob& job);
-  // A worker's build offers its prefault (pool/shared_fill.h): helpers for
-  // the other workers, through the BuildQueue under the owner's uid, one
-  // chunk per turn (counters build_helpers, build_helper_chunks).
-  void OfferFill(uid_t uid, const std::shared_ptr<SharedFill>& fill);
-  void SubmitFillHelper(uid_t uid, const std::shared_ptr<SharedFill>& fill);
-  uint64_t Insert(ConnId conn, const AllocParams& p, Pool* pool, uint64_t size, Extents extents,
-                  bool from_warm, std::string reason);
   // Ends a lease: bookkeeping now, memory reclaimed off the request path
   // (reclaims_).
   // `then` runs on the loop once the memory is truncated (or never, when
@@ -463,11 +422,8 @@ class LeaseManager {
   // Extents beyond the first of every lease in the table (each one more fd
   // and mapping: CheckDaemonLimits).
   uint64_t extra_extents_ = 0;
-  BuildQueue build_queue_;
-  BusyCharge busy_charge_;
-  std::unique_ptr<boost::asio::steady_timer> busy_retry_timer_;  // made once builds are held
-  bool busy_retry_armed_ = false;
-  void RetryHeldBuilds();
+  // The path from a request to a finished build (lease/allocator.h).
+  std::unique_ptr<Allocator> alloc_;
   const FileSystem* settle_fs_ = nullptr;
   const Clock* clock_;
   bool stopping_ = false;
