@@ -8,6 +8,8 @@
 #include "cxlpool/common/log.h"
 #include "cxlpool/common/page_census.h"
 #include "cxlpool/common/strings.h"
+#include "lease/allocator.h"
+#include "lease/restart_rules.h"
 
 namespace cxlpool {
 
@@ -41,10 +43,11 @@ LeaseManager::LeaseManager(const Topology* topo, std::vector<std::unique_ptr<Poo
       quotas_(std::move(quotas)),
       loop_(std::move(loop)),
       workers_(std::move(workers)),
+      alloc_(std::make_unique<Allocator>(*this)),
       clock_(clock),
       reclaims_(loop_, workers_,
                 [this](Pool* pool, uint64_t size) { BackingReclaimed(pool, size); }),
-      restart_(loop_),
+      rules_(std::make_unique<RestartRules>(*this)),
       stock_(loop_, workers_,
              {.on_freed =
                   [this] {
@@ -66,7 +69,7 @@ LeaseManager::~LeaseManager() {
 void LeaseManager::Connect(ConnId conn, CallerInfo caller) {
   pid_t pid = caller.pid;
   conns_[conn].caller = std::move(caller);
-  CheckHolderOf(pid);  // restart: leases this process no longer holds
+  rules_->CheckHolderOf(pid);  // restart: leases this process no longer holds
 }
 
 const CallerInfo* LeaseManager::Caller(ConnId conn) const {
@@ -573,10 +576,10 @@ std::map<std::string, uint64_t> LeaseManager::Gauges() const {
   g["reserve_ready_bytes"] = ready;
   g["capacity_bytes"] = cap;
   // What the last start found wrong with the journal (docs/daemon.md).
-  g["journal_damaged"] = restart_.health().damaged ? 1 : 0;
-  g["journal_skipped_regions"] = restart_.health().skipped_regions;
-  g["journal_skipped_bytes"] = restart_.health().skipped_bytes;
-  g["journal_dropped_tail_bytes"] = restart_.health().dropped_tail_bytes;
+  g["journal_damaged"] = rules_->tracker().health().damaged ? 1 : 0;
+  g["journal_skipped_regions"] = rules_->tracker().health().skipped_regions;
+  g["journal_skipped_bytes"] = rules_->tracker().health().skipped_bytes;
+  g["journal_dropped_tail_bytes"] = rules_->tracker().health().dropped_tail_bytes;
   return g;
 }
 

@@ -9,8 +9,10 @@
 //   - ReclaimQueue (reclaim_queue.h): ended leases' memory given back;
 //   - JournalWriter (journal_writer.h): grants, holder changes and ends
 //     written to the LeaseStore; the lease ids;
-//   - RestartTracker (restart_tracker.h): the grace period, its timer and the
-//     holders awaited after a restart (the rules: lease_restart.cc).
+//   - Allocator (allocator.h): a request checked, placed and admitted,
+//     granted from the warm reserve, parked for reclaims or built;
+//   - RestartRules (restart_rules.h): recover, reclaim, re-adopt, the grace
+//     period and the sweeps after a restart.
 //
 // Nothing here knows protobuf or sockets; the handler translates.
 //
@@ -72,11 +74,13 @@
 #include "lease/quota.h"
 #include "lease/reclaim_queue.h"
 #include "lease/restart.h"
-#include "lease/restart_tracker.h"
 #include "lease/wait_queue.h"
 #include "pool/pool.h"
 
 namespace cxlpool {
+
+class Allocator;
+class RestartRules;
 
 class LeaseManager {
  public:
@@ -192,7 +196,7 @@ class LeaseManager {
   // At most `n` cold builds for requests run at once (the worker count);
   // the rest wait, the owners' uids taking turns (lease/build_queue.h).
   // Default: no limit, in the order asked.
-  void SetBuildConcurrency(size_t n) { build_queue_.set_max_running(n); }
+  void SetBuildConcurrency(size_t n);
   // Daemon time per uid (server/busy_budget.h): `charge` is told how long
   // each build and reclaim of a uid's lease took on a worker (on the loop,
   // once it is back); a uid `throttled` says yes to starts none of its cold
@@ -213,7 +217,7 @@ class LeaseManager {
   uint32_t pending_reclaims() const { return reclaims_.pending(); }
   size_t waiting_allocs() const { return waiting_.size(); }
 
-  // ---- restart support (lease/lease_restart.cc, docs/daemon.md) ----
+  // ---- restart support (lease/restart_rules.h, docs/daemon.md) ----
   // Journals every grant, holder change and free through `store` (before
   // the grant's reply leaves; a failed Put refuses the grant), grants ids
   // from `next_id` on (reserved in batches), and uses `probe` to look at
@@ -245,7 +249,7 @@ class LeaseManager {
   RecoveryReport Recover(std::vector<DurableLease> journalled,
                          std::map<uint64_t, std::vector<UniqueFd>> stored,
                          std::chrono::milliseconds grace, const JournalHealth& health = {});
-  bool in_grace() const { return restart_.in_grace(); }
+  bool in_grace() const;
   // During the grace period: UNAVAILABLE "daemon restarting: reclaim in
   // progress, retry in N s"; else OK.
   Status GraceRefusal() const;
@@ -329,62 +333,21 @@ class LeaseManager {
   void HandOver();
 
  private:
+  // The allocator and the restart rules reach the table, the connections,
+  // the journal and the helpers below (lease/allocator.h,
+  // lease/restart_rules.h).
+  friend class Allocator;
+  friend class RestartRules;
   using Lease = LeaseRecord;
   struct Conn {
     CallerInfo caller;
     std::unordered_set<uint64_t> held;
   };
 
-  // Allocate's steps: check the request, plan the candidate pools, and for
-  // each admit it (size, quota, priority reserve), take what the warm
-  // reserve has, wait for reclaims, or start a build; else refuse, naming every pool's
-  // reason.
-  struct PoolRefusals {
-    std::string text;
-    Code code = Code::kResourceExhausted;
-    const char* first_reason = nullptr;  // why the preferred pool refused
-    void Add(const std::string& why, const char* reason, Code c = Code::kOk);
-  };
-  // A build in flight: what its completion needs to grant or undo it.
-  struct BuildJob {
-    ConnId conn = 0;
-    AllocParams params;
-    AllocDone done;
-    Pool* pool = nullptr;
-    uint64_t size = 0;
-    std::string reason;
-    std::string tier;
-    Tenant owner;
-    const FileSystem* settle = nullptr;
-    // Extents taken from the pool's reserve for this lease (null: none);
-    // only the plan's kBuild piece is built.
-    std::shared_ptr<ExtentReserve::Taken> taken;
-  };
-  void Refuse(const AllocDone& done, Status st, const char* reason = nullptr);
-  Status CheckRequest(const CallerInfo& caller, const AllocParams& p) const;
-  static PlacementRequest PlacementFor(const AllocParams& p);
-  // The lease's size in `pool`, or nullopt with why not added to `why`.
-  std::optional<uint64_t> Admit(const Tenant& tenant, const AllocParams& p, Pool* pool,
-                                PoolRefusals* why) const;
-  // Grants a lease wholly made of reserve extents (room already reserved).
-  void GrantFromReserve(BuildJob job);
   // Waiting allocations run again (room came back).
   void RetryWaiting();
   // No more reserve refills; ready stock is retired (shutdown, hand-over).
   void StopReserves();
-  // Charges and reserves for `job`, then builds on a worker (or the loop).
-  void StartBuild(BuildJob job);
-  // On the loop: grants the built lease, places it elsewhere (a failed
-  // kernel-zone settle), or undoes the hold and refuses.
-  void FinishBuild(BuildJob job, Result<Extents> built);
-  void UndoBuildHold(const BuildJob& job);
-  // A worker's build offers its prefault (pool/shared_fill.h): helpers for
-  // the other workers, through the BuildQueue under the owner's uid, one
-  // chunk per turn (counters build_helpers, build_helper_chunks).
-  void OfferFill(uid_t uid, const std::shared_ptr<SharedFill>& fill);
-  void SubmitFillHelper(uid_t uid, const std::shared_ptr<SharedFill>& fill);
-  uint64_t Insert(ConnId conn, const AllocParams& p, Pool* pool, uint64_t size, Extents extents,
-                  bool from_warm, std::string reason);
   // Ends a lease: bookkeeping now, memory reclaimed off the request path
   // (reclaims_).
   // `then` runs on the loop once the memory is truncated (or never, when
@@ -408,10 +371,8 @@ class LeaseManager {
   // A caller that may attach to / hold a shared lease: root, its owner uid,
   // or in its ACL (uid, primary or supplementary gid).
   static bool InAcl(const Lease& l, const CallerInfo& who);
-  // Restart support (lease_restart.cc).
-  bool Unheld(const Lease& l) const {
-    return l.refs == 0 && l.awaiting.empty() && !(l.unjournalled && restart_.in_grace());
-  }
+  // Journalling and restart support (lease_journal.cc).
+  bool Unheld(const Lease& l) const;
   DurableLease ToDurable(const Lease& l) const;
   MigrationFacts FactsOf(const Lease& l) const;
   // The second charge and the reservation of a move under way go (Free, Abort).
@@ -449,95 +410,6 @@ class LeaseManager {
   // A new grant just inserted: records its extents' identity, and journals
   // it or takes it back. False: refused.
   bool PersistGrant(uint64_t id, const AllocDone& done);
-  // Strikes holders of `pid` off leases they provably no longer hold.
-  void CheckHolderOf(pid_t pid);
-  // Strikes dead holders (and `exited`, whose pidfd fired) off every
-  // awaiting lease; frees the unheld.
-  void SweepAwaiting(bool check_files, std::optional<HolderId> exited = std::nullopt);
-  void WatchHolder(const HolderId& h);
-  // Journal damage (lease_readopt.cc): accounts an unknown lease's memfds
-  // again, one per extent (see Reclaim). `who` null: an fd-store orphan. On
-  // error `*revoked` says whether the memfds (cxlpool leases that could not
-  // be accounted) were truncated; nothing is done to an fd that fails
-  // CheckLostLease.
-  Result<uint64_t> Readopt(uint64_t id, std::vector<UniqueFd> fds, const ReclaimItem* hints,
-                           const CallerInfo* who, bool* revoked);
-  // A RECLAIM of an id the table does not know may re-adopt it: the id is
-  // one this daemon may have granted, and the grace period that journal
-  // damage started runs.
-  bool LostLeaseWindowOpen(uint64_t id) const;
-  // Every memfd (st_dev, st_ino) a lease in the table has: journalled
-  // identities and the live extents' fds.
-  std::set<std::pair<uint64_t, uint64_t>> LiveMemfds() const;
-  // The fds of a lease the journal lost, checked without acting on them:
-  // as many as the holder lists extents, each a lease-like memfd
-  // (CheckUnknownMemfd) of one page kind, listed once, part of no live lease.
-  Result<std::vector<MemfdFacts>> CheckLostLease(uint64_t id, const std::vector<UniqueFd>& fds,
-                                                 const ReclaimItem* hints) const;
-  // The memfd pool an extent whose pages are on `node` (-1: unknown) is
-  // accounted to; the holder's pool when it agrees. nullptr: none.
-  MemfdPool* LostExtentPool(int node, const ReclaimItem* hints) const;
-  // Quota, priority reserve and daemon limits for bytes in each pool.
-  Status CheckLostLeaseFits(const std::vector<std::pair<Pool*, uint64_t>>& by_pool,
-                            const CallerInfo* who) const;
-  // Reserves and commits the bytes in every pool, or none of them
-  // (RESOURCE_EXHAUSTED naming the full pool).
-  Status ReserveByPool(const std::vector<std::pair<Pool*, uint64_t>>& by_pool);
-  // Readopt for a DAX device fd: a static device no lease holds, or a
-  // sub-device held as a DaxOrphan, becomes the lease `id` again (a device
-  // cannot be revoked like a memfd, so it is accounted even over a quota).
-  // nullopt: the fd is no device of a devdax pool here.
-  std::optional<Result<uint64_t>> ReadoptDevdax(uint64_t id, UniqueFd& fd, const ReclaimItem* hints,
-                                                const CallerInfo* who);
-  // The last step of both: `fresh` (id, size, pool, tier, extents, placement
-  // and identity set) gets its owner, label and name from the reclaimer,
-  // enters the table and is charged.
-  uint64_t AddReadopted(Lease fresh, const ReclaimItem* hints, const CallerInfo* who);
-  // Moves a lease to a new owner (quota charge, owner's list; and the name
-  // when `confirmed`: the caller says it is the owner).
-  void TakeOver(Lease& l, const CallerInfo& who, const std::string& name, bool confirmed);
-  // Recover's steps for one journalled lease (`fds`: the fd store's).
-  void RecoverLease(DurableLease& d, std::vector<UniqueFd> fds, std::set<std::string>* carved_seen,
-                    RecoveryReport* r);
-  // A devdax lease's device, resolved and counted back into a dynamic
-  // region; why it cannot come back otherwise.
-  std::optional<std::string> RecoverDaxDevice(DevdaxPool* dax_pool, DurableLease& d,
-                                              std::set<std::string>* carved_seen);
-  // Closes stored fds that do not match the journal.
-  void CheckStoredFds(const DurableLease& d, DevdaxPool* dax_pool, std::vector<UniqueFd>* fds);
-  // Every holder is gone: the stored memory is freed (a device given back).
-  void ReleaseUnheldStored(const DurableLease& d, DevdaxPool* dax_pool, std::vector<UniqueFd>* fds);
-  // The journalled pool of each extent of a split lease (empty: all on `pool`).
-  std::vector<Pool*> RecoveredExtentPools(const DurableLease& d, Pool* pool, bool devdax) const;
-  static std::vector<std::pair<Pool*, uint64_t>> BytesByPool(
-      const DurableLease& d, Pool* pool, const std::vector<Pool*>& extent_pools);
-  // The stored memory adopted (`*adopted`), or stand-ins awaiting RECLAIM.
-  Extents RecoveredBacking(const DurableLease& d, Pool* pool, std::vector<UniqueFd> fds,
-                           bool* adopted);
-  static Lease FromDurable(const DurableLease& d, Pool* pool);
-  // fd-store leases the journal does not know, accounted again.
-  void ReadoptStoreOrphans(std::map<uint64_t, std::vector<UniqueFd>> stored, RecoveryReport* r);
-  void StartGrace(std::chrono::milliseconds grace, bool awaiting, bool may_have_lost_leases);
-  // Reclaim's steps for one item: the rejection, or nullopt when accepted.
-  std::optional<std::string> ReclaimLost(ConnId conn, Conn& c, ReclaimItem& item);
-  std::optional<std::string> ReclaimJournalled(ConnId conn, Conn& c, ReclaimItem& item);
-  std::optional<std::string> CheckReclaimItem(const Lease& l, const DurableLease& d,
-                                              const CallerInfo& who, const ReclaimItem& item) const;
-  std::optional<std::string> AdoptReclaimed(Lease& l, const DurableLease& d, ReclaimItem& item);
-  void MaybeEndGrace();
-  void EndGrace(const char* why);
-  // Sub-devices of dynamic DAX regions that no journalled lease names
-  // (carved by the previous daemon for a lease the journal lost): destroyed
-  // when nothing holds them, else kept reserved (never granted again) and
-  // tried again at the end of the grace period. Returns how many it found.
-  size_t FindDaxOrphans(const std::set<std::string>& journalled);
-  void DestroyDaxOrphans(const char* when);
-  struct DaxOrphan {
-    DevdaxPool* pool;
-    std::string device;
-    uint64_t size;
-  };
-  std::vector<DaxOrphan> dax_orphans_;
 
   const Topology* topo_;
   std::vector<std::unique_ptr<Pool>> pools_;
@@ -550,11 +422,8 @@ class LeaseManager {
   // Extents beyond the first of every lease in the table (each one more fd
   // and mapping: CheckDaemonLimits).
   uint64_t extra_extents_ = 0;
-  BuildQueue build_queue_;
-  BusyCharge busy_charge_;
-  std::unique_ptr<boost::asio::steady_timer> busy_retry_timer_;  // made once builds are held
-  bool busy_retry_armed_ = false;
-  void RetryHeldBuilds();
+  // The path from a request to a finished build (lease/allocator.h).
+  std::unique_ptr<Allocator> alloc_;
   const FileSystem* settle_fs_ = nullptr;
   const Clock* clock_;
   bool stopping_ = false;
@@ -576,8 +445,9 @@ class LeaseManager {
 
   // Grants, holder changes and ends journalled; lease ids.
   JournalWriter journal_;
-  // After a restart: the probe, the grace period, the holder watches.
-  RestartTracker restart_;
+  // After a restart: recover, reclaim, re-adopt, the grace period and the
+  // sweeps (lease/restart_rules.h).
+  std::unique_ptr<RestartRules> rules_;
   // The pools' warm reserves refilled and stopped (destroyed before the pools).
   LeaseStock stock_;
 };

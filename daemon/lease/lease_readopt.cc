@@ -1,4 +1,4 @@
-// LeaseManager: leases the journal lost, accounted again from what their
+// RestartRules: leases the journal lost, accounted again from what their
 // holders (or the fd store) hand back. Every fd is checked before anything
 // is done to it; the daemon never reads or writes a byte of a memfd it did
 // not make (a holder can truncate it at any moment). See docs/daemon.md,
@@ -12,7 +12,7 @@
 
 #include "cxlpool/common/log.h"
 #include "cxlpool/common/strings.h"
-#include "lease/lease_manager.h"
+#include "lease/restart_rules.h"
 
 namespace cxlpool {
 
@@ -40,17 +40,17 @@ using FileId = std::pair<uint64_t, uint64_t>;  // st_dev, st_ino
 
 }  // namespace
 
-bool LeaseManager::LostLeaseWindowOpen(uint64_t id) const {
+bool RestartRules::LostLeaseWindowOpen(uint64_t id) const {
   // Only while the grace period that real damage started runs: a holder of
   // a lease the journal lost has had its chance by its end, and outside it
   // an unknown id is simply one that ended (its memfd was truncated then).
-  return journal_.writing() && journal_.MayHaveGranted(id) && restart_.in_grace() &&
-         restart_.full();
+  return m_.journal_.writing() && m_.journal_.MayHaveGranted(id) && tracker_.in_grace() &&
+         tracker_.full();
 }
 
-std::set<std::pair<uint64_t, uint64_t>> LeaseManager::LiveMemfds() const {
+std::set<std::pair<uint64_t, uint64_t>> RestartRules::LiveMemfds() const {
   std::set<FileId> out;
-  for (const auto& [id, l] : table_.leases()) {
+  for (const auto& [id, l] : m_.table_.leases()) {
     for (const DurableExtent& x : l.identity) out.emplace(x.inode_dev, x.inode);
     if (l.inode != 0) out.emplace(l.inode_dev, l.inode);
     for (const auto& e : l.extents) {
@@ -63,7 +63,7 @@ std::set<std::pair<uint64_t, uint64_t>> LeaseManager::LiveMemfds() const {
   return out;
 }
 
-Result<std::vector<MemfdFacts>> LeaseManager::CheckLostLease(uint64_t id,
+Result<std::vector<MemfdFacts>> RestartRules::CheckLostLease(uint64_t id,
                                                              const std::vector<UniqueFd>& fds,
                                                              const ReclaimItem* hints) const {
   const std::string what = "lease " + std::to_string(id) + " (not in the journal)";
@@ -96,16 +96,16 @@ Result<std::vector<MemfdFacts>> LeaseManager::CheckLostLease(uint64_t id,
   return facts;
 }
 
-MemfdPool* LeaseManager::LostExtentPool(int node, const ReclaimItem* hints) const {
+MemfdPool* RestartRules::LostExtentPool(int node, const ReclaimItem* hints) const {
   // Where its pages really are decides (the client's word is only a hint,
   // taken when the kernel cannot tell or agrees).
   MemfdPool* pool = nullptr;
-  for (Pool* p : pool_ptrs_) {
+  for (Pool* p : m_.pool_ptrs_) {
     auto* mp = dynamic_cast<MemfdPool*>(p);
     if (mp == nullptr || hints == nullptr || mp->name() != hints->pool) continue;
     if (node < 0 || !mp->binds() || mp->numa_node() == node) pool = mp;
   }
-  for (Pool* p : pool_ptrs_) {
+  for (Pool* p : m_.pool_ptrs_) {
     auto* mp = dynamic_cast<MemfdPool*>(p);
     if (pool != nullptr || mp == nullptr) continue;
     if (node < 0 || mp->numa_node() == node) pool = mp;
@@ -113,7 +113,7 @@ MemfdPool* LeaseManager::LostExtentPool(int node, const ReclaimItem* hints) cons
   return pool;
 }
 
-Status LeaseManager::ReserveByPool(const std::vector<std::pair<Pool*, uint64_t>>& by_pool) {
+Status RestartRules::ReserveByPool(const std::vector<std::pair<Pool*, uint64_t>>& by_pool) {
   size_t reserved = 0;
   while (reserved < by_pool.size() &&
          by_pool[reserved].first->TryReserve(by_pool[reserved].second)) {
@@ -129,7 +129,7 @@ Status LeaseManager::ReserveByPool(const std::vector<std::pair<Pool*, uint64_t>>
   return Status::Ok();
 }
 
-Status LeaseManager::CheckLostLeaseFits(const std::vector<std::pair<Pool*, uint64_t>>& by_pool,
+Status RestartRules::CheckLostLeaseFits(const std::vector<std::pair<Pool*, uint64_t>>& by_pool,
                                         const CallerInfo* who) const {
   // The checks an ALLOC of the same bytes passes: an fd nobody can tell
   // from a real lease gets the caller no more than asking for memory would.
@@ -138,17 +138,17 @@ Status LeaseManager::CheckLostLeaseFits(const std::vector<std::pair<Pool*, uint6
     std::map<std::string, uint64_t> by_tier;
     for (const auto& [p, bytes] : by_pool) by_tier[p->quota_tier()] += bytes;
     for (const auto& [tier, bytes] : by_tier) {
-      CXLPOOL_RETURN_IF_ERROR(quotas_.Check(tenant, tier, bytes));
+      CXLPOOL_RETURN_IF_ERROR(m_.quotas_.Check(tenant, tier, bytes));
     }
     for (const auto& [p, bytes] : by_pool) {
-      CXLPOOL_RETURN_IF_ERROR(quotas_.CheckReserve(tenant, p->name(), p->capacity(),
-                                                   p->leased_bytes() + p->reserved_bytes(), bytes));
+      CXLPOOL_RETURN_IF_ERROR(m_.quotas_.CheckReserve(
+          tenant, p->name(), p->capacity(), p->leased_bytes() + p->reserved_bytes(), bytes));
     }
   }
-  return CheckDaemonLimits();
+  return m_.CheckDaemonLimits();
 }
 
-Result<uint64_t> LeaseManager::Readopt(uint64_t id, std::vector<UniqueFd> fds,
+Result<uint64_t> RestartRules::Readopt(uint64_t id, std::vector<UniqueFd> fds,
                                        const ReclaimItem* hints, const CallerInfo* who,
                                        bool* revoked) {
   *revoked = false;
@@ -160,7 +160,7 @@ Result<uint64_t> LeaseManager::Readopt(uint64_t id, std::vector<UniqueFd> fds,
   // not a lease-like memfd, or that belongs to a live lease, is left alone.
   auto facts = CheckLostLease(id, fds, hints);
   if (!facts.ok()) {
-    Count("unjournalled_rejects");
+    m_.Count("unjournalled_rejects");
     return facts.status();
   }
   // From here on each fd is a memfd sealed as the daemon seals its leases
@@ -171,7 +171,7 @@ Result<uint64_t> LeaseManager::Readopt(uint64_t id, std::vector<UniqueFd> fds,
     for (auto& b : backings) b->Reclaim();  // truncate, unmap, close
     for (size_t i = backings.size(); i < fds.size(); ++i) (void)::ftruncate(fds[i].get(), 0);
     *revoked = true;
-    Count("unjournalled_revokes");
+    m_.Count("unjournalled_revokes");
     std::string msg =
         what + " cannot be accounted again: " + why + "; its memory was taken back (revoked)";
     CXLPOOL_LOG(kError) << "restart: " << msg;
@@ -241,15 +241,15 @@ Result<uint64_t> LeaseManager::Readopt(uint64_t id, std::vector<UniqueFd> fds,
                         : std::string(node >= 0 ? "pages on node " + std::to_string(node)
                                                 : std::string("no page resident"))) +
       (who == nullptr ? ", from the fd store)" : ", from a reclaim)");
-  extra_extents_ += fresh.extents.size() - 1;
+  m_.extra_extents_ += fresh.extents.size() - 1;
   return AddReadopted(std::move(fresh), hints, who);
 }
 
-std::optional<Result<uint64_t>> LeaseManager::ReadoptDevdax(uint64_t id, UniqueFd& fd,
+std::optional<Result<uint64_t>> RestartRules::ReadoptDevdax(uint64_t id, UniqueFd& fd,
                                                             const ReclaimItem* hints,
                                                             const CallerInfo* who) {
   const std::string what = "lease " + std::to_string(id) + " (not in the journal)";
-  for (Pool* p : pool_ptrs_) {
+  for (Pool* p : m_.pool_ptrs_) {
     auto* dax = dynamic_cast<DevdaxPool*>(p);
     if (dax == nullptr) continue;
     std::string device;
@@ -260,13 +260,13 @@ std::optional<Result<uint64_t>> LeaseManager::ReadoptDevdax(uint64_t id, UniqueF
       // The static device is leased whole: the journal lost its lease, and
       // its holder is back. Held by another lease, it is not this one.
       if (dax->lease_count() > 0 || dax->reserved_bytes() > 0) {
-        Count("unjournalled_rejects");
+        m_.Count("unjournalled_rejects");
         return Result<uint64_t>(
             Status(Code::kInvalidArgument, what + ": " + whole + " is held by another lease"));
       }
       size = dax->capacity();
       if (!dax->TryReserve(size)) {
-        Count("unjournalled_rejects");
+        m_.Count("unjournalled_rejects");
         return Result<uint64_t>(Status(Code::kResourceExhausted,
                                        what + ": " + whole + " is not free in " + dax->name()));
       }
@@ -299,36 +299,36 @@ std::optional<Result<uint64_t>> LeaseManager::ReadoptDevdax(uint64_t id, UniqueF
     CXLPOOL_LOG(kError) << "restart: " << what << ": DAX device " << device << " ("
                         << HumanBytes(size) << " of " << dax->name()
                         << ") is held again and accounted as this lease";
-    Count("unjournalled_dax_adopted");
+    m_.Count("unjournalled_dax_adopted");
     return Result<uint64_t>(AddReadopted(std::move(fresh), hints, who));
   }
   return std::nullopt;
 }
 
-uint64_t LeaseManager::AddReadopted(Lease fresh, const ReclaimItem* hints, const CallerInfo* who) {
+uint64_t RestartRules::AddReadopted(Lease fresh, const ReclaimItem* hints, const CallerInfo* who) {
   const CallerInfo owner = who != nullptr ? *who : CallerInfo();
   fresh.label = hints != nullptr ? hints->label.substr(0, 256) : std::string();
   fresh.owner = owner;
-  fresh.created_unix = clock_->WallSeconds();
+  fresh.created_unix = m_.clock_->WallSeconds();
   fresh.unjournalled = true;
   fresh.owner_provisional =
       who == nullptr || hints == nullptr || !hints->owner_uid || *hints->owner_uid != who->uid;
-  Lease& l = table_.Add(std::move(fresh));  // indexed by owner and name
-  ChargeTiers(l, true);
+  Lease& l = m_.table_.Add(std::move(fresh));  // indexed by owner and name
+  m_.ChargeTiers(l, true);
   if (!l.owner_provisional && hints != nullptr && !hints->name.empty() &&
       hints->name.size() <= 255) {
-    (void)table_.SetName(l, hints->name);  // unless the owner has that name already
+    (void)m_.table_.SetName(l, hints->name);  // unless the owner has that name already
   }
-  if (who != nullptr) Count("unjournalled_adopted");
+  if (who != nullptr) m_.Count("unjournalled_adopted");
   return l.id;
 }
 
-void LeaseManager::TakeOver(Lease& l, const CallerInfo& who, const std::string& name,
+void RestartRules::TakeOver(Lease& l, const CallerInfo& who, const std::string& name,
                             bool confirmed) {
-  ChargeTiers(l, false);
-  table_.SetOwner(l, who);  // its old name goes with the old owner
-  ChargeTiers(l, true);
-  if (confirmed && !name.empty() && name.size() <= 255) (void)table_.SetName(l, name);
+  m_.ChargeTiers(l, false);
+  m_.table_.SetOwner(l, who);  // its old name goes with the old owner
+  m_.ChargeTiers(l, true);
+  if (confirmed && !name.empty() && name.size() <= 255) (void)m_.table_.SetName(l, name);
   l.owner_provisional = !confirmed;
   CXLPOOL_LOG(kInfo) << "reclaim: lease " << l.id << " is now charged to uid " << who.uid
                      << (confirmed ? " (its owner)" : " (its first holder back)");

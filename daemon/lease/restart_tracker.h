@@ -1,5 +1,5 @@
 // RestartTracker: what the lease manager keeps of a restart once the
-// journalled leases are back (lease_restart.cc): how holders are looked at
+// journalled leases are back (the rules: restart_rules.h): how holders are looked at
 // (the probe), the journal's damage report, whether any lease still awaits a
 // holder, the grace period (its end and its timer) and the pidfd watches on
 // awaited holders.
