@@ -75,7 +75,8 @@ if [[ $abi != 1 ]]; then
 fi
 # shellcheck disable=SC2086
 "$CXX" -O2 -std=c++17 -shared -fPIC -D_GLIBCXX_USE_CXX11_ABI=1 -Wno-unused-parameter $tinc \
-  -I client_lib/include -I client_lib/hostalloc python/csrc/torch_host_allocator.cc \
+  -I client_lib/include -I client_lib/hostalloc -I common/include \
+  python/csrc/torch_host_allocator.cc \
   client_lib/hostalloc/host_arena.cc "$LIBDIR/libcxlpool.so.0" -L "$tlib" -lc10 -ltorch_cpu \
   -Wl,-rpath,"$LIBDIR" -Wl,-rpath,"$tlib" -o "$OUT/cxlpool/_torch_host_allocator.so"
 say "built $OUT/cxlpool/_torch_host_allocator.so against PyTorch $tv"

@@ -23,7 +23,7 @@ HostArena::HostArena(Client client, ArenaOptions options)
       client_(std::move(client)) {}
 
 HostArena::~HostArena() {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   large_.clear();
   small_.clear();
   slabs_.clear();
@@ -109,7 +109,7 @@ ClientResult<void*> HostArena::Allocate(uint64_t size, int device) {
   if (size == 0) return ClientStatus(ErrorCode::kInvalidArgument, "size 0");
   if (size >= options_.small_max) {
     ClientResult<Lease> lease = NewLease(size, device, "block");
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (!lease.ok()) {
       ++failures_;
       return lease.status();
@@ -122,12 +122,12 @@ ClientResult<void*> HostArena::Allocate(uint64_t size, int device) {
   }
   uint64_t length = RoundUp(size, options_.align);
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (void* p = CarveLocked(length, size, device)) return p;
   }
   // No room: a new slab (outside the lock), then carve from it.
   ClientResult<Lease> lease = NewLease(options_.slab_bytes, device, "slab");
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   if (!lease.ok()) {
     // Another thread may have added a slab meanwhile.
     if (void* p = CarveLocked(length, size, device)) return p;
@@ -152,7 +152,7 @@ ClientResult<void*> HostArena::Allocate(uint64_t size, int device) {
 bool HostArena::Free(void* ptr) {
   Lease to_release;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     if (auto it = large_.find(ptr); it != large_.end()) {
       requested_bytes_ -= it->second.requested;
       to_release = std::move(it->second.lease);
@@ -183,12 +183,12 @@ bool HostArena::Free(void* ptr) {
 }
 
 bool HostArena::Owns(const void* ptr) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   return large_.count(ptr) != 0 || small_.count(ptr) != 0;
 }
 
 uint64_t HostArena::LeaseIdOf(const void* ptr) const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   if (auto it = large_.find(ptr); it != large_.end()) return it->second.lease.id();
   if (auto it = small_.find(ptr); it != small_.end()) return it->second.slab->lease.id();
   return 0;
@@ -197,7 +197,7 @@ uint64_t HostArena::LeaseIdOf(const void* ptr) const {
 void HostArena::ReleaseEmptySlabs() {
   std::vector<Lease> out;
   {
-    std::lock_guard<std::mutex> l(mu_);
+    MutexLock l(mu_);
     for (auto it = slabs_.begin(); it != slabs_.end();) {
       if ((*it)->used == 0) {
         out.push_back(std::move((*it)->lease));
@@ -211,7 +211,7 @@ void HostArena::ReleaseEmptySlabs() {
 }
 
 ArenaStats HostArena::stats() const {
-  std::lock_guard<std::mutex> l(mu_);
+  MutexLock l(mu_);
   ArenaStats s;
   s.requested_bytes = requested_bytes_;
   for (const auto& [p, b] : large_) s.leased_bytes += b.lease.size();

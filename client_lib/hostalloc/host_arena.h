@@ -28,12 +28,12 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "cxlpool/client.hpp"
+#include "cxlpool/common/thread_annotations.h"
 
 namespace cxlpool::hostalloc {
 
@@ -70,17 +70,17 @@ class HostArena {
 
   // `size` bytes near GPU `device` (-1: no GPU: no placement hint, no
   // registration). size 0: INVALID_ARGUMENT.
-  ClientResult<void*> Allocate(uint64_t size, int device);
+  ClientResult<void*> Allocate(uint64_t size, int device) EXCLUDES(mu_);
   // Frees a pointer Allocate returned. False (and nothing happens) for any
   // other pointer.
-  bool Free(void* ptr);
+  bool Free(void* ptr) EXCLUDES(mu_);
   // True for a pointer Allocate returned and Free has not taken back.
-  bool Owns(const void* ptr) const;
+  bool Owns(const void* ptr) const EXCLUDES(mu_);
   // The lease id behind a live pointer, 0 if not ours.
-  uint64_t LeaseIdOf(const void* ptr) const;
+  uint64_t LeaseIdOf(const void* ptr) const EXCLUDES(mu_);
   // Releases the empty slabs kept for reuse.
-  void ReleaseEmptySlabs();
-  ArenaStats stats() const;
+  void ReleaseEmptySlabs() EXCLUDES(mu_);
+  ArenaStats stats() const EXCLUDES(mu_);
   const ArenaOptions& options() const { return options_; }
 
  private:
@@ -101,9 +101,10 @@ class HostArena {
     uint64_t requested = 0;
   };
 
-  ClientResult<Lease> NewLease(uint64_t size, int device, const char* what);
-  // Under mu_: a block of `length` in an existing slab of `device`.
-  void* CarveLocked(uint64_t length, uint64_t requested, int device);
+  // A daemon round trip: never under mu_.
+  ClientResult<Lease> NewLease(uint64_t size, int device, const char* what) EXCLUDES(mu_);
+  // A block of `length` in an existing slab of `device`.
+  void* CarveLocked(uint64_t length, uint64_t requested, int device) REQUIRES(mu_);
   static bool TakeRange(Slab* s, uint64_t length, uint64_t* offset);
   static void ReturnRange(Slab* s, uint64_t offset, uint64_t length);
 
@@ -111,13 +112,13 @@ class HostArena {
   const ArenaOptions options_;
   Client client_;
   std::atomic<bool> unknown_gpu_[kMaxDevices] = {};
-  mutable std::mutex mu_;
-  std::unordered_map<const void*, LargeBlock> large_;
-  std::unordered_map<const void*, SmallBlock> small_;
-  std::vector<std::unique_ptr<Slab>> slabs_;
-  uint64_t requested_bytes_ = 0;
-  uint64_t allocations_ = 0;
-  uint64_t failures_ = 0;
+  mutable Mutex mu_;
+  std::unordered_map<const void*, LargeBlock> large_ GUARDED_BY(mu_);
+  std::unordered_map<const void*, SmallBlock> small_ GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Slab>> slabs_ GUARDED_BY(mu_);  // the Slabs too
+  uint64_t requested_bytes_ GUARDED_BY(mu_) = 0;
+  uint64_t allocations_ GUARDED_BY(mu_) = 0;
+  uint64_t failures_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace cxlpool::hostalloc

@@ -60,11 +60,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 
 #include "cxlpool/client.hpp"
+#include "cxlpool/common/thread_annotations.h"
 
 #define PRELOAD_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -261,9 +261,9 @@ class Server {
  public:
   // A lease of `size` bytes near `device`, registered there; nullptr means
   // "use the real call" (the cause was logged once).
-  void* Serve(uint64_t size, int device, const char* call) {
+  void* Serve(uint64_t size, int device, const char* call) EXCLUDES(mu_) {
     Inside inside;
-    std::lock_guard<std::mutex> l(mu_);
+    cxlpool::MutexLock l(mu_);
     if (!client_.connected()) {
       uint64_t now = NowNs();
       if (now < next_connect_ns_) return Fallback();
@@ -323,12 +323,12 @@ class Server {
   }
 
   // True when `p` was served here (and is now released).
-  bool Free(void* p) {
+  bool Free(void* p) EXCLUDES(mu_) {
     if (p == nullptr) return false;
     Inside inside;
     cxlpool::Lease lease;
     {
-      std::lock_guard<std::mutex> l(mu_);
+      cxlpool::MutexLock l(mu_);
       auto it = leases_.find(p);
       if (it == leases_.end()) return false;
       lease = std::move(it->second);
@@ -339,17 +339,17 @@ class Server {
     return true;
   }
 
-  Counters counters() {
-    std::lock_guard<std::mutex> l(mu_);
+  Counters counters() EXCLUDES(mu_) {
+    cxlpool::MutexLock l(mu_);
     return counters_;
   }
 
  private:
-  void* Fallback() {
+  void* Fallback() REQUIRES(mu_) {
     ++counters_.fallbacks;
     return nullptr;
   }
-  void LogOnce(Cause c, const char* call, uint64_t size, const std::string& detail) {
+  void LogOnce(Cause c, const char* call, uint64_t size, const std::string& detail) REQUIRES(mu_) {
     if (logged_[c]) return;
     logged_[c] = true;
     Log("%s(%llu bytes) falls back to CUDA: %s (%s); said once for this cause", call,
@@ -357,14 +357,15 @@ class Server {
   }
 
   static constexpr int kMaxDevices = 64;
-  std::mutex mu_;
-  cxlpool::Client client_;
-  bool unknown_gpu_[kMaxDevices] = {};
-  uint64_t next_connect_ns_ = 0;
-  bool said_serving_ = false;
-  bool logged_[kCauses] = {};
-  std::unordered_map<void*, cxlpool::Lease> leases_;
-  Counters counters_;
+  // Taken only by the CUDA entry points, never from a malloc or fork hook.
+  cxlpool::Mutex mu_;
+  cxlpool::Client client_ GUARDED_BY(mu_);
+  bool unknown_gpu_[kMaxDevices] GUARDED_BY(mu_) = {};
+  uint64_t next_connect_ns_ GUARDED_BY(mu_) = 0;
+  bool said_serving_ GUARDED_BY(mu_) = false;
+  bool logged_[kCauses] GUARDED_BY(mu_) = {};
+  std::unordered_map<void*, cxlpool::Lease> leases_ GUARDED_BY(mu_);
+  Counters counters_ GUARDED_BY(mu_);
 };
 
 // Never destroyed: CUDA programs free pinned memory from atexit handlers

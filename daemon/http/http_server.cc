@@ -15,13 +15,13 @@
 #include <cmath>
 #include <exception>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <vector>
 
 #include "config/config.h"
 #include "cxlpool/common/log.h"
 #include "cxlpool/common/strings.h"
+#include "cxlpool/common/thread_annotations.h"
 #include "http/peer_uid.h"
 
 namespace cxlpool {
@@ -46,13 +46,13 @@ struct RenderResult {
 };
 
 // What the loop needs to render and hand the text back to the HTTP thread.
-// `closed` (under `mu`) is set by Stop before the HTTP io_context goes away:
-// the loop neither renders nor posts to it after that.
+// `closed` is set by Stop before the HTTP io_context goes away: the loop
+// neither renders nor posts to it after that.
 struct RenderBridge {
-  std::mutex mu;
-  bool closed = false;  // guarded by mu
+  Mutex mu;
+  bool closed GUARDED_BY(mu) = false;
   MetricsHttpServer::RenderFn render;
-  asio::io_context* http = nullptr;
+  asio::io_context* http PT_GUARDED_BY(mu) = nullptr;  // posted to only while !closed
 };
 
 // A known peer (uid): its open sessions and its request token bucket.
@@ -398,7 +398,7 @@ void MetricsHttpServer::Impl::StartRender() {
   waiters.clear();
   asio::post(loop, [bridge = bridge, weak = weak_from_this()] {
     {
-      std::lock_guard lock(bridge->mu);
+      MutexLock lock(bridge->mu);
       if (bridge->closed) return;
     }
     auto result = std::make_shared<RenderResult>();
@@ -410,7 +410,7 @@ void MetricsHttpServer::Impl::StartRender() {
     } catch (...) {
       result->text = "rendering metrics failed";
     }
-    std::lock_guard lock(bridge->mu);
+    MutexLock lock(bridge->mu);
     if (bridge->closed) return;
     asio::post(*bridge->http, [weak, result] {
       if (auto self = weak.lock()) self->OnRendered(result);
@@ -569,7 +569,7 @@ MetricsHttpStats MetricsHttpServer::stats() const {
 void MetricsHttpServer::Stop() {
   if (!thread_.joinable()) return;
   {
-    std::lock_guard lock(impl_->bridge->mu);
+    MutexLock lock(impl_->bridge->mu);
     impl_->bridge->closed = true;
   }
   asio::post(*io_, [impl = impl_, io = io_.get()] {

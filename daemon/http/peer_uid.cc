@@ -89,7 +89,7 @@ std::optional<uid_t> TcpPeerUids::Lookup(const sockaddr_storage& local,
   for (int tries = 0; tries < 4; ++tries) {  // skip answers to earlier, timed-out queries
     ssize_t n = ::recv(fd_.get(), buf, sizeof buf, 0);
     if (n <= 0) return std::nullopt;
-    int len = static_cast<int>(n);
+    ssize_t len = n;  // wider than nlmsg_len, so NLMSG_OK compares signed values
     for (auto* h = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(h, len); h = NLMSG_NEXT(h, len)) {
       if (h->nlmsg_seq != seq_) continue;
       if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY ||

@@ -7,10 +7,10 @@
 
 #include <cerrno>
 #include <cstring>
-#include <mutex>
 
 #include "cxlpool/common/log.h"
 #include "cxlpool/common/strings.h"
+#include "cxlpool/common/thread_annotations.h"
 
 namespace cxlpool {
 
@@ -142,8 +142,8 @@ class LibDaxctlControl final : public DaxControl {
   explicit LibDaxctlControl(daxctl_ctx* ctx) : ctx_(ctx) {}
   ~LibDaxctlControl() override { daxctl_unref(ctx_); }
 
-  Result<DaxRegionState> Region(const std::string& name) override {
-    std::lock_guard<std::mutex> lock(mu_);
+  Result<DaxRegionState> Region(const std::string& name) override EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     auto r = Find(name);
     if (!r.ok()) return r.status();
     daxctl_region* region = *r;
@@ -162,9 +162,9 @@ class LibDaxctlControl final : public DaxControl {
     return s;
   }
 
-  Result<std::string> CreateDevice(const std::string& name, uint64_t size,
-                                   uint64_t align) override {
-    std::lock_guard<std::mutex> lock(mu_);
+  Result<std::string> CreateDevice(const std::string& name, uint64_t size, uint64_t align) override
+      EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     auto r = Find(name);
     if (!r.ok()) return r.status();
     daxctl_region* region = *r;
@@ -188,8 +188,8 @@ class LibDaxctlControl final : public DaxControl {
     return devname;
   }
 
-  Status DestroyDevice(const std::string& name, const std::string& device) override {
-    std::lock_guard<std::mutex> lock(mu_);
+  Status DestroyDevice(const std::string& name, const std::string& device) override EXCLUDES(mu_) {
+    MutexLock lock(mu_);
     auto r = Find(name);
     if (!r.ok()) return r.status();
     daxctl_dev* dev = nullptr;
@@ -214,7 +214,7 @@ class LibDaxctlControl final : public DaxControl {
   }
 
  private:
-  Result<daxctl_region*> Find(const std::string& name) {
+  Result<daxctl_region*> Find(const std::string& name) REQUIRES(mu_) {
     int id = DaxRegionId(name);
     daxctl_region* region = nullptr;
     daxctl_region_foreach(ctx_, region) {
@@ -223,8 +223,9 @@ class LibDaxctlControl final : public DaxControl {
     return Status(Code::kNotFound, "no DAX region '" + name + "'");
   }
 
-  std::mutex mu_;
-  daxctl_ctx* ctx_;
+  // Every libdaxctl call on ctx_ (and the regions it hands out) holds mu_.
+  Mutex mu_;
+  daxctl_ctx* const ctx_ PT_GUARDED_BY(mu_);
 };
 
 }  // namespace

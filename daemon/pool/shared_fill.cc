@@ -15,17 +15,17 @@ SharedFill::SharedFill(void* addr, uint64_t size, uint64_t chunk, FillFn fill)
 }
 
 bool SharedFill::exhausted() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return next_ >= chunks_;
 }
 
 uint64_t SharedFill::helped() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return helped_;
 }
 
 bool SharedFill::Claim(uint64_t* index, bool helper) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (next_ >= chunks_) return false;
   *index = next_++;
   ++in_flight_;
@@ -36,7 +36,7 @@ bool SharedFill::Claim(uint64_t* index, bool helper) {
 void SharedFill::Fill(uint64_t index) {
   const uint64_t at = index * chunk_;
   Status st = fill_(addr_ + at, std::min(chunk_, size_ - at));
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!st.ok() && first_error_.ok()) {
     first_error_ = std::move(st);
     next_ = chunks_;  // start no more chunks
@@ -54,8 +54,8 @@ bool SharedFill::HelpOne() {
 Status SharedFill::Run() {
   uint64_t index = 0;
   while (Claim(&index, false)) Fill(index);
-  std::unique_lock<std::mutex> lock(mu_);
-  idle_.wait(lock, [this] { return in_flight_ == 0; });
+  MutexLock lock(mu_);
+  while (in_flight_ != 0) lock.Wait(idle_);
   return first_error_;
 }
 

@@ -19,9 +19,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 
 #include "cxlpool/common/status.h"
+#include "cxlpool/common/thread_annotations.h"
 
 namespace cxlpool {
 
@@ -35,31 +35,32 @@ class SharedFill {
   // The number of chunks.
   uint64_t chunks() const { return chunks_; }
   // True once every chunk was taken (or a chunk failed).
-  bool exhausted() const;
+  bool exhausted() const EXCLUDES(mu_);
   // Takes one chunk and fills it; false when none was left.
-  bool HelpOne();
+  bool HelpOne() EXCLUDES(mu_);
   // Fills chunks until none is left, then waits for the ones taken by
   // helpers. The first error of any chunk (the rest are not started).
-  Status Run();
+  Status Run() EXCLUDES(mu_);
   // Chunks filled by HelpOne (not by Run).
-  uint64_t helped() const;
+  uint64_t helped() const EXCLUDES(mu_);
 
  private:
   // Claims the next chunk under the lock; false when none is left.
-  bool Claim(uint64_t* index, bool helper);
-  void Fill(uint64_t index);
+  bool Claim(uint64_t* index, bool helper) EXCLUDES(mu_);
+  // Fills the chunk without the lock, then records its end under it.
+  void Fill(uint64_t index) EXCLUDES(mu_);
 
   char* const addr_;
   const uint64_t size_;
   const uint64_t chunk_;
   const uint64_t chunks_;
   const FillFn fill_;
-  mutable std::mutex mu_;
-  std::condition_variable idle_;
-  uint64_t next_ = 0;       // guarded by mu_
-  uint64_t in_flight_ = 0;  // guarded by mu_
-  uint64_t helped_ = 0;     // guarded by mu_
-  Status first_error_;      // guarded by mu_
+  mutable Mutex mu_;
+  std::condition_variable idle_;  // in_flight_ went to 0
+  uint64_t next_ GUARDED_BY(mu_) = 0;
+  uint64_t in_flight_ GUARDED_BY(mu_) = 0;
+  uint64_t helped_ GUARDED_BY(mu_) = 0;
+  Status first_error_ GUARDED_BY(mu_);
 };
 
 // Hands a build's SharedFill to whoever may help (the lease manager's
