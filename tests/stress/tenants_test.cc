@@ -470,7 +470,7 @@ TEST_F(TenantsTest, ConnectionSlotsHeldByIdleClients) {
   uint64_t t0 = 0;
   auto reports = Run(
       "connection slots", kAttackers,
-      [socket, &t0](uid_t uid, Channel& ch) { return SlotHog(socket, uid, ch); },
+      [socket](uid_t uid, Channel& ch) { return SlotHog(socket, uid, ch); },
       [&](const std::vector<std::string>& ready) {
         // Each attacker was stopped by a limit that it was told by name.
         for (size_t i = 0; i < ready.size(); ++i) {

@@ -9,7 +9,7 @@
 namespace cxlpool {
 namespace {
 
-using Json = nlohmann::json;
+using Json = nlohmann::ordered_json;  // what TopologyToJson returns
 
 std::vector<std::string> Keys(const nlohmann::ordered_json& j) {
   std::vector<std::string> out;
