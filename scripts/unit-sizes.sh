@@ -13,11 +13,16 @@ dirs=(daemon client_lib topology proto tools common)
 max_fn=120
 max_file=800
 allow=scripts/unit-sizes.allow
-command -v ctags >/dev/null || { echo "unit-sizes: needs universal-ctags" >&2; exit 2; }
+ctags=$(command -v ctags-universal || command -v ctags) ||
+  { echo "unit-sizes: needs universal-ctags" >&2; exit 2; }
 allowed() { [[ -f $allow ]] && grep -qE "^$1( |$)" "$allow"; }
 
-mapfile -t sources < <(git ls-files "${dirs[@]}" | grep -E '\.(cc|h|cpp|hpp)$')
-fns=$(ctags -x --_xformat='%{end} %n %F %N' --fields=+ne --kinds-c++=f \
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  mapfile -t sources < <(git ls-files "${dirs[@]}" | grep -E '\.(cc|h|cpp|hpp)$')
+else
+  mapfile -t sources < <(find "${dirs[@]}" -name '*.cc' -o -name '*.h' -o -name '*.cpp' -o -name '*.hpp' | sort)
+fi
+fns=$("$ctags" -x --_xformat='%{end} %n %F %N' --fields=+ne --kinds-c++=f \
   --language-force=C++ "${sources[@]}" 2>/dev/null |
   awk '$1 != "-" { printf "%d %s:%s %s\n", $1 - $2 + 1, $3, $2, $4 }' | sort -rn)
 files=$(wc -l "${sources[@]}" | grep -v ' total$' | sort -rn)
