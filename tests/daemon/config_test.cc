@@ -365,9 +365,24 @@ TEST(ConfigTest, DurationsAreReadAlikeInEveryTable) {
     std::string key = std::string(table) == "tiering"  ? "min_residency"
                       : std::string(table) == "limits" ? "idle_timeout"
                                                        : "memory_watch_interval";
+    // Built with += : GCC 12's -O3 -Wrestrict misfires on "[" + string + ...
+    auto text = [&](const std::string& value) {
+      std::string t;
+      t += '[';
+      t += table;
+      t += "]\n";
+      t += key;
+      t += " = ";
+      t += value;
+      t += '\n';
+      return t;
+    };
+    std::string where = table;
+    where += '.';
+    where += key;
     for (const auto& [value, want] : std::vector<std::pair<std::string, int64_t>>{
              {"2", 2000}, {"\"2s\"", 2000}, {"\"500ms\"", 500}, {"\"1h\"", 3600000}}) {
-      auto cfg = ParseConfig("[" + std::string(table) + "]\n" + key + " = " + value + "\n");
+      auto cfg = ParseConfig(text(value));
       ASSERT_TRUE(cfg.ok()) << table << "." << key << " = " << value << ": "
                             << cfg.status().ToString();
       std::chrono::milliseconds got = std::string(table) == "tiering"  ? cfg->tiering.min_residency
@@ -376,8 +391,7 @@ TEST(ConfigTest, DurationsAreReadAlikeInEveryTable) {
       EXPECT_EQ(got.count(), want) << table << "." << key << " = " << value;
     }
     for (const char* bad : {"\"25h\"", "-1", "\"soon\"", "true"}) {
-      ExpectError("[" + std::string(table) + "]\n" + key + " = " + bad + "\n",
-                  std::string(table) + "." + key);
+      ExpectError(text(bad), where);
     }
   }
 }
