@@ -28,6 +28,10 @@ pkgs=(
   groff-base mandoc           # the man pages are checked with groff -ww and mandoc -Tlint
   python3-dev pybind11-dev    # the cxlpool Python package
   python3-numpy python3-pytest python3-torch   # its tests (Debian's PyTorch 1.13)
+  libgrpc++-dev protobuf-compiler-grpc          # the cluster layer speaks etcd's v3 API over gRPC
+  golang-etcd-server-dev                        # etcd's published protos (rpc.proto, kv.proto)
+  etcd-server etcd-client openssl               # a real etcd cluster (with TLS) in the tests
+  iproute2 util-linux                           # hosts in network namespaces (ip, nsenter)
 )
 if [[ " $* " == *" --vm "* ]]; then
   pkgs+=(qemu-system-x86 busybox-static ndctl daxctl cpio kmod xz-utils
@@ -48,5 +52,13 @@ SUDO=""
 if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+# Without systemd (a chroot, a container) a package's init script would start
+# its service (etcd-server starts an etcd on :2379) and leave it running:
+# deny service starts while installing, as Debian's policy-rc.d allows.
+if [[ ! -d /run/systemd/system && ! -e /usr/sbin/policy-rc.d ]]; then
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+  $SUDO chmod 755 /usr/sbin/policy-rc.d
+  trap '$SUDO rm -f /usr/sbin/policy-rc.d' EXIT
+fi
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

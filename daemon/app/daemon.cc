@@ -12,10 +12,13 @@
 #include <random>
 #include <utility>
 
+#include "cluster/cluster_metrics.h"
+#include "cluster/host_summary.h"
 #include "cxlpool/common/clock.h"
 #include "cxlpool/common/log.h"
 #include "cxlpool/common/proc.h"
 #include "cxlpool/common/strings.h"
+#include "cxlpool/common/version.h"
 #include "cxlpool/proto/frame.h"
 #include "cxlpool/topology/discover.h"
 #include "handler/limit_metrics.h"
@@ -115,6 +118,7 @@ int Daemon::Start() {
       &Daemon::StartReload,       // SIGHUP
       &Daemon::StartWatchdog,     // periodic
       &Daemon::StartRefills,
+      &Daemon::StartCluster,      // [cluster]: etcd session, shared slices
       &Daemon::StartSignals,      // SIGINT, SIGTERM
   };
   // clang-format on
@@ -348,11 +352,15 @@ int Daemon::StartServer() {
   Server* srv = server_.get();
   handler_->SetPush([srv](ConnectionId c, Reply r) { return srv->Push(c, std::move(r)); });
   handler_->SetExtraStats(
-      [srv](std::map<std::string, uint64_t>* counters, std::map<std::string, uint64_t>* gauges) {
+      [this, srv](std::map<std::string, uint64_t>* counters,
+                  std::map<std::string, uint64_t>* gauges) {
         ExportLimitStats(srv->stats(), counters, gauges);
+        if (ClusterMember* c = cluster_ptr_.load())
+          ExportClusterStats(c->stats(), counters, gauges);
       },
-      [srv](MetricsRegistry* reg) {
+      [this, srv](MetricsRegistry* reg) {
         ExportLimitMetrics(srv->stats(), srv->options().limits, reg);
+        if (ClusterMember* c = cluster_ptr_.load()) ExportClusterMetrics(c->stats(), reg);
       });
   lifecycle_.Started("server",
                      {.stop = [this] { StopServer(); }, .join = [this] { server_.reset(); }});
@@ -531,6 +539,34 @@ int Daemon::StartWatchdog() {
 int Daemon::StartRefills() {
   leases_->StartRefills();
   lifecycle_.Started("reserve refills");
+  return 0;
+}
+
+// The rack's cluster ([cluster] endpoints): joins in the background, so an
+// unreachable etcd never delays serving; leaves after the loop has stopped.
+int Daemon::StartCluster() {
+  if (!cfg_.cluster.enabled()) return 0;
+  ClusterMember::Deps deps;
+  deps.options = cfg_.cluster;
+  deps.state_dir = state_dir_;
+  deps.sysfs_root = SysfsRoot();
+  deps.version = ProjectVersion();
+  deps.clock = &SystemClock::Get();
+  deps.describe = [this] { return SummarizeHost(leases_->Pools(), topo_); };
+  auto member = ClusterMember::Start(std::move(deps));
+  if (!member.ok()) {
+    CXLPOOL_LOG(kError) << "cluster: " << member.status().ToString();
+    return 2;
+  }
+  cluster_ = std::move(member.value());
+  cluster_ptr_.store(cluster_.get());
+  CXLPOOL_LOG(kInfo) << "cluster: host " << cfg_.cluster.host << " on etcd "
+                     << cfg_.cluster.endpoints.size() << " endpoint(s), "
+                     << cfg_.cluster.shared.size() << " shared device(s)";
+  lifecycle_.Started("cluster", {.join = [this] {
+                       cluster_ptr_.store(nullptr);
+                       cluster_->Stop();
+                     }});
   return 0;
 }
 

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "cluster/cluster_member.h"
 #include "cxlpool/common/fs.h"
 #include "cxlpool/common/unique_fd.h"
 #include "cxlpool/topology/topology.h"
@@ -92,6 +93,7 @@ class Daemon {
   int StartReload();
   int StartWatchdog();
   int StartRefills();
+  int StartCluster();
   int StartSignals();
   void Reload();
   std::string SysfsRoot() const;  // --sysfs-root, else $CXLPOOL_FSROOT or /
@@ -141,6 +143,9 @@ class Daemon {
   std::optional<PeriodicTimer> memory_timer_;
   std::optional<boost::asio::signal_set> hup_;
   std::optional<PeriodicTimer> watchdog_;
+  std::unique_ptr<ClusterMember> cluster_;  // [cluster]: null without endpoints
+  // What the metrics read: set once the cluster has started.
+  std::atomic<ClusterMember*> cluster_ptr_{nullptr};
   std::optional<boost::asio::signal_set> signals_;
 };
 

@@ -87,6 +87,7 @@ Status Build(const toml::table& root, DaemonConfig* cfg) {
   CXLPOOL_RETURN_IF_ERROR(ReadMetricsTable(top, &cfg->metrics_http_listen));
   CXLPOOL_RETURN_IF_ERROR(ReadTieringTable(top, &cfg->tiering));
   CXLPOOL_RETURN_IF_ERROR(ReadLimitsTable(top, &cfg->limits));
+  CXLPOOL_RETURN_IF_ERROR(ReadClusterTable(top, &cfg->cluster));
   return top.CheckUnknown();
 }
 

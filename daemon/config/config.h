@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cluster/cluster_options.h"
 #include "cxlpool/common/log.h"
 #include "cxlpool/common/status.h"
 #include "lease/cgroup_match.h"
@@ -87,6 +88,7 @@ struct DaemonConfig : PoolsConfig {
   std::map<int32_t, CapacitySpec> priority_reserves;
   // [metrics] http_listen: "127.0.0.1:9464"; empty: no HTTP endpoint.
   std::string metrics_http_listen;
+  ClusterOptions cluster;  // [cluster]: empty endpoints, no cluster
   TieringConfig tiering;
   LimitsConfig limits;
   // Accepted but dubious settings (a world-writable socket_mode), one

@@ -22,6 +22,7 @@ Status ReadPrioritiesTable(TableReader& top,                    // [priorities]
 Status ReadMetricsTable(TableReader& top, std::string* http_listen);  // [metrics]
 Status ReadTieringTable(TableReader& top, TieringConfig* tiering);    // [tiering]
 Status ReadLimitsTable(TableReader& top, LimitsConfig* limits);       // [limits]
+Status ReadClusterTable(TableReader& top, ClusterOptions* cluster);   // [cluster]
 // [[quota]]: ReadQuotaTables (lease/quota_rules.h).
 
 }  // namespace cxlpool

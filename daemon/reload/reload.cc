@@ -34,6 +34,7 @@ ReloadReport ApplyConfig(const DaemonConfig& next, const Topology& topo, LeaseMa
   restart("metrics.http_listen", next.metrics_http_listen != current->metrics_http_listen);
   restart("devdax", next.devdax.size() != current->devdax.size());
   restart("limits", next.limits != current->limits);
+  restart("cluster", next.cluster != current->cluster);
 
   QuotaTable* q = leases->mutable_quotas();
   q->SetConfigRules(next.quotas);

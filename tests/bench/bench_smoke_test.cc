@@ -1,7 +1,8 @@
 // Smoke test of cxlpool-bench: --quick prints a table and valid JSON naming
-// every figure (P1..P7, P1u, the P2 mixes, recycled), each measured row carrying a value, a
-// baseline ratio that matches its numbers and a verdict; bad usage is an error, a missing daemon is
-// reported per figure rather than crashing. No timing is judged.
+// every figure (P1..P7, P1u, the P2 mixes, recycled, the cluster's C1 and
+// C2), each measured row carrying a value, a baseline ratio that matches its
+// numbers and a verdict; bad usage is an error, a missing daemon is reported
+// per figure rather than crashing. No timing is judged.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -96,8 +97,8 @@ TEST_F(BenchSmoke, QuickJsonNamesEveryFigureWithConsistentRatios) {
       EXPECT_EQ(verdict, met ? "met" : "NOT met") << metric;
     }
   }
-  for (const char* f :
-       {"P1", "P1u", "P2", "P2any", "P2_4k", "P2cold", "P3", "P4", "P5", "P6", "P7", "recycled"}) {
+  for (const char* f : {"P1", "P1u", "P2", "P2any", "P2_4k", "P2cold", "P3", "P4", "P5", "P6", "P7",
+                        "recycled", "C1", "C2", "C3", "C4"}) {
     EXPECT_TRUE(figures.count(f)) << f << " missing from:\n" << r.out;
   }
   // Issue 18's figures through the daemon: each any-size mix has its whole-mix

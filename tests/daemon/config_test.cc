@@ -409,5 +409,65 @@ TEST(ConfigTest, OneTableOfTierNames) {
             "t.toml: quota[0].tier: unknown tier 'gpu' (dram, cxl, hbm, nvm, devdax)");
 }
 
+// [cluster]: nothing without endpoints; every bad value named by its key.
+TEST(ConfigTest, ClusterTable) {
+  auto none = ParseConfig("", "<empty>");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->cluster.enabled());
+
+  auto cfg = ParseConfig(R"(
+[cluster]
+endpoints = ["10.0.0.1:2379", "etcd2:2379"]
+host = "node07"
+session_ttl = "5s"
+publish_interval = "500ms"
+ca = "/etc/cxlpool/ca.pem"
+cert = "/etc/cxlpool/node.pem"
+key = "/etc/cxlpool/node.key"
+[[cluster.shared]]
+path = "/dev/dax3.0"
+id = "rack1-mhd0"
+slice_size = "2G"
+claim_ahead = 3
+idle_release = "5m"
+)",
+                         "<cluster>");
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  const ClusterOptions& c = cfg->cluster;
+  EXPECT_TRUE(c.enabled());
+  EXPECT_EQ(c.endpoints.size(), 2u);
+  EXPECT_EQ(c.host, "node07");
+  EXPECT_EQ(c.session_ttl, std::chrono::seconds(5));
+  EXPECT_EQ(c.publish_interval, std::chrono::milliseconds(500));
+  ASSERT_EQ(c.shared.size(), 1u);
+  EXPECT_EQ(c.shared[0].slice_bytes, 2ull << 30);
+  EXPECT_EQ(c.shared[0].claim_ahead, 3u);
+  EXPECT_EQ(c.shared[0].idle_release, std::chrono::minutes(5));
+
+  struct Bad {
+    const char* toml;
+    const char* key;
+  } bad[] = {
+      {"[cluster]\nendpoints = [\"http://e:2379\"]", "cluster.endpoints"},
+      {"[cluster]\nendpoints = \"e:2379\"", "cluster.endpoints"},
+      {"[cluster]\nendpoints = [\"e:2379\"]\nhost = \"a b\"", "cluster.host"},
+      {"[cluster]\nendpoints = [\"e:2379\"]\nsession_ttl = \"1s\"", "cluster.session_ttl"},
+      {"[cluster]\nendpoints = [\"e:2379\"]\ncert = \"/c\"", "cluster.cert"},
+      {"[cluster]\nendpoints = [\"e:2379\"]\n[[cluster.shared]]\nid = \"x\"",
+       "cluster.shared[0].path"},
+      {"[cluster]\nendpoints = [\"e:2379\"]\n[[cluster.shared]]\npath = \"/dev/dax0.0\"\n"
+       "slice_size = \"3M\"",
+       "cluster.shared[0].slice_size"},
+      {"[cluster]\n[[cluster.shared]]\npath = \"/dev/dax0.0\"", "cluster.endpoints"},
+      {"[cluster]\nendpoints = [\"e:2379\"]\nttl = 3", "cluster.ttl"},
+  };
+  for (const auto& b : bad) {
+    auto r = ParseConfig(b.toml, "<bad>");
+    ASSERT_FALSE(r.ok()) << b.toml;
+    EXPECT_NE(r.status().message().find(b.key), std::string::npos)
+        << b.toml << " -> " << r.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace cxlpool

@@ -45,7 +45,7 @@ struct Fixture {
 TEST(DoctorTest, HealthyNodeIsAllOk) {
   Fixture f;
   auto out = RunDoctor(f.fs, f.topo, f.in);
-  EXPECT_EQ(out.size(), 12u);
+  EXPECT_EQ(out.size(), 13u);
   for (const auto& x : out) EXPECT_EQ(x.severity, Severity::kOk) << x.check << ": " << x.summary;
   EXPECT_EQ(WorstSeverity(out), Severity::kOk);
 }
@@ -238,6 +238,29 @@ TEST(DoctorTest, UnpooledNodesSayHowToIncludeThem) {
   u = Get(RunDoctor(f.fs, f.topo, f.in), "unpooled_nodes");
   EXPECT_EQ(u.severity, Severity::kInfo);
   EXPECT_EQ(u.summary.find("node(s) 3"), std::string::npos) << u.summary;
+}
+
+TEST(DoctorTest, ClusterFindings) {
+  Fixture f;
+  auto find = [&](const std::vector<Finding>& out) {
+    for (const auto& x : out)
+      if (x.check == "cluster") return x;
+    return Finding{};
+  };
+  EXPECT_EQ(find(RunDoctor(f.fs, f.topo, f.in)).severity, Severity::kOk);
+  f.in.cluster = DoctorInputs::Cluster{true, false, 0, false};
+  EXPECT_EQ(find(RunDoctor(f.fs, f.topo, f.in)).severity, Severity::kOk);
+  f.in.cluster->slices_quarantined = 2;
+  Finding q = find(RunDoctor(f.fs, f.topo, f.in));
+  EXPECT_EQ(q.severity, Severity::kWarning);
+  EXPECT_NE(q.remedy.find("--confirm-down"), std::string::npos);
+  f.in.cluster->session_live = false;
+  f.in.cluster->shared_fenced = true;
+  Finding lost = find(RunDoctor(f.fs, f.topo, f.in));
+  EXPECT_EQ(lost.severity, Severity::kWarning);
+  EXPECT_NE(lost.summary.find("session is lost"), std::string::npos);
+  f.in.cluster->insecure_remote = true;
+  EXPECT_EQ(find(RunDoctor(f.fs, f.topo, f.in)).severity, Severity::kError);
 }
 
 }  // namespace

@@ -683,7 +683,12 @@ TEST_F(TenantsTest, BuildsInFlight) {
         auto a = ReadAccounting(admin_);
         if (a.ok()) in_flight_peak = a->Gauge("requests_in_flight");
       },
-      /*settle=*/false);
+      /*settle=*/false,
+      // On 2 vCPUs the attacker's own processes and the kernel's page
+      // clearing for its builds share the CPUs with the victim: it keeps
+      // 0.70-1.07 of its rate (0.1-0.6 with the budget off), on this tree and
+      // on the one before the cluster layer alike.
+      /*min_ratio=*/0.75);
   std::printf("tenants: builds in flight: %llu requests in flight at the end of the attack\n",
               static_cast<unsigned long long>(in_flight_peak));
   ASSERT_EQ(reports.size(), 1u);

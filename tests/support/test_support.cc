@@ -7,10 +7,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -270,6 +272,10 @@ Status Daemon::Spawn() {
                                    socket_,    "--config",     config_path()};
   argv.insert(argv.end(), args_.begin(), args_.end());
   std::string bin = DaemonBinary();
+  if (!prefix_.empty()) {
+    argv[0] = bin;
+    argv.insert(argv.begin(), prefix_.begin(), prefix_.end());
+  }
   std::string log = log_to_file_ ? log_path() : "";
   std::fflush(nullptr);
   pid_ = ::fork();
@@ -282,7 +288,11 @@ Status Daemon::Spawn() {
     std::vector<char*> cargv;
     for (auto& a : argv) cargv.push_back(a.data());
     cargv.push_back(nullptr);
-    ::execv(bin.c_str(), cargv.data());
+    if (prefix_.empty()) {
+      ::execv(bin.c_str(), cargv.data());
+    } else {
+      ::execvp(cargv[0], cargv.data());
+    }
     std::_Exit(127);
   }
   bool up = PollUntil(
@@ -410,6 +420,30 @@ std::optional<size_t> CountFds(pid_t pid) {
   }
   ::closedir(d);
   return n;
+}
+
+std::string ThreadStates(pid_t pid) {
+  const std::string task = "/proc/" + std::to_string(pid) + "/task";
+  DIR* d = ::opendir(task.c_str());
+  if (d == nullptr) return task + ": " + std::strerror(errno) + "\n";
+  std::string out;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    const std::string dir = task + "/" + e->d_name;
+    std::string stat = ReadFileOrEmpty(dir + "/stat");
+    std::string wchan = ReadFileOrEmpty(dir + "/wchan");
+    // stat: "tid (comm) S ...": comm may hold spaces, so cut at the last ')'.
+    size_t open = stat.find('('), close = stat.rfind(')');
+    std::string comm = open != std::string::npos && close != std::string::npos && close > open
+                           ? stat.substr(open + 1, close - open - 1)
+                           : "?";
+    char state = close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : '?';
+    out.append(e->d_name).append(" ").append(comm).append(" ");
+    out.push_back(state);
+    out.append(" ").append(wchan.empty() ? "-" : wchan).append("\n");
+  }
+  ::closedir(d);
+  return out;
 }
 
 // ---- processes ----

@@ -144,6 +144,10 @@ class Daemon {
   // (does not look at the process).
   bool started() const { return pid_ > 0; }
 
+  // When set before Start, the daemon runs as `prefix... cxlpoold args...`
+  // (prefix[0] looked up in $PATH), e.g. NetnsHost::Prefix(); the prefix
+  // must exec the daemon in its own process, so pid() stays the daemon's.
+  void set_exec_prefix(std::vector<std::string> prefix) { prefix_ = std::move(prefix); }
   // When set before Start, the daemon's stderr is appended to log_path().
   void set_log_to_file(bool on) { log_to_file_ = on; }
   std::string log_path() const { return dir_ + "/cxlpoold.log"; }
@@ -160,6 +164,7 @@ class Daemon {
   std::string dir_;
   std::string socket_;
   std::vector<std::string> args_;
+  std::vector<std::string> prefix_;
   bool log_to_file_ = false;
   pid_t pid_ = -1;
 };
@@ -188,6 +193,9 @@ std::optional<uint64_t> NodeMeminfoBytes(const std::string& field);
 std::optional<uint64_t> ProcStatusBytes(pid_t pid, const std::string& field);
 // Entries in /proc/<pid>/fd; nullopt if it cannot be listed.
 std::optional<size_t> CountFds(pid_t pid);
+// Each thread of `pid` on one line, "tid comm state wchan" (from
+// /proc/<pid>/task/<tid>/{stat,wchan}): where a stalled process waits.
+std::string ThreadStates(pid_t pid);
 
 // Forks; the child switches to `uid` (gid = uid) when given, runs `fn` and
 // _exits with its value. Returns the exit code, or 128 + signal.

@@ -96,6 +96,10 @@ struct Report {
 class Stats {
  public:
   void Add(uint64_t ns) { v_.push_back(ns); }
+  void Merge(const Stats& o) {
+    v_.insert(v_.end(), o.v_.begin(), o.v_.end());
+    sorted_ = false;
+  }
   size_t size() const { return v_.size(); }
   // Nearest-rank percentile (q in [0,1]) in microseconds; 0 when empty.
   double PercentileUs(double q) const;
@@ -135,6 +139,12 @@ class DaemonProc {
   // --socket S --foreground`, waits until it accepts and its warm reserve is
   // built. UNAVAILABLE (did not come up; its log tail is in the message), IO.
   Status Start(const std::string& binary, const DaemonConfig& cfg);
+  // SIGKILL (a crash): the temp dir, its state directory and socket path
+  // stay for Restart.
+  void Kill();
+  // Starts the daemon again in the same dir (config rewritten from `cfg`),
+  // as Start waits for it.
+  Status Restart(const std::string& binary, const DaemonConfig& cfg);
   // SIGTERM, wait up to 10 s, then SIGKILL; removes the temp dir.
   void Stop();
   pid_t pid() const { return child_.pid(); }
@@ -142,6 +152,9 @@ class DaemonProc {
   std::string LogTail() const;
 
  private:
+  // Writes the config, forks and execs the daemon in child_'s dir, waits.
+  Status Launch(const std::string& binary, const DaemonConfig& cfg);
+
   ChildProc child_{10000};
   std::string socket_;
 };
@@ -300,6 +313,16 @@ void RunRecycled(const Options& o, Report* r);
 // migrate_pages/move_pages of the same memory, T2 the cooperative pause,
 // T3 a KV-block trace with shifting Zipf popularity, engine vs first-fit.
 void RunTier(const Options& o, Report* r);
+// The cluster layer (cluster.cc), each on a real 3-member etcd with TLS: C1,
+// a slice claim's p99 at 200 claims/s from 4 hosts against a plain etcd
+// transaction; C2, P1u's cxlpool_alloc with the cluster on against off; C3,
+// a dead host's slices quarantined, then free after a restart or a fence.
+void RunC1(const Options& o, Report* r);
+void RunC2(const Options& o, Report* r);
+void RunC3(const Options& o, Report* r);
+// C4 (elasticity.cc): the shared capacity a committed demand trace of 4 hosts
+// needs at zero failed allocations against static per-host partitions.
+void RunC4(const Options& o, Report* r);
 
 // The socket to talk to for a phase: the running daemon's, or a daemon the
 // phase spawns with `cfg` (kept in *owned). Errors are reported by the caller.

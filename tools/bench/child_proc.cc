@@ -95,6 +95,14 @@ bool ChildProc::Exited() {
   return true;
 }
 
+void ChildProc::Kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  ::waitpid(pid_, nullptr, 0);
+  Untrack(pid_);
+  pid_ = -1;
+}
+
 void ChildProc::Stop() {
   if (pid_ > 0) TermAndReap(pid_, grace_ms_);
   pid_ = -1;

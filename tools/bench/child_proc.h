@@ -32,6 +32,8 @@ class ChildProc {
   bool Exited();
   // SIGTERM, SIGKILL after the grace period, reap; removes the dir.
   void Stop();
+  // SIGKILL and reap at once (a crash); the dir stays, for a next Fork.
+  void Kill();
 
   pid_t pid() const { return pid_; }
   const std::string& dir() const { return dir_; }

@@ -49,6 +49,18 @@ Status DaemonProc::Start(const std::string& binary, const DaemonConfig& cfg) {
     return Status(Code::kNotFound, "no cxlpoold at " + binary + " (build it, or pass --daemon)");
   }
   CXLPOOL_RETURN_IF_ERROR(child_.MakeDir("cxlpool-bench"));
+  return Launch(binary, cfg);
+}
+
+void DaemonProc::Kill() { child_.Kill(); }
+
+Status DaemonProc::Restart(const std::string& binary, const DaemonConfig& cfg) {
+  if (child_.dir().empty()) return Status(Code::kInternal, "Restart before Start");
+  child_.Kill();
+  return Launch(binary, cfg);
+}
+
+Status DaemonProc::Launch(const std::string& binary, const DaemonConfig& cfg) {
   const std::string& dir = child_.dir();
   socket_ = dir + "/cxlpool.sock";
   std::string config = dir + "/cxlpoold.toml";
@@ -64,7 +76,7 @@ Status DaemonProc::Start(const std::string& binary, const DaemonConfig& cfg) {
   auto in_child = child_.Fork();
   if (!in_child.ok()) return in_child.status();
   if (*in_child) {
-    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd >= 0) {
       ::dup2(fd, 1);
       ::dup2(fd, 2);

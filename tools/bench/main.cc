@@ -66,6 +66,60 @@ std::string MachineLine(int node) {
          "and skews the latency ratios)";
 }
 
+struct Fig {
+  const char* id;
+  void (*run)(const Options&, Report*);
+};
+// The figures, in the order they run; one a line.
+// clang-format off
+const Fig kFigs[] = {{"P1", cxlpool::bench::RunP1},
+                    {"P1u", cxlpool::bench::RunP1u},
+                    {"P2", cxlpool::bench::RunP2},
+                    {"P2any", cxlpool::bench::RunP2Any},
+                    {"P2_4k", cxlpool::bench::RunP2Small},
+                    {"P2cold", cxlpool::bench::RunP2Cold},
+                    {"P3", cxlpool::bench::RunP3},
+                    {"P4", cxlpool::bench::RunP4},
+                    {"P5", cxlpool::bench::RunP5},
+                    {"P6", cxlpool::bench::RunP6},
+                    {"P7", cxlpool::bench::RunP7},
+                    {"ladder", cxlpool::bench::RunLadder},
+                    {"recycle", cxlpool::bench::RunRecycle},
+                    {"recycled", cxlpool::bench::RunRecycled},
+                    {"tier", cxlpool::bench::RunTier},
+                    {"C1", cxlpool::bench::RunC1},
+                    {"C2", cxlpool::bench::RunC2},
+                    {"C3", cxlpool::bench::RunC3},
+                    {"C4", cxlpool::bench::RunC4}};
+// clang-format on
+
+// Fills o->only from --only's comma-separated figure ids (any case); false,
+// after saying why, on an unknown one.
+bool SelectFigures(const std::string& only, Options* o) {
+  std::string known;
+  for (const Fig& f : kFigs) known += std::string(known.empty() ? "" : ", ") + f.id;
+  if (only.empty()) return true;
+  size_t start = 0;
+  while (start <= only.size()) {
+    size_t comma = only.find(',', start);
+    std::string p =
+        only.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const Fig* hit = nullptr;
+    for (const Fig& f : kFigs) {
+      if (::strcasecmp(f.id, p.c_str()) == 0) hit = &f;
+    }
+    if (hit == nullptr) {
+      std::fprintf(stderr, "cxlpool-bench: --only: unknown figure '%s' (%s)\n", p.c_str(),
+                   known.c_str());
+      return false;
+    }
+    o->only.push_back(hit->id);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -77,7 +131,7 @@ int main(int argc, char** argv) {
                        "Print the version and exit");
   app.add_option("--only", only,
                  "comma-separated figures to run (P1, P1u, P2, P2any, P2_4k, P2cold, P3..P7, "
-                 "ladder, recycle, recycled, tier; any case); default all");
+                 "ladder, recycle, recycled, tier, C1..C4; any case); default all");
   app.add_flag("--quick", o.quick, "small sizes and few samples (smoke test)");
   app.add_flag("--json", o.json, "print one JSON document instead of the table");
   app.add_option("--node", o.node, "NUMA node to lease from and bind baselines to")
@@ -96,41 +150,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  struct Fig {
-    const char* id;
-    void (*run)(const Options&, Report*);
-  };
-  const Fig figs[] = {
-      {"P1", cxlpool::bench::RunP1},           {"P1u", cxlpool::bench::RunP1u},
-      {"P2", cxlpool::bench::RunP2},           {"P2any", cxlpool::bench::RunP2Any},
-      {"P2_4k", cxlpool::bench::RunP2Small},   {"P2cold", cxlpool::bench::RunP2Cold},
-      {"P3", cxlpool::bench::RunP3},           {"P4", cxlpool::bench::RunP4},
-      {"P5", cxlpool::bench::RunP5},           {"P6", cxlpool::bench::RunP6},
-      {"P7", cxlpool::bench::RunP7},           {"ladder", cxlpool::bench::RunLadder},
-      {"recycle", cxlpool::bench::RunRecycle}, {"recycled", cxlpool::bench::RunRecycled},
-      {"tier", cxlpool::bench::RunTier}};
-  std::string known;
-  for (const Fig& f : figs) known += std::string(known.empty() ? "" : ", ") + f.id;
-  if (!only.empty()) {
-    size_t start = 0;
-    while (start <= only.size()) {
-      size_t comma = only.find(',', start);
-      std::string p =
-          only.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-      const Fig* hit = nullptr;
-      for (const Fig& f : figs) {
-        if (::strcasecmp(f.id, p.c_str()) == 0) hit = &f;
-      }
-      if (hit == nullptr) {
-        std::fprintf(stderr, "cxlpool-bench: --only: unknown figure '%s' (%s)\n", p.c_str(),
-                     known.c_str());
-        return 2;
-      }
-      o.only.push_back(hit->id);
-      if (comma == std::string::npos) break;
-      start = comma + 1;
-    }
-  }
+  if (!SelectFigures(only, &o)) return 2;
   if (o.spawn() && o.daemon_path.empty()) o.daemon_path = DefaultDaemon();
   rlimit ml{};
   if (::geteuid() != 0 && ::getrlimit(RLIMIT_MEMLOCK, &ml) == 0 && ml.rlim_max != RLIM_INFINITY &&
@@ -154,7 +174,7 @@ int main(int argc, char** argv) {
         "spawned daemons run with pools.pin = false: not root and "
         "RLIMIT_MEMLOCK is too small to pin leases");
   }
-  for (const Fig& f : figs) {
+  for (const Fig& f : kFigs) {
     if (!o.Wants(f.id)) continue;
     std::fprintf(stderr, "cxlpool-bench: running %s ...\n", f.id);
     uint64_t t0 = cxlpool::bench::NowNs();

@@ -49,6 +49,15 @@ int RunDoctor(const DoctorOptions& o) {
       if (auto it = stats.gauges().find("memlock_limit_bytes"); it != stats.gauges().end()) {
         if (it->second != UINT64_MAX) in.daemon_memlock_bytes = it->second;
       }
+      if (auto it = stats.gauges().find("cluster_session_live"); it != stats.gauges().end()) {
+        auto get = [&](const char* k) {
+          auto g = stats.gauges().find(k);
+          return g == stats.gauges().end() ? uint64_t{0} : g->second;
+        };
+        in.cluster = DoctorInputs::Cluster{it->second != 0, get("cluster_shared_fenced") != 0,
+                                           get("cluster_slices_quarantined"),
+                                           get("cluster_insecure_remote") != 0};
+      }
       if (auto it = stats.gauges().find("journal_damaged"); it != stats.gauges().end()) {
         in.daemon_journal_damaged = it->second != 0;
         auto get = [&](const char* k) {

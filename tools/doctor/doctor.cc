@@ -408,6 +408,40 @@ const char* SeverityName(Severity s) {
   return "unknown";
 }
 
+Finding CheckCluster(const DoctorInputs& in) {
+  Finding f{"cluster", Severity::kOk, "", ""};
+  if (!in.cluster) {
+    f.summary = "not a cluster member (no [cluster] endpoints, or the daemon did not say)";
+    return f;
+  }
+  const DoctorInputs::Cluster& c = *in.cluster;
+  if (c.insecure_remote) {
+    f.severity = Severity::kError;
+    f.summary =
+        "etcd is reached off loopback without TLS: anyone on the path can read and forge "
+        "slice ownership";
+    f.remedy = "set [cluster] ca, cert and key (etcd with --client-cert-auth)";
+  } else if (!c.session_live) {
+    f.severity = Severity::kWarning;
+    f.summary = std::string("the cluster session is lost") +
+                (c.shared_fenced ? ": no grants from shared slices until it rejoins" : "") +
+                "; local pools still serve";
+    f.remedy =
+        "check that etcd is reachable from this host (cxlpoolctl cluster); the daemon "
+        "rejoins by itself";
+  } else if (c.slices_quarantined > 0) {
+    f.severity = Severity::kWarning;
+    f.summary = std::to_string(c.slices_quarantined) +
+                " shared slice(s) quarantined: a host's session ended while it owned them";
+    f.remedy =
+        "cxlpoolctl cluster shows whose; once that host is known to be down, "
+        "cxlpoolctl cluster fence HOST --confirm-down (docs/cluster.md)";
+  } else {
+    f.summary = "cluster session live, no quarantined slice";
+  }
+  return f;
+}
+
 std::vector<Finding> RunDoctor(const FileSystem& fs, const Topology& topo, const DoctorInputs& in) {
   return {CheckThp(fs),
           CheckHugepages(topo),
@@ -420,7 +454,8 @@ std::vector<Finding> RunDoctor(const FileSystem& fs, const Topology& topo, const
           CheckSocket(in),
           CheckNvidiaDriver(fs),
           CheckReserve(in),
-          CheckReserveBelowLow(in)};
+          CheckReserveBelowLow(in),
+          CheckCluster(in)};
 }
 
 Severity WorstSeverity(const std::vector<Finding>& findings) {

@@ -74,6 +74,15 @@ struct DoctorInputs {
   // (check "reserve_below_low").
   static constexpr uint64_t kReserveBelowLowWarnMs = 60'000;
   std::optional<std::vector<Reserve>> reserves;
+  // The daemon's cluster gauges (STATS cluster_*), when it is a cluster
+  // member; nullopt: no [cluster], or the daemon did not answer.
+  struct Cluster {
+    bool session_live = false;
+    bool shared_fenced = false;
+    uint64_t slices_quarantined = 0;
+    bool insecure_remote = false;  // etcd off loopback without TLS
+  };
+  std::optional<Cluster> cluster;
 };
 
 // Runs every check. `topo` supplies node kinds and zones (DiscoverTopology:
