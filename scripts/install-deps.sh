@@ -32,6 +32,7 @@ pkgs=(
   golang-etcd-server-dev                        # etcd's published protos (rpc.proto, kv.proto)
   etcd-server etcd-client openssl               # a real etcd cluster (with TLS) in the tests
   iproute2 util-linux                           # hosts in network namespaces (ip, nsenter)
+  libucx-dev ucx-utils                          # remote leases move bytes with UCX (cluster/ucx); ucx_perftest: R1, R2
 )
 if [[ " $* " == *" --vm "* ]]; then
   pkgs+=(qemu-system-x86 busybox-static ndctl daxctl cpio kmod xz-utils

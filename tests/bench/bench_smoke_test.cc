@@ -98,7 +98,7 @@ TEST_F(BenchSmoke, QuickJsonNamesEveryFigureWithConsistentRatios) {
     }
   }
   for (const char* f : {"P1", "P1u", "P2", "P2any", "P2_4k", "P2cold", "P3", "P4", "P5", "P6", "P7",
-                        "recycled", "C1", "C2", "C3", "C4"}) {
+                        "recycled", "C1", "C2", "C3", "C4", "R1", "R2"}) {
     EXPECT_TRUE(figures.count(f)) << f << " missing from:\n" << r.out;
   }
   // Issue 18's figures through the daemon: each any-size mix has its whole-mix

@@ -323,6 +323,10 @@ void RunC3(const Options& o, Report* r);
 // C4 (elasticity.cc): the shared capacity a committed demand trace of 4 hosts
 // needs at zero failed allocations against static per-host partitions.
 void RunC4(const Options& o, Report* r);
+// Remote access on the UCX seam (remote.cc): R1 checked write/read
+// bandwidth and R2 4 KiB read p50 against ucx_perftest on the same
+// transport (R3, a remote lease's setup, waits for the daemons to lend).
+void RunRemote(const Options& o, Report* r);
 
 // The socket to talk to for a phase: the running daemon's, or a daemon the
 // phase spawns with `cfg` (kept in *owned). Errors are reported by the caller.

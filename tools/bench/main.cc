@@ -90,7 +90,8 @@ const Fig kFigs[] = {{"P1", cxlpool::bench::RunP1},
                     {"C1", cxlpool::bench::RunC1},
                     {"C2", cxlpool::bench::RunC2},
                     {"C3", cxlpool::bench::RunC3},
-                    {"C4", cxlpool::bench::RunC4}};
+                    {"C4", cxlpool::bench::RunC4},
+                    {"R", cxlpool::bench::RunRemote}};
 // clang-format on
 
 // Fills o->only from --only's comma-separated figure ids (any case); false,
@@ -123,6 +124,16 @@ bool SelectFigures(const std::string& only, Options* o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The UCX seam (R1, R2) brings libucm, which patches mmap, munmap and
+  // madvise as the process loads it unless UCX_MEM_MMAP_HOOK_MODE=none
+  // (read at load, so set here and started again): no figure should time
+  // its memory calls through those hooks. ucx_perftest, the R baselines,
+  // inherits the same setting.
+  if (std::getenv("UCX_MEM_MMAP_HOOK_MODE") == nullptr) {
+    ::setenv("UCX_MEM_MMAP_HOOK_MODE", "none", 1);
+    ::execv("/proc/self/exe", argv);
+    std::perror("cxlpool-bench: re-exec with UCX_MEM_MMAP_HOOK_MODE=none");  // and go on
+  }
   Options o;
   for (int i = 0; i < argc; ++i) o.command_line += (i ? " " : "") + std::string(argv[i]);
   std::string only;
@@ -131,7 +142,7 @@ int main(int argc, char** argv) {
                        "Print the version and exit");
   app.add_option("--only", only,
                  "comma-separated figures to run (P1, P1u, P2, P2any, P2_4k, P2cold, P3..P7, "
-                 "ladder, recycle, recycled, tier, C1..C4; any case); default all");
+                 "ladder, recycle, recycled, tier, C1..C4, R; any case); default all");
   app.add_flag("--quick", o.quick, "small sizes and few samples (smoke test)");
   app.add_flag("--json", o.json, "print one JSON document instead of the table");
   app.add_option("--node", o.node, "NUMA node to lease from and bind baselines to")
