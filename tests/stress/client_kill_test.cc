@@ -43,6 +43,11 @@ constexpr uint64_t kReserveBytes = 4 * kMiB;
 // The node's Shmem may move for reasons outside this test (other processes
 // on the machine); a leak of the leases churned here would be far larger.
 constexpr uint64_t kShmemTolerance = 32 * kMiB;
+// A worker's wait for one reply. This test checks accounting, not latency,
+// on 2 cores it shares with other tests; a reply the daemon never sends
+// still fails it, with the daemon's threads and gauges (Diagnose).
+constexpr int kWorkerTimeoutMs = 30000;
+constexpr int kPauseLimitMs = kWorkerTimeoutMs + 15000;
 
 enum Phase : uint32_t {
   kIdle = 0,
@@ -96,7 +101,7 @@ std::string NameOf(uint64_t token) { return "kill-" + std::to_string(token); }
   };
   std::mt19937_64 rng(seed);
   slot.phase = kConnecting;
-  auto c = RawClient::Connect(socket, "stress-kill-worker");
+  auto c = RawClient::Connect(socket, "stress-kill-worker", kWorkerTimeoutMs);
   if (!c.ok()) fail("connect: " + c.status().ToString());
   std::vector<Held> held;
 
@@ -277,10 +282,35 @@ reserve_high = "4M"
           }
           return true;
         },
-        20000, 1);
-    if (!failure_.empty()) return ::testing::AssertionFailure() << failure_;
-    if (!all) return ::testing::AssertionFailure() << "workers did not pause within 20 s";
+        kPauseLimitMs, 1);
+    if (!failure_.empty()) return ::testing::AssertionFailure() << failure_ << "\n" << Diagnose();
+    if (!all) {
+      return ::testing::AssertionFailure()
+             << "workers did not pause within " << kPauseLimitMs / 1000 << " s\n"
+             << Diagnose();
+    }
     return ::testing::AssertionSuccess();
+  }
+
+  // Where the daemon stands when a worker waited too long: its threads
+  // (state, kernel wait channel) and, from a fresh admin connection, the
+  // gauges of work in flight.
+  std::string Diagnose() {
+    std::ostringstream d;
+    d << "cxlpoold threads (tid comm state wchan):\n" << ThreadStates(daemon_.pid());
+    auto admin = RawClient::Connect(daemon_.socket(), "stress-diagnose", 5000);
+    if (!admin.ok()) {
+      d << "admin connect: " << admin.status().ToString();
+      return d.str();
+    }
+    auto a = ReadAccounting(*admin);
+    if (!a.ok()) {
+      d << "accounting: " << a.status().ToString();
+      return d.str();
+    }
+    d << "leases " << a->leases.size() << ";";
+    for (const auto& [k, v] : a->gauges) d << " " << k << "=" << v;
+    return d.str();
   }
   void Resume() { sh_->pause.store(0, std::memory_order_release); }
 
