@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 top=10
 [[ ${1:-} == --top ]] && top=$2
-dirs=(daemon client_lib topology proto tools common)
+dirs=(daemon client_lib topology proto tools common cluster)
 max_fn=120
 max_file=800
 allow=scripts/unit-sizes.allow
