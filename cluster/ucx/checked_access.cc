@@ -352,7 +352,12 @@ void CheckedState::Drain(std::chrono::milliseconds wait) {
       ucp_request_free(r);
     }
   }
-  queued.clear();
+  // The close fails their requests from a later progress, not at once.
+  const Clock::time_point purged = Clock::now() + std::chrono::seconds(1);
+  while (in_flight > 0 && Clock::now() < purged) {
+    ucp_worker_progress(handle());
+    queued.clear();
+  }
 }
 
 Status RegisterBorrowerHandlers(CheckedState* s) {
