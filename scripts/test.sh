@@ -37,19 +37,25 @@ for s in $STAGES; do
   esac
 done
 
-# The ninja targets that the tests chosen by ctest's arguments run: every
-# path into the build folder in their commands that names a target (the test
-# binary, a binary or script it drives), and the daemon the integration tests
-# start. Building a target builds what it declares it depends on.
+# The ninja targets that the tests chosen by ctest's arguments run: each
+# test's name where it is a target, every path into the build folder in its
+# add_test command that names one (ctest itself shows no command for a binary
+# not built yet), and the daemon the integration tests start. Building a
+# target builds what it declares it depends on.
 targets_for_tests() {
-  local dir=$1 abs all
+  local dir=$1 abs all names
   shift
   abs=$(cd "$dir" && pwd)
   all=$(ninja -C "$dir" -t targets all | sed -n 's/^\([^:]*\): phony$/\1/p')
+  names=$(ctest --test-dir "$dir" -N "$@" | sed -n 's/^ *Test *#[0-9]*: //p')
   {
     echo cxlpoold
-    ctest --test-dir "$dir" -N -V "$@" | sed -n 's/^[0-9]*: Test command: //p' |
-      tr ' ' '\n' | tr -d '"' | grep "^$abs/" | xargs -r -n1 basename
+    echo "$names"
+    find "$dir" -name CTestTestfile.cmake -exec cat {} + |
+      awk -v names="$names" 'BEGIN { n = split(names, a, "\n")
+                                     for (i = 1; i <= n; i++) want["add_test([=[" a[i] "]=]"] = 1 }
+                             $1 in want' |
+      grep -o "\"$abs/[^\"]*\"" | tr -d '"' | xargs -r -n1 basename
   } | sort -u | grep -xFf <(echo "$all")
 }
 
