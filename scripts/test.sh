@@ -38,10 +38,11 @@ for s in $STAGES; do
 done
 
 # The ninja targets that the tests chosen by ctest's arguments run: each
-# test's name where it is a target, every path into the build folder in its
-# add_test command that names one (ctest itself shows no command for a binary
-# not built yet), and the daemon the integration tests start. Building a
-# target builds what it declares it depends on.
+# test's name where it is a target, and every path into the build folder in
+# its add_test command that names one (ctest itself shows no command for a
+# binary not built yet). Building a target builds what it declares it
+# depends on. Each stage builds exactly these, so a new test cannot be left
+# unbuilt.
 targets_for_tests() {
   local dir=$1 abs all names
   shift
@@ -49,7 +50,6 @@ targets_for_tests() {
   all=$(ninja -C "$dir" -t targets all | sed -n 's/^\([^:]*\): phony$/\1/p')
   names=$(ctest --test-dir "$dir" -N "$@" | sed -n 's/^ *Test *#[0-9]*: //p')
   {
-    echo cxlpoold
     echo "$names"
     find "$dir" -name CTestTestfile.cmake -exec cat {} + |
       awk -v names="$names" 'BEGIN { n = split(names, a, "\n")
@@ -79,7 +79,7 @@ if has asan; then
     -DCXLPOOL_SANITIZE=address,undefined -DCXLPOOL_BUILD_BENCH=OFF
   asan_tests=(-L 'unit|integration' -LE 'vm|package|stress|bench|cli')
   mapfile -t asan_targets < <(targets_for_tests build-asan "${asan_tests[@]}")
-  cmake --build build-asan -j "$JOBS" --target "${asan_targets[@]}"
+  cmake --build build-asan -j "$JOBS" --target cxlpoold "${asan_targets[@]}"
   stage "asan: ctest (unit, integration)"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:handle_sigbus=0 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j "$JOBS" "${asan_tests[@]}"
@@ -90,10 +90,7 @@ if has fuzz; then
   CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $werror \
     -DCXLPOOL_FUZZ=ON -DCXLPOOL_SANITIZE=address,undefined -DCXLPOOL_BUILD_BENCH=OFF \
     -DCXLPOOL_BUILD_TESTS=ON -DCXLPOOL_FUZZ_SECONDS="${CXLPOOL_FUZZ_SECONDS:-60}"
-  # Build exactly the targets behind the fuzz-labelled tests (each test is
-  # named after its fuzzer), so a new fuzzer cannot be left unbuilt.
-  mapfile -t fuzz_targets < <(ctest --test-dir build-fuzz -N -L fuzz |
-    sed -n 's/^ *Test *#[0-9]*: \(fuzz_[a-z_]*\)$/\1/p')
+  mapfile -t fuzz_targets < <(targets_for_tests build-fuzz -L fuzz)
   ((${#fuzz_targets[@]})) || { echo "no fuzz tests defined" >&2; exit 1; }
   cmake --build build-fuzz -j "$JOBS" --target "${fuzz_targets[@]}"
   stage "fuzz: run"
@@ -109,12 +106,10 @@ if has tsan; then
   # and real daemons under load.
   tsan_tests=(server_test client_test daemon_lease_test daemon_handler_test
               daemon_thread_priority_test daemon_http_test daemon_integration_test)
-  available=$(ninja -C build-tsan -t targets all | sed -n 's/^\([a-z_]*_test\): phony$/\1/p')
-  targets=(cxlpoold)
-  for t in "${tsan_tests[@]}"; do grep -qx "$t" <<<"$available" && targets+=("$t"); done
-  cmake --build build-tsan -j "$JOBS" --target "${targets[@]}"
-  stage "tsan: ctest"
   regex=$(IFS='|'; echo "^(${tsan_tests[*]})$")
+  mapfile -t tsan_targets < <(targets_for_tests build-tsan -R "$regex")
+  cmake --build build-tsan -j "$JOBS" --target cxlpoold "${tsan_targets[@]}"
+  stage "tsan: ctest"
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:handle_sigbus=0 \
     ctest --test-dir build-tsan --output-on-failure -R "$regex"
 fi
