@@ -32,6 +32,7 @@ Result<ReconcileStep> SliceStock::Reconcile(const ClusterView& view, int64_t epo
   Drop(view, epoch, &step);
   Readopt(view, epoch, &step);
   AdoptStray(view, epoch);
+  FindLost(view, &step);
   {
     MutexLock lock(mu_);
     // A loss declared while this round ran keeps the stock fenced.
@@ -73,7 +74,9 @@ void SliceStock::Drop(const ClusterView& view, int64_t epoch, ReconcileStep* ste
       if (it->second.used) used_after_restart_.insert(it->first);
     } else {
       CXLPOOL_LOG(kError) << "cluster: slice " << device_->id() << "/" << it->first
-                          << " is no longer owned by " << host_ << " (fenced by an operator?)";
+                          << " is no longer owned by " << host_ << " (fenced by an operator?)"
+                          << (it->second.used ? "; the lease on it is revoked" : "");
+      if (it->second.used) step->lost.push_back(it->first);
       ++step->dropped;
     }
     it = owned_.erase(it);
@@ -125,6 +128,27 @@ void SliceStock::AdoptStray(const ClusterView& view, int64_t epoch) {
     if (owned_.count(s.index)) continue;
     const bool used = used_after_restart_.erase(s.index) != 0;
     owned_[s.index] = Owned{used, used, clock_->MonotonicNs(), s.mod_revision};
+  }
+}
+
+// Slices our leases sat on before a restart or a rejoin that someone else
+// owns now, or that nobody does: not ours to re-adopt, and not our leases'.
+void SliceStock::FindLost(const ClusterView& view, ReconcileStep* step) {
+  const auto& slices = view.devices.at(device_->id()).slices;
+  MutexLock lock(mu_);
+  for (auto it = used_after_restart_.begin(); it != used_after_restart_.end();) {
+    const SliceView* s = *it < slices.size() ? &slices[*it] : nullptr;
+    if (s != nullptr && s->mod_revision != 0 && s->record.owner == host_) {
+      ++it;
+      continue;
+    }
+    CXLPOOL_LOG(kError) << "cluster: slice " << device_->id() << "/" << *it << " held a lease of "
+                        << host_ << " but is "
+                        << (s == nullptr || s->mod_revision == 0 ? std::string("free")
+                                                                 : "owned by " + s->record.owner)
+                        << " now; the lease on it is revoked";
+    step->lost.push_back(*it);
+    it = used_after_restart_.erase(it);
   }
 }
 

@@ -445,5 +445,60 @@ TEST_F(RegistryTest, SliceStockGrantsOnlyOwnedZeroedSlices) {
   ::unlink(path);
 }
 
+// A slice a lease of h1 sits on, taken by h2 after an operator fenced h1:
+// when h1 comes back (a rejoin, or a restart whose journal names the
+// slice), its stock reports the slice lost, once, so the daemon revokes
+// the lease, and does not count it as its own.
+TEST_F(RegistryTest, SliceStockReportsLeasesOnSlicesItLost) {
+  char path[] = "/tmp/cxlpool-stock-XXXXXX";
+  int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  constexpr uint64_t kSlice = 2u << 20;
+  ASSERT_EQ(::ftruncate(fd, SharedDevice::kHeaderBytes + 4 * kSlice), 0);
+  auto dev = SharedDevice::Open(path, "lostdev");
+  ASSERT_TRUE(dev.ok()) << dev.status().ToString();
+  ASSERT_TRUE(registry_->EnsureDevice("lostdev", {4 * kSlice, kSlice}).ok());
+  FakeClock clock;
+  auto h1 = MakeSession("h1", 5);
+  ASSERT_TRUE(h1->Start(Record("h1", "i1")).ok());
+  const int64_t e1 = Joined(*h1);
+  SliceStock stock(registry_.get(), dev->get(), {4 * kSlice, kSlice}, "h1",
+                   StockOptions{1, milliseconds(60000)}, &clock);
+  ASSERT_TRUE(stock.Reconcile(Read(), e1).ok());
+  auto g = stock.Take();
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  h1->Leave();  // gone: its slices wait for a rejoin or a fence
+  ASSERT_TRUE(Or(registry_->Fence(FenceRecord{"h1", e1, "test@here", 0, "test"}), false));
+  auto h2 = MakeSession("h2", 5);
+  ASSERT_TRUE(h2->Start(Record("h2", "i2")).ok());
+  const int64_t e2 = Joined(*h2);
+  const SliceView fenced = Slices("lostdev")[g->index];
+  ASSERT_EQ(fenced.state, SliceState::kFenced);
+  ASSERT_GT(Or(registry_->Claim(fenced, "h2", e2, 0), int64_t{0}), 0);
+
+  auto back = MakeSession("h1", 5);
+  ASSERT_TRUE(back->Start(Record("h1", "i1")).ok());
+  const int64_t e3 = Joined(*back);
+  auto step = stock.Reconcile(Read(), e3);
+  ASSERT_TRUE(step.ok()) << step.status().ToString();
+  EXPECT_EQ(step->lost, std::vector<uint32_t>{g->index});
+  EXPECT_EQ(stock.used_slices().count(g->index), 0u);
+  step = stock.Reconcile(Read(), e3);
+  ASSERT_TRUE(step.ok());
+  EXPECT_TRUE(step->lost.empty());  // said once
+
+  // A restart whose journal names the slice: lost as well.
+  SliceStock restarted(registry_.get(), dev->get(), {4 * kSlice, kSlice}, "h1",
+                       StockOptions{1, milliseconds(60000)}, &clock, {g->index});
+  step = restarted.Reconcile(Read(), e3);
+  ASSERT_TRUE(step.ok());
+  EXPECT_EQ(step->lost, std::vector<uint32_t>{g->index});
+  EXPECT_EQ(restarted.used_slices().count(g->index), 0u);
+  back->Leave();
+  h2->Leave();
+  ::close(fd);
+  ::unlink(path);
+}
+
 }  // namespace
 }  // namespace cxlpool::cluster

@@ -20,6 +20,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "cxlpool/cluster/cluster_view.h"
 #include "cxlpool/cluster/shared_device.h"
@@ -49,6 +50,10 @@ struct ReconcileStep {
   uint32_t freed_stale = 0;  // earlier epochs' slices without leases, freed
   uint32_t races = 0;        // guards that failed (someone else moved first)
   uint32_t dropped = 0;      // slices the view says are no longer ours
+  // Slices a lease of ours sits on that are no longer ours (an operator
+  // fenced this host and another claimed them, or they are gone): the
+  // daemon revokes those leases. Each is reported once.
+  std::vector<uint32_t> lost;
 };
 
 class SliceStock {
@@ -87,6 +92,7 @@ class SliceStock {
   };
   void Readopt(const ClusterView& view, int64_t epoch, ReconcileStep* step);
   void AdoptStray(const ClusterView& view, int64_t epoch);
+  void FindLost(const ClusterView& view, ReconcileStep* step);
   void Drop(const ClusterView& view, int64_t epoch, ReconcileStep* step);
   void Claim(const ClusterView& view, int64_t epoch, ReconcileStep* step);
   void ReleaseIdle(int64_t epoch, ReconcileStep* step);
