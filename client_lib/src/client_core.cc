@@ -61,6 +61,7 @@ LeaseInfo FromProto(const proto::LeaseInfo& p) {
   i.kind = p.kind();
   i.backing = p.backing();
   i.placement_reason = p.placement_reason();
+  i.device_offset = p.device_offset();
   i.pool = p.pool();
   i.label = p.label();
   i.name = p.name();
@@ -266,8 +267,9 @@ Result<std::unique_ptr<LeaseState>> ClientCore::MapReply(wire::Frame frame) {
   if (st.ok()) {
     std::vector<ExtentMapping::Piece> pieces;
     for (wire::ReceivedExtent& e : reply.TakeExtents()) {
-      pieces.push_back({std::move(e.fd), e.place.size, e.place.page_size});
+      pieces.push_back({std::move(e.fd), e.place.size, e.place.page_size, 0});
     }
+    if (pieces.size() == 1) pieces[0].device_offset = info.device_offset();
     m = ExtentMapping::Map(std::move(pieces), info.backing());
   }
   if (!m.ok()) {

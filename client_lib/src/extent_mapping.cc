@@ -89,7 +89,20 @@ Result<ExtentMapping> ExtentMapping::Map(std::vector<Piece> pieces, const std::s
     struct stat st {};
     if (::fstat(p.fd.get(), &st) != 0)
       return Status::FromErrno(errno, "fstat(" + Which(i, n) + ")");
-    if (S_ISREG(st.st_mode)) {
+    if (backing == "shared-slice") {
+      const bool fits =
+          S_ISCHR(st.st_mode) || (S_ISREG(st.st_mode) && p.device_offset <= UINT64_MAX - p.size &&
+                                  static_cast<uint64_t>(st.st_size) >= p.device_offset + p.size);
+      if (n != 1 || p.device_offset % page != 0 || !fits) {
+        return Status(Code::kProtocol,
+                      "a shared slice is one extent at a page-aligned offset "
+                      "inside its device; the daemon announced " +
+                          std::to_string(n) + " extent(s), offset " +
+                          std::to_string(p.device_offset));
+      }
+    } else if (p.device_offset != 0) {
+      return Status(Code::kProtocol, "a device offset for a " + backing + " lease");
+    } else if (S_ISREG(st.st_mode)) {
       if (static_cast<uint64_t>(st.st_size) != p.size) {
         return Status(Code::kProtocol, Which(i, n) + " is " + std::to_string(st.st_size) +
                                            " bytes but the daemon announced " +
@@ -104,7 +117,7 @@ Result<ExtentMapping> ExtentMapping::Map(std::vector<Piece> pieces, const std::s
   ExtentMapping m;
   if (n == 1) {
     void* addr = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED | populate_flag,
-                        pieces[0].fd.get(), 0);
+                        pieces[0].fd.get(), static_cast<off_t>(pieces[0].device_offset));
     if (addr == MAP_FAILED) {
       return Status::FromErrno(errno, "mmap(lease, " + std::to_string(total) + " bytes)");
     }

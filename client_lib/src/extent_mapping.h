@@ -35,6 +35,9 @@ class ExtentMapping {
     UniqueFd fd;
     uint64_t size = 0;       // exactly the fd's size (fstat), or the device's span
     uint64_t page_size = 0;  // 0: 4 KiB
+    // Where the piece starts in its fd: a shared device's slice
+    // (backing "shared-slice"); 0 for every other lease.
+    uint64_t device_offset = 0;
   };
   struct Extent {
     UniqueFd fd;
@@ -55,10 +58,11 @@ class ExtentMapping {
   // Maps `pieces` (at least one) in order. Each fd must be a regular file
   // (memfd, hugetlbfs) of exactly its size, or, when `backing` is "devdax"
   // and there is one piece, a character device (whose size fstat cannot
-  // tell). Errors: INVALID_ARGUMENT (no piece, size 0, bad fd, page size not
-  // a power of two, sizes that overflow), PROTOCOL (an fd's size or type
-  // does not match the daemon's reply), RESOURCE_EXHAUSTED / IO (mmap). On
-  // error nothing stays mapped and every fd is closed.
+  // tell). A "shared-slice" lease is one piece at its device_offset of a
+  // character device, or of a regular file that holds it (tests, labs). Errors: INVALID_ARGUMENT
+  // (no piece, size 0, bad fd, page size not a power of two, sizes that overflow), PROTOCOL (an
+  // fd's size or type does not match the daemon's reply), RESOURCE_EXHAUSTED / IO (mmap). On error
+  // nothing stays mapped and every fd is closed.
   static Result<ExtentMapping> Map(std::vector<Piece> pieces, const std::string& backing,
                                    Populate populate = Populate::kMapPopulate);
   // The alignment Map gives the range of a multi-extent lease.

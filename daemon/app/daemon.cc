@@ -14,6 +14,7 @@
 
 #include "cluster/cluster_metrics.h"
 #include "cluster/host_summary.h"
+#include "cxlpool/cluster/shared_device.h"
 #include "cxlpool/common/clock.h"
 #include "cxlpool/common/log.h"
 #include "cxlpool/common/proc.h"
@@ -205,10 +206,11 @@ int Daemon::BuildPools() {
   }
   pools_ = std::move(*pools);
   uint64_t pinned = 0;
+  for (const auto& p : pools_) pinned += p->capacity();
+  if (int code = BuildSharedPools(); code != 0) return code;
   for (const auto& p : pools_) {
     CXLPOOL_LOG(kInfo) << "pool " << p->name() << ": " << p->kind() << ", "
                        << HumanBytes(p->capacity()) << ", " << p->backing();
-    pinned += p->capacity();
   }
   if (pools_.empty()) {
     if (auto why = NoMemorySizeKnown(topo_)) {
@@ -226,6 +228,33 @@ int Daemon::BuildPools() {
   }
   ClampReservesToKernel(reserves, *proc_);
   lifecycle_.Started("pools");
+  return 0;
+}
+
+// One pool per [[cluster.shared]] device, serving its slices (tier
+// "shared"). Its capacity is the device's slices; which of them this host
+// owns is the cluster's (StartCluster attaches it to slices_).
+int Daemon::BuildSharedPools() {
+  if (!cfg_.cluster.enabled() || cfg_.cluster.shared.empty()) return 0;
+  slices_ = std::make_unique<SliceBroker>(std::chrono::milliseconds(1000));
+  for (const SharedDeviceOptions& o : cfg_.cluster.shared) {
+    auto dev = cluster::SharedDevice::Open(o.path, o.id, SysfsRoot());
+    if (!dev.ok()) {
+      CXLPOOL_LOG(kError) << "cluster: shared device " << o.path << ": " << dev.status().ToString();
+      return 1;
+    }
+    const std::string name = SharedSlicePool::PoolName(o.path);
+    for (const auto& p : pools_) {
+      if (p->name() == name) {
+        CXLPOOL_LOG(kError) << "cluster: shared device " << o.path << " would be pool " << name
+                            << ", which exists already; give the devices different file names";
+        return 1;
+      }
+    }
+    const uint64_t capacity = (*dev)->data_bytes() / o.slice_bytes * o.slice_bytes;
+    pools_.push_back(
+        std::make_unique<SharedSlicePool>(o.path, o.slice_bytes, capacity, slices_.get()));
+  }
   return 0;
 }
 
@@ -553,12 +582,25 @@ int Daemon::StartCluster() {
   deps.version = ProjectVersion();
   deps.clock = &SystemClock::Get();
   deps.describe = [this] { return SummarizeHost(leases_->Pools(), topo_); };
-  auto member = ClusterMember::Start(std::move(deps));
-  if (!member.ok()) {
-    CXLPOOL_LOG(kError) << "cluster: " << member.status().ToString();
+  deps.lost = [this](const std::string& path, uint32_t index) {
+    boost::asio::post(io_, [this, pool = SharedSlicePool::PoolName(path), index] {
+      leases_->RevokeOnSlice(pool, index, [this](uint64_t id, std::vector<ConnId> holders) {
+        if (handler_) handler_->TellRevoked(id, holders);
+      });
+    });
+  };
+  auto start = [&](std::map<std::string, std::set<uint32_t>> held) -> Result<ClusterMember*> {
+    deps.held = std::move(held);
+    auto member = ClusterMember::Start(std::move(deps));
+    if (!member.ok()) return member.status();
+    cluster_ = std::move(member.value());
+    return cluster_.get();
+  };
+  Status st = slices_ ? slices_->Attach(start) : start({}).status();
+  if (!st.ok()) {
+    CXLPOOL_LOG(kError) << "cluster: " << st.ToString();
     return 2;
   }
-  cluster_ = std::move(member.value());
   cluster_ptr_.store(cluster_.get());
   CXLPOOL_LOG(kInfo) << "cluster: host " << cfg_.cluster.host << " on etcd "
                      << cfg_.cluster.endpoints.size() << " endpoint(s), "
@@ -566,6 +608,7 @@ int Daemon::StartCluster() {
   lifecycle_.Started("cluster", {.join = [this] {
                        cluster_ptr_.store(nullptr);
                        cluster_->Stop();
+                       if (slices_) slices_->Detach();
                      }});
   return 0;
 }

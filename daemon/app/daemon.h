@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "cluster/cluster_member.h"
+#include "cluster/slice_broker.h"
 #include "cxlpool/common/fs.h"
 #include "cxlpool/common/unique_fd.h"
 #include "cxlpool/topology/topology.h"
@@ -81,6 +82,7 @@ class Daemon {
   int StartThreads();
   int DiscoverTopology();
   int BuildPools();
+  int BuildSharedPools();
   int OpenStateDir();
   int StartLeases();
   int StartServer();
@@ -113,6 +115,8 @@ class Daemon {
   Topology topo_;
   std::unique_ptr<DaxControl> dax_;
   std::vector<std::unique_ptr<Pool>> pools_;  // until the lease manager takes them
+  // [[cluster.shared]]: where the shared devices' pools take their slices.
+  std::unique_ptr<SliceBroker> slices_;
   Notifier notifier_;
   std::vector<InheritedFd> inherited_;
   std::map<uint64_t, std::vector<UniqueFd>> stored_;

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 
@@ -16,7 +15,6 @@ using std::chrono::milliseconds;
 
 namespace {
 
-constexpr const char* kSlicesFile = "cluster-slices.json";
 constexpr const char* kInstanceFile = "cluster-instance";
 
 std::string RandomHex() {
@@ -88,52 +86,6 @@ std::string ClusterMember::InstanceId() const {
   return id;
 }
 
-std::map<std::string, std::set<uint32_t>> ClusterMember::LoadUsedSlices() const {
-  std::map<std::string, std::set<uint32_t>> out;
-  if (deps_.state_dir.empty()) return out;
-  auto text = ReadSmallFile(deps_.state_dir + "/" + kSlicesFile);
-  if (!text.ok()) return out;
-  auto j = nlohmann::json::parse(*text, nullptr, false);
-  if (!j.is_object()) {
-    CXLPOOL_LOG(kError) << "cluster: " << kSlicesFile << " is garbled; re-adopting no slice";
-    return out;
-  }
-  for (const auto& [device, list] : j.items()) {
-    if (!list.is_array()) continue;
-    for (const auto& i : list)
-      if (i.is_number_unsigned() && i.get<uint64_t>() <= UINT32_MAX)
-        out[device].insert(i.get<uint32_t>());
-  }
-  return out;
-}
-
-// On the cluster thread (or in Stop, after it): the only writer.
-void ClusterMember::SaveUsedSlices() {
-  if (deps_.state_dir.empty()) return;
-  std::map<std::string, std::set<uint32_t>> now;
-  std::vector<cluster::SliceStock*> stocks;
-  {
-    MutexLock lock(mu_);
-    for (auto& [id, s] : stocks_) stocks.push_back(s.get());
-    now = saved_;
-  }
-  for (auto* s : stocks) now[s->device_id()] = s->used_slices();
-  {
-    MutexLock lock(mu_);
-    if (now == saved_) return;
-  }
-  nlohmann::json j = nlohmann::json::object();
-  for (const auto& [id, set] : now) j[id] = set;
-  // The disk's latency outside the lock: a fence never waits for it.
-  Status st = WriteAtomically(deps_.state_dir + "/" + kSlicesFile, j.dump());
-  if (!st.ok()) {
-    CXLPOOL_LOG(kError) << "cluster: " << st.ToString();
-    return;
-  }
-  MutexLock lock(mu_);
-  saved_ = std::move(now);
-}
-
 Result<std::unique_ptr<ClusterMember>> ClusterMember::Start(Deps deps) {
   const ClusterOptions& o = deps.options;
   etcd::ClientOptions eo;
@@ -154,10 +106,12 @@ Result<std::unique_ptr<ClusterMember>> ClusterMember::Start(Deps deps) {
     CXLPOOL_LOG(kWarning) << "cluster: etcd is reached off loopback without TLS; set [cluster] "
                              "ca, cert and key";
   }
-  m->used_at_start_ = m->LoadUsedSlices();
   {
     MutexLock lock(m->mu_);
-    m->saved_ = m->used_at_start_;
+    for (const auto& dev : m->devices_) {
+      auto it = m->deps_.held.find(dev->path());
+      if (it != m->deps_.held.end()) m->used_at_start_[dev->id()] = it->second;
+    }
   }
   cluster::SessionOptions so;
   so.host = m->deps_.options.host;
@@ -213,7 +167,6 @@ void ClusterMember::Loop() {
       dirty_ = false;
     }
     Reconcile();
-    SaveUsedSlices();
     const auto now = std::chrono::steady_clock::now();
     if (now >= next_publish && deps_.describe) {
       if (instance.empty()) instance = InstanceId();
@@ -268,12 +221,14 @@ void ClusterMember::Reconcile() {
       reconcile_errors_.fetch_add(1);
       continue;
     }
-    auto stock = std::make_unique<cluster::SliceStock>(
+    // Built and installed under one lock: a ReturnSlice before it edits
+    // used_at_start_, one after it reaches the stock.
+    MutexLock lock(mu_);
+    stocks_[dev->id()] = std::make_unique<cluster::SliceStock>(
         registry_.get(), dev.get(), *rec, deps_.options.host,
         cluster::StockOptions{o.claim_ahead, o.idle_release}, deps_.clock,
-        used_at_start_[dev->id()], [this] { return session_->certainly_live(); });
-    MutexLock lock(mu_);
-    stocks_[dev->id()] = std::move(stock);
+        std::move(used_at_start_[dev->id()]), [this] { return session_->certainly_live(); });
+    used_at_start_.erase(dev->id());
     dirty_ = true;  // reread: the device record is new
   }
   std::vector<cluster::SliceStock*> stocks;
@@ -286,6 +241,12 @@ void ClusterMember::Reconcile() {
     if (!step.ok()) {
       reconcile_errors_.fetch_add(1);
       continue;
+    }
+    if (deps_.lost) {
+      for (uint32_t index : step->lost) {
+        for (const auto& d : devices_)
+          if (d->id() == s->device_id()) deps_.lost(d->path(), index);
+      }
     }
     if (step->claimed || step->released || step->readopted || step->freed_stale || step->dropped) {
       CXLPOOL_LOG(kInfo) << "cluster: " << s->device_id() << ": claimed " << step->claimed
@@ -314,9 +275,8 @@ void ClusterMember::Stop() {
     MutexLock lock(mu_);
     for (auto& [id, s] : stocks_) stocks.push_back(s.get());
   }
-  // No grant after the used slices are written down.
+  // No grant while the unused slices go back.
   for (auto* s : stocks) s->Fence();
-  SaveUsedSlices();
   // Unused slices go back before the session ends; used ones stay ours (as
   // an earlier epoch) for the next start to re-adopt.
   const int64_t epoch = session_ ? session_->epoch() : 0;
@@ -346,6 +306,58 @@ ClusterStats ClusterMember::stats() const {
   st.reconcile_errors = reconcile_errors_.load();
   st.insecure_remote = InsecureRemote(deps_.options);
   return st;
+}
+
+std::string ClusterMember::DeviceIdOf(const std::string& path) const {
+  for (const auto& d : devices_)
+    if (d->path() == path) return d->id();
+  return "";
+}
+
+void ClusterMember::Wake() {
+  MutexLock lock(mu_);
+  dirty_ = true;
+  wake_.notify_all();
+}
+
+Result<cluster::SliceGrant> ClusterMember::TakeSlice(const std::string& path, milliseconds wait) {
+  const std::string id = DeviceIdOf(path);
+  if (id.empty()) return Status(Code::kNotFound, "no shared device " + path + " in [cluster]");
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  while (true) {
+    cluster::SliceStock* s = stock(id);
+    if (s == nullptr) {
+      return Status(Code::kUnavailable,
+                    "shared device " + id + ": this host has not joined the cluster yet");
+    }
+    auto g = s->Take();
+    Wake();  // claim ahead again (or claim the one this Take wanted)
+    if (g.ok() || g.status().code() != Code::kResourceExhausted ||
+        std::chrono::steady_clock::now() >= deadline) {
+      if (!g.ok() && g.status().code() == Code::kResourceExhausted) {
+        return Status(Code::kResourceExhausted,
+                      g.status().message() + " within " + std::to_string(wait.count()) +
+                          " ms (every slice is owned, quarantined or in use)");
+      }
+      return g;
+    }
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+}
+
+void ClusterMember::ReturnSlice(const std::string& path, uint32_t index) {
+  const std::string id = DeviceIdOf(path);
+  {
+    MutexLock lock(mu_);
+    auto it = stocks_.find(id);
+    if (it == stocks_.end()) {
+      auto u = used_at_start_.find(id);
+      if (u != used_at_start_.end()) u->second.erase(index);
+      return;
+    }
+    it->second->Return(index);
+  }
+  Wake();
 }
 
 cluster::SliceStock* ClusterMember::stock(const std::string& id) {

@@ -4,13 +4,14 @@
 // on its own thread whenever etcd changes (a watch), the session joins or is
 // lost, or a second passes. Nothing here runs on the request path.
 //
-// After a restart the slices that held leases are read from the state
-// directory (cluster-slices.json, rewritten on every change) and re-adopted
-// under the new epoch; the rest are freed. A loss of the session fences the
-// shared devices at once (SliceStock::Fence) and says so in the log and the
-// metrics; local pools go on as before.
+// Leases take slices through TakeSlice and give them back through
+// ReturnSlice (pool/shared_slice_pool.h, by way of SliceBroker). After a
+// restart the slices that hold leases (the lease journal's, Deps.held) are
+// re-adopted under the new epoch; the rest are freed. A loss of the session
+// fences the shared devices at once (SliceStock::Fence) and says so in the
+// log and the metrics; local pools go on as before.
 //
-// Thread safety: Start and Stop from one thread; stats and stock from any.
+// Thread safety: Start and Stop from one thread; the rest from any.
 #pragma once
 
 #include <condition_variable>
@@ -58,6 +59,12 @@ class ClusterMember {
     const Clock* clock = nullptr;
     // The host record's pools and GPUs, now (called on the cluster thread).
     std::function<cluster::HostRecord()> describe;
+    // Device path -> the slices leases recovered from the journal sit on.
+    std::map<std::string, std::set<uint32_t>> held;
+    // A slice a lease sits on is no longer this host's (an operator fenced
+    // it and another host claimed the slice): revoke the lease. Called on the
+    // cluster thread.
+    std::function<void(const std::string& path, uint32_t index)> lost;
   };
 
   // Opens the shared devices and starts the thread; never waits on etcd
@@ -65,9 +72,18 @@ class ClusterMember {
   static Result<std::unique_ptr<ClusterMember>> Start(Deps deps);
   ~ClusterMember();
 
-  // Clean exit: stops the thread, writes the used slices, frees unused
-  // slices and leaves the cluster (the host record goes at once).
+  // Clean exit: stops the thread, fences the stocks, frees unused slices
+  // and leaves the cluster (the host record goes at once). Slices under
+  // leases stay this host's (an earlier epoch) for the next start.
   void Stop();
+
+  // An owned, zeroed, unused slice of the shared device at `path`, waiting
+  // up to `wait` for the cluster thread to claim one when none is ready.
+  // UNAVAILABLE: fenced, or not joined yet; RESOURCE_EXHAUSTED: none came
+  // within `wait` (the device is full); NOT_FOUND: no such shared device.
+  Result<cluster::SliceGrant> TakeSlice(const std::string& path, std::chrono::milliseconds wait);
+  // A lease on the slice ended: zeroed by the next round, then ready again.
+  void ReturnSlice(const std::string& path, uint32_t index);
 
   ClusterStats stats() const;
   // The stock of shared device `id` (nullptr: no such device).
@@ -77,9 +93,10 @@ class ClusterMember {
   explicit ClusterMember(Deps deps);
   void Loop();
   void Reconcile();
-  void SaveUsedSlices();
-  std::map<std::string, std::set<uint32_t>> LoadUsedSlices() const;
   std::string InstanceId() const;
+  // The id of the shared device at `path`, or "".
+  std::string DeviceIdOf(const std::string& path) const;
+  void Wake();
   Status OpenDevices(cluster::SliceRegistry* registry);
 
   Deps deps_;
@@ -88,8 +105,6 @@ class ClusterMember {
   std::unique_ptr<cluster::Session> session_;
   std::unique_ptr<etcd::Watch> watch_;
   std::vector<std::unique_ptr<cluster::SharedDevice>> devices_;
-  // Built at the first join (the device record needs etcd).
-  std::map<std::string, std::set<uint32_t>> used_at_start_;
   std::string boot_id_;
 
   mutable Mutex mu_;
@@ -99,7 +114,9 @@ class ClusterMember {
   bool stopping_ GUARDED_BY(mu_) = false;
   bool dirty_ GUARDED_BY(mu_) = true;
   ClusterStats view_stats_ GUARDED_BY(mu_);
-  std::map<std::string, std::set<uint32_t>> saved_ GUARDED_BY(mu_);
+  // Device id -> the slices that held leases at the start, until its stock
+  // (built at the first join: the device record needs etcd) takes them over.
+  std::map<std::string, std::set<uint32_t>> used_at_start_ GUARDED_BY(mu_);
   std::thread thread_;
   std::atomic<uint64_t> reconcile_errors_{0};
 };

@@ -5,6 +5,9 @@ namespace cxlpool {
 cluster::HostRecord SummarizeHost(const std::vector<PoolSnapshot>& pools, const Topology& topo) {
   cluster::HostRecord r;
   for (const auto& p : pools) {
+    // A shared device is the rack's, not this host's: its record lists it
+    // (shared_devices) with the slices this host owns and uses.
+    if (p.backing == "shared-slice") continue;
     cluster::PoolSummary s;
     s.node = p.numa_node < 0 ? 0 : p.numa_node;
     s.kind = p.backing;

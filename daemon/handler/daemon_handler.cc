@@ -247,19 +247,23 @@ Reply DaemonHandler::Revoke(const Call& call) {
   leases_->Revoke(call.conn, id,
                   [this, id, reply = call.reply](Result<std::vector<ConnId>> holders) {
                     if (!holders.ok()) return reply(MakeErrorReply(holders.status()));
-                    for (ConnectionId h : *holders) {
-                      if (!push_) break;
-                      Status st = push_(h, EncodeRevokedEvent(id));
-                      if (!st.ok()) {
-                        CXLPOOL_LOG(kInfo) << "revoke " << id << ": could not tell connection " << h
-                                           << ": " << st.ToString();
-                      }
-                    }
-                    CXLPOOL_LOG(kInfo) << "lease " << id << " revoked; " << holders->size()
-                                       << " holder connection(s) told";
+                    TellRevoked(id, *holders);
                     reply(EncodeRevokeReply());
                   });
   return {};
+}
+
+void DaemonHandler::TellRevoked(uint64_t id, const std::vector<ConnectionId>& holders) {
+  for (ConnectionId h : holders) {
+    if (!push_) break;
+    Status st = push_(h, EncodeRevokedEvent(id));
+    if (!st.ok()) {
+      CXLPOOL_LOG(kInfo) << "revoke " << id << ": could not tell connection " << h << ": "
+                         << st.ToString();
+    }
+  }
+  CXLPOOL_LOG(kInfo) << "lease " << id << " revoked; " << holders.size()
+                     << " holder connection(s) told";
 }
 
 Reply DaemonHandler::Quotas(const Call& call) {

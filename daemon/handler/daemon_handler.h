@@ -59,6 +59,9 @@ class DaemonHandler final : public RequestHandler {
 
   DaemonHandler(LeaseManager* leases, const FileSystem* proc, HandlerOptions options);
   void SetPush(PushFn push) { push_ = std::move(push); }
+  // Tells each holder connection that lease `id` was revoked (a pushed
+  // LeaseEvent); on the loop.
+  void TellRevoked(uint64_t id, const std::vector<ConnectionId>& holders);
   // The tiering messages go to `tiering` (null: UNSUPPORTED, tiering off).
   void SetTiering(TieringRequests* tiering) { tiering_ = tiering; }
   // Entries from outside the lease manager (the server's limits) for STATS

@@ -42,6 +42,7 @@ void ToProto(const LeaseSnapshot& s, proto::LeaseInfo* out) {
   out->set_moved_reason(s.moved_reason);
   out->set_migration(s.migration);
   out->set_spread(s.spread);
+  out->set_device_offset(s.device_offset);
   for (size_t i = 0; i < s.extent_bytes.size(); ++i) {
     proto::ExtentInfo* x = out->add_extents();
     x->set_size_bytes(s.extent_bytes[i]);

@@ -50,6 +50,8 @@ DurableLease LeaseManager::ToDurable(const Lease& l) const {
   if (l.identity.size() > 1) d.extents = l.identity;
   d.dax_device = l.first().dax_device();
   d.dax_rdev = l.first().device_number();
+  d.shared_slice = l.first().shared_slice();
+  d.device_offset = l.first().device_offset();
   if (l.moving_to != nullptr) {
     d.migrating_to_pool = l.moving_to->name();
     d.migrating_back_from_pool = l.moving_back_from;

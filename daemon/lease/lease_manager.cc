@@ -181,7 +181,9 @@ Status LeaseManager::NotInTable(ConnId conn, uint64_t id) const {
   const CallerInfo* c = Caller(conn);
   if (told != nullptr && c != nullptr &&
       (c->is_admin || std::find(told->begin(), told->end(), c->uid) != told->end())) {
-    return Status(Code::kRevoked, "lease " + std::to_string(id) + " was revoked by an admin");
+    return Status(Code::kRevoked,
+                  "lease " + std::to_string(id) +
+                      " was revoked (by an admin, or its host lost the shared slice under it)");
   }
   return NoLease(id);
 }
@@ -355,9 +357,14 @@ void LeaseManager::Revoke(ConnId conn, uint64_t id, RevokeDone done) {
     }
     return done(NoLease(id));
   }
+  RevokeNow(id, "revokes", std::move(done));
+}
+
+void LeaseManager::RevokeNow(uint64_t id, const char* counter, RevokeDone done) {
+  const Lease& l = table_.leases().at(id);
   std::vector<ConnId> holders;
-  std::vector<uid_t> uids{it->second.owner.uid};
-  for (const auto& [h, n] : it->second.holders) {
+  std::vector<uid_t> uids{l.owner.uid};
+  for (const auto& [h, n] : l.holders) {
     holders.push_back(h);
     if (const CallerInfo* hc = Caller(h); hc != nullptr) uids.push_back(hc->uid);
   }
@@ -365,9 +372,26 @@ void LeaseManager::Revoke(ConnId conn, uint64_t id, RevokeDone done) {
   table_.Revoked(id, std::move(uids), kMaxRevokedRemembered);
   // The holders hear of it only once the memory is truncated, so their next
   // access after the event SIGBUSes.
-  Free(id, "revokes", [done = std::move(done), holders = std::move(holders)]() mutable {
+  Free(id, counter, [done = std::move(done), holders = std::move(holders)]() mutable {
     done(std::move(holders));
   });
+}
+
+void LeaseManager::RevokeOnSlice(
+    const std::string& pool, uint32_t index,
+    std::function<void(uint64_t id, std::vector<ConnId> holders)> done) {
+  std::vector<uint64_t> ids;
+  for (const auto& [id, l] : table_.leases()) {
+    if (l.pool->name() == pool && l.has_memory() && l.first().shared_slice() == index)
+      ids.push_back(id);
+  }
+  for (uint64_t id : ids) {
+    CXLPOOL_LOG(kError) << "lease " << id << " on " << pool << " slice " << index
+                        << " revoked: the slice is no longer this host's";
+    RevokeNow(id, "slice_losses", [id, done](Result<std::vector<ConnId>> holders) {
+      done(id, holders.ok() ? std::move(*holders) : std::vector<ConnId>{});
+    });
+  }
 }
 
 Status LeaseManager::SetQuota(ConnId conn, const QuotaRule& rule) {
@@ -390,6 +414,7 @@ LeaseSnapshot LeaseManager::Snapshot(const Lease& l) const {
   s.holders = l.refs;
   s.backing = l.first().kind();
   s.page_size = l.first().page_size();
+  s.device_offset = l.first().device_offset();
   s.extents = static_cast<uint32_t>(l.extents.size());
   if (l.extents.size() > 1) {
     for (const auto& e : l.extents) s.extent_bytes.push_back(e->size_bytes());

@@ -126,6 +126,11 @@ class LeaseManager {
   // `done` with the connections that held it, to be told with a LeaseEvent,
   // once its memory is truncated (their next access SIGBUSes); errors now.
   void Revoke(ConnId conn, uint64_t id, RevokeDone done);
+  // The daemon's own revoke, of every lease on slice `index` of shared
+  // pool `pool` (the slice is no longer this host's): as Revoke, `done`
+  // once per lease with its id and the connections that held it.
+  void RevokeOnSlice(const std::string& pool, uint32_t index,
+                     std::function<void(uint64_t id, std::vector<ConnId> holders)> done);
   // Admin only: add/replace a quota rule.
   Status SetQuota(ConnId conn, const QuotaRule& rule);
   // A holder of lease `id` saw its pages off the node it is accounted to
@@ -353,6 +358,9 @@ class LeaseManager {
   // `then` runs on the loop once the memory is truncated (or never, when
   // the manager is gone by then).
   void Free(uint64_t id, const char* counter, std::function<void()> then = nullptr);
+  // Marks lease `id` (in the table) revoked and frees it; `done` gets its
+  // holders once its memory is reclaimed.
+  void RevokeNow(uint64_t id, const char* counter, RevokeDone done);
   // Back on the loop after a reclaim: the bytes are free; waiting
   // allocations run again, then reserve refills.
   void BackingReclaimed(Pool* pool, uint64_t size);

@@ -12,6 +12,7 @@
 #include "cxlpool/common/log.h"
 #include "cxlpool/common/strings.h"
 #include "lease/restart_rules.h"
+#include "pool/shared_slice_pool.h"
 
 namespace cxlpool {
 
@@ -120,6 +121,18 @@ void RestartRules::RecoverLease(DurableLease& d, std::vector<UniqueFd> fds,
     if (auto why = RecoverDaxDevice(dax_pool, d, carved_seen)) {
       fds.clear();
       drop(*why);
+      return;
+    }
+  }
+  if (auto* shared = dynamic_cast<SharedSlicePool*>(pool); shared != nullptr) {
+    // The daemon opens the device itself; stored fds add nothing.
+    fds.clear();
+    if (!d.shared_slice) {
+      drop("journalled on " + pool->name() + " without its slice");
+      return;
+    }
+    if (::access(shared->path().c_str(), R_OK | W_OK) != 0) {
+      drop("its shared device " + shared->path() + " cannot be opened");
       return;
     }
   }
@@ -252,7 +265,16 @@ std::vector<std::pair<Pool*, uint64_t>> RestartRules::BytesByPool(
 LeaseManager::Extents RestartRules::RecoveredBacking(const DurableLease& d, Pool* pool,
                                                      std::vector<UniqueFd> fds, bool* adopted) {
   Extents backing;
-  if (auto* dax_pool = dynamic_cast<DevdaxPool*>(pool); dax_pool != nullptr) {
+  if (auto* shared = dynamic_cast<SharedSlicePool*>(pool); shared != nullptr) {
+    // Held again whatever its holders do: they may still write to it.
+    auto b = shared->Recovered(*d.shared_slice, d.device_offset, d.size_bytes);
+    if (b.ok()) {
+      backing.push_back(std::move(*b));
+      *adopted = true;
+    } else {
+      CXLPOOL_LOG(kWarning) << "restart: lease " << d.id << ": " << b.status().ToString();
+    }
+  } else if (auto* dax_pool = dynamic_cast<DevdaxPool*>(pool); dax_pool != nullptr) {
     *adopted = !fds.empty();
     backing.push_back(dax_pool->Recovered(d.dax_device, d.size_bytes, d.dax_rdev,
                                           fds.empty() ? UniqueFd() : std::move(fds[0])));
@@ -544,7 +566,8 @@ std::optional<std::string> RestartRules::ReclaimLost(ConnId conn, Conn& c, Recla
   const std::vector<uid_t>* told = m_.table_.RevokedFor(id);
   if (told != nullptr &&
       (who.uid == 0 || std::find(told->begin(), told->end(), who.uid) != told->end())) {
-    return "lease " + std::to_string(id) + " was revoked by an admin";
+    return "lease " + std::to_string(id) +
+           " was revoked (by an admin, or its host lost the shared slice under it)";
   }
   if (told != nullptr || !LostLeaseWindowOpen(id)) return NotYours(id);
   // An id this daemon may have granted, unknown now, while the grace
@@ -606,7 +629,11 @@ std::optional<std::string> RestartRules::CheckReclaimItem(const Lease& l, const 
   // Its extents as the holder tells them: as many as the lease has, of
   // the same sizes, one fd each.
   if (Status st = CheckReclaimExtents(id, ExtentsOf(d), item); !st.ok()) return st.message();
-  if (auto* dax_pool = dynamic_cast<DevdaxPool*>(l.pool); dax_pool != nullptr) {
+  if (auto* shared = dynamic_cast<SharedSlicePool*>(l.pool); shared != nullptr) {
+    if (Status st = shared->CheckFd(item.fds[0].get()); !st.ok()) {
+      return "lease " + std::to_string(id) + " (" + shared->name() + "): " + st.message();
+    }
+  } else if (auto* dax_pool = dynamic_cast<DevdaxPool*>(l.pool); dax_pool != nullptr) {
     Status st = dax_pool->CheckFd(item.fds[0].get(), d.dax_device, d.dax_rdev);
     if (!st.ok()) {
       return "lease " + std::to_string(id) + " (devdax " + d.dax_device + "): " + st.message();
@@ -620,6 +647,9 @@ std::optional<std::string> RestartRules::CheckReclaimItem(const Lease& l, const 
 std::optional<std::string> RestartRules::AdoptReclaimed(Lease& l, const DurableLease& d,
                                                         ReclaimItem& item) {
   if (!l.awaited_memory) return std::nullopt;
+  if (dynamic_cast<SharedSlicePool*>(l.pool) != nullptr) {
+    return "lease " + std::to_string(item.id) + ": its shared device could not be reopened";
+  }
   if (dynamic_cast<DevdaxPool*>(l.pool) != nullptr) {
     auto* db = dynamic_cast<DevdaxBacking*>(l.extents.front().get());
     if (db == nullptr) {

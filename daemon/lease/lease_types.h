@@ -80,7 +80,8 @@ struct LeaseSnapshot {
   uint32_t holders = 0;  // references (connections x attaches)
   std::string backing;
   uint64_t page_size = 0;
-  uint32_t extents = 1;  // memfds the lease is made of, mapped back to back
+  uint64_t device_offset = 0;  // shared-slice: where it starts on the device's fd
+  uint32_t extents = 1;        // memfds the lease is made of, mapped back to back
   // A lease of several extents: each one's size, in mapping order (empty
   // for one).
   std::vector<uint64_t> extent_bytes;

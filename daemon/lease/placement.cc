@@ -35,8 +35,13 @@ std::optional<int> LastCpuOf(const FileSystem& proc, pid_t pid) {
 
 namespace {
 
-bool IsDevdax(const Pool* p) { return std::string(p->backing()) == "devdax"; }
-std::string TierOf(const Pool* p) { return IsDevdax(p) ? "devdax" : p->kind(); }
+bool IsShared(const Pool* p) { return std::string(p->backing()) == "shared-slice"; }
+// Device memory (never migrated): devdax pools and shared devices' slices.
+bool IsDevdax(const Pool* p) { return std::string(p->backing()) == "devdax" || IsShared(p); }
+std::string TierOf(const Pool* p) {
+  if (IsShared(p)) return "shared";
+  return IsDevdax(p) ? "devdax" : p->kind();
+}
 
 int Distance(const Topology& topo, int from, int to) {
   if (from == to) return 10;
@@ -236,16 +241,20 @@ Status OrderByLocality(const Topology& topo, const std::vector<Pool*>& pools,
   return Status::Ok();
 }
 
-// Tier preferences: devdax pools join when asked for; the order becomes the
-// tiers' (stable within one); strict drops unlisted tiers.
+// Tier preferences: devdax pools and shared devices join when their tier is
+// asked for (never otherwise); the order becomes the tiers' (stable within
+// one); strict drops unlisted tiers.
 void ApplyTiers(const std::vector<Pool*>& pools, const PlacementRequest& req,
                 std::vector<Candidate>* out) {
   if (req.tiers.empty()) return;
-  if (std::find(req.tiers.begin(), req.tiers.end(), "devdax") != req.tiers.end()) {
+  for (const char* tier : {"devdax", "shared"}) {
+    if (std::find(req.tiers.begin(), req.tiers.end(), tier) == req.tiers.end()) continue;
     for (Pool* p : pools) {
       bool have =
           std::any_of(out->begin(), out->end(), [&](const Candidate& c) { return c.pool == p; });
-      if (IsDevdax(p) && !have) out->push_back({p, "devdax pool"});
+      if (IsDevdax(p) && TierOf(p) == tier && !have) {
+        out->push_back({p, IsShared(p) ? "shared device's slices" : "devdax pool"});
+      }
     }
   }
   auto rank = [&](const Candidate& c) {

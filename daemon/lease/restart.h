@@ -82,8 +82,11 @@ struct DurableLease {
   // inode/inode_dev above). Empty: one extent of size_bytes (every older
   // journal, devdax, and any lease built whole).
   std::vector<DurableExtent> extents;
-  std::string dax_device;         // devdax: the device ("dax0.1"), else ""
-  uint64_t dax_rdev = 0;          // devdax: its device number (st_rdev); 0 unknown
+  std::string dax_device;  // devdax: the device ("dax0.1"), else ""
+  uint64_t dax_rdev = 0;   // devdax: its device number (st_rdev); 0 unknown
+  // A shared device's slice: which one, and where the lease starts on the device.
+  std::optional<uint32_t> shared_slice;
+  uint64_t device_offset = 0;
   std::vector<HolderId> holders;  // every process holding a reference
   // A move of one extent to another pool was begun and not finished
   // (tiering): that pool and the extent (unset in an older daemon's record:

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cxlpool/common/fs.h"
@@ -52,6 +53,11 @@ class Backing {
     return kNone;
   }
   virtual uint64_t device_number() const { return 0; }
+  // A lease on a shared device's slice (pool/shared_slice_pool.h): where
+  // the lease starts on the device its fd opens, and the slice; 0 and none
+  // for every other backing.
+  virtual uint64_t device_offset() const { return 0; }
+  virtual std::optional<uint32_t> shared_slice() const { return std::nullopt; }
   // The fd's inode and st_dev as read when the backing was made (off the
   // event loop), for the journal; false when not known (then fstat the fd).
   virtual bool Identity(uint64_t* inode, uint64_t* dev) const {

@@ -55,6 +55,8 @@ journal::LeaseRecord ToRecord(const DurableLease& d) {
   r.set_inode_dev(d.inode_dev);
   r.set_dax_device(d.dax_device);
   r.set_dax_rdev(d.dax_rdev);
+  if (d.shared_slice) r.set_shared_slice(*d.shared_slice);
+  r.set_device_offset(d.device_offset);
   r.set_migrating_to_pool(d.migrating_to_pool);
   r.set_migrating_back_from_pool(d.migrating_back_from_pool);
   if (d.migrating_extent) r.set_migrating_extent(*d.migrating_extent);
@@ -114,6 +116,8 @@ DurableLease FromRecord(const journal::LeaseRecord& r) {
   d.inode_dev = r.inode_dev();
   d.dax_device = r.dax_device();
   d.dax_rdev = r.dax_rdev();
+  if (r.has_shared_slice()) d.shared_slice = r.shared_slice();
+  d.device_offset = r.device_offset();
   d.migrating_to_pool = r.migrating_to_pool();
   d.migrating_back_from_pool = r.migrating_back_from_pool();
   if (r.has_migrating_extent()) d.migrating_extent = r.migrating_extent();

@@ -178,6 +178,38 @@ TEST(ExtentMapping, BadPiecesAreRefusedWithNothingMapped) {
   }
 }
 
+// A shared device's slice: one fd of the whole device (here a file),
+// mapped at the slice's offset; an offset that leaves the device, a second
+// extent, or an offset on any other backing is refused.
+TEST(ExtentMapping, ASharedSliceIsMappedAtItsDeviceOffset) {
+  UniqueFd dev = Memfd(16 * kMiB, 0);
+  const char tag[] = "slice 3";
+  ASSERT_EQ(::pwrite(dev.get(), tag, sizeof tag, 6 * kMiB), static_cast<ssize_t>(sizeof tag));
+  std::vector<ExtentMapping::Piece> one;
+  one.push_back({UniqueFd(::dup(dev.get())), 2 * kMiB, 2 * kMiB, 6 * kMiB});
+  auto m = ExtentMapping::Map(std::move(one), "shared-slice");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  EXPECT_EQ(std::memcmp(m->data(), tag, sizeof tag), 0);
+  std::memset(static_cast<char*>(m->data()) + 4096, 0x77, 16);
+  unsigned char back = 0;
+  ASSERT_EQ(::pread(dev.get(), &back, 1, 6 * kMiB + 4096), 1);
+  EXPECT_EQ(back, 0x77);  // written through to the device
+
+  const int fds_before = OpenFds();
+  auto refused = [&](uint64_t offset, const std::string& backing, size_t extents = 1) {
+    std::vector<ExtentMapping::Piece> p;
+    for (size_t i = 0; i < extents; ++i)
+      p.push_back({UniqueFd(::dup(dev.get())), 2 * kMiB, 2 * kMiB, offset});
+    auto r = ExtentMapping::Map(std::move(p), backing);
+    EXPECT_EQ(OpenFds(), fds_before);
+    return !r.ok() && r.status().code() == Code::kProtocol;
+  };
+  EXPECT_TRUE(refused(16 * kMiB, "shared-slice"));  // past the device's end
+  EXPECT_TRUE(refused(4096, "shared-slice"));       // not on a page boundary
+  EXPECT_TRUE(refused(2 * kMiB, "shared-slice", 2));
+  EXPECT_TRUE(refused(2 * kMiB, "memfd"));
+}
+
 // CUDA registration of a multi-extent range: the same chunks as for one
 // mapping of that size (the fake libcuda records the calls).
 TEST(ExtentMapping, CudaRegistersTheRangeInChunks) {

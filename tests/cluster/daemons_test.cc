@@ -14,12 +14,14 @@
 #include <set>
 
 #include "cluster_hosts.h"
+#include "cxlpool/client.hpp"
 #include "etcd_cluster.h"
 #include "test_support.h"
 
 namespace cxlpool {
 namespace {
 
+using clustertest::HostName;
 using nlohmann::json;
 using testsupport::Daemon;
 using testsupport::EtcdCluster;
@@ -57,12 +59,21 @@ class DaemonsTest : public ::testing::Test {
     return clustertest::HostConfig(*etcd_, etcd_->endpoints(), host, d.dir() + "/state", shared_);
   }
 
-  Status StartHost(int i) {
+  Status StartHost(int i, const std::string& extra = "") {
     hosts_[i] = std::make_unique<Daemon>();
     hosts_[i]->set_log_to_file(true);
     std::string name = "h";  // += : GCC 12's -O3 -Wrestrict misreads "h" + std::string
     name += std::to_string(i);
-    return hosts_[i]->Start(Config(name, *hosts_[i]));
+    return hosts_[i]->Start(Config(name, *hosts_[i]) + extra);
+  }
+
+  // What the shared file holds at [offset, offset + n).
+  std::string DeviceBytes(uint64_t offset, size_t n) {
+    std::string buf(n, '\0');
+    int fd = ::open(shared_.c_str(), O_RDONLY | O_CLOEXEC);
+    const ssize_t got = ::pread(fd, buf.data(), n, static_cast<off_t>(offset));
+    ::close(fd);
+    return got == static_cast<ssize_t>(n) ? buf : std::string();
   }
 
   std::string Ctl(const std::string& args) { return clustertest::Ctl(*etcd_, args); }
@@ -209,6 +220,168 @@ TEST_F(DaemonsTest, LocalPoolsServeWhileEtcdIsGone) {
       },
       15000, 100))
       << Ctl("cluster");
+}
+
+// A lease of the "shared" tier is one slice its host owns: the client maps
+// the device at the slice's offset, so what it writes is on the device; the
+// hosts' leases sit on disjoint slices; a host's quota on the tier holds; a
+// released slice is zeroed before it serves again; and a SIGKILLed host
+// re-adopts the slices its leases hold, which its client hands back.
+TEST_F(DaemonsTest, SharedTierLeasesSitOnSlicesTheirHostOwns) {
+  ASSERT_TRUE(StartHost(0).ok());
+  const std::string quota =
+      "[[quota]]\nuid = " + std::to_string(::getuid()) + "\ntier = \"shared\"\nmax_leases = 2\n";
+  ASSERT_TRUE(StartHost(1, quota).ok());
+  ASSERT_TRUE(PollUntil([&] { return Owners(View()).size() == 2; }, 15000, 100)) << Ctl("cluster");
+  auto c0 = Client::Connect(hosts_[0]->socket());
+  auto c1 = Client::Connect(hosts_[1]->socket());
+  ASSERT_TRUE(c0.ok() && c1.ok());
+  AllocOptions o;
+  o.size_bytes = 1 << 20;
+  o.tier_preference = {"shared"};
+  o.strict = true;
+  struct Held {
+    int host;
+    Lease lease;
+    uint32_t slice;
+  };
+  std::vector<Held> held;
+  auto take = [&](int host) -> ClientStatus {
+    auto l = (host == 0 ? *c0 : *c1).Allocate(o);
+    if (!l.ok()) return l.status();
+    const LeaseInfo i = l->info();
+    EXPECT_EQ(i.backing, "shared-slice");
+    EXPECT_EQ(i.pool, "shared:shared.img");
+    EXPECT_EQ(i.size_bytes, kSlice);  // a whole slice
+    EXPECT_EQ((i.device_offset - kHeader) % kSlice, 0u);
+    const uint32_t slice = static_cast<uint32_t>((i.device_offset - kHeader) / kSlice);
+    // Tagged with host and lease, through the client's mapping.
+    const std::string tag = "h" + std::to_string(host) + "/lease " + std::to_string(i.id);
+    std::memset(l->data(), 0x5a, l->size());
+    std::memcpy(l->data(), tag.data(), tag.size());
+    held.push_back({host, std::move(*l), slice});
+    return ClientStatus();
+  };
+  // Three on h0: one more than it claims ahead (a Take waits for a claim).
+  for (int k = 0; k < 3; ++k) ASSERT_TRUE(take(0).ok()) << k;
+  for (int k = 0; k < 2; ++k) ASSERT_TRUE(take(1).ok()) << k;
+  ClientStatus refused = take(1);
+  EXPECT_EQ(refused.code(), ErrorCode::kResourceExhausted) << refused.message();
+  EXPECT_NE(refused.message().find("shared"), std::string::npos) << refused.message();
+
+  auto tag_of = [](const Held& h) {
+    return "h" + std::to_string(h.host) + "/lease " + std::to_string(h.lease.info().id);
+  };
+  auto check = [&](const char* when) {
+    const auto owners = Owners(View());
+    std::set<uint32_t> slices;
+    for (const Held& h : held) {
+      EXPECT_TRUE(slices.insert(h.slice).second) << when << ": slice " << h.slice << " twice";
+      EXPECT_EQ(owners.count(HostName(h.host)) ? owners.at(HostName(h.host)).count(h.slice) : 0u,
+                1u)
+          << when << ": slice " << h.slice << " not owned by h" << h.host << "\n"
+          << Ctl("cluster");
+      const std::string tag = tag_of(h);
+      EXPECT_EQ(DeviceBytes(kHeader + uint64_t{h.slice} * kSlice, tag.size()), tag) << when;
+    }
+  };
+  ASSERT_TRUE(PollUntil(
+      [&] {  // owned slices show in etcd's view once the claims are in
+        const auto owners = Owners(View());
+        for (const Held& h : held)
+          if (!owners.count(HostName(h.host)) || !owners.at(HostName(h.host)).count(h.slice))
+            return false;
+        return true;
+      },
+      10000, 50));
+  check("granted");
+  const std::string listed =
+      RunShell(testsupport::CtlBinary() + " --socket " + hosts_[0]->socket() + " leases 2>&1")
+          .second;
+  EXPECT_NE(listed.find("shared:shared.img"), std::string::npos) << listed;
+
+  // Released: zeroed before it serves again.
+  const uint32_t freed = held[0].slice;
+  ASSERT_TRUE(held[0].lease.Release().ok());
+  held.erase(held.begin());
+  ASSERT_TRUE(PollUntil([&] { return SliceIsZero(freed); }, 10000, 20)) << "slice " << freed;
+
+  // SIGKILL h0 while its client holds two leases: the restarted daemon
+  // re-adopts those slices (its journal's), not freeing them to others.
+  auto epoch_of_h0 = [&](const json& v) {
+    for (const auto& h : v.value("hosts", json::array()))
+      if (h.value("host", "") == "h0") return h.value("epoch", int64_t{0});
+    return int64_t{0};
+  };
+  const int64_t before = epoch_of_h0(View());
+  hosts_[0]->Kill();
+  ASSERT_TRUE(hosts_[0]->Restart().ok());
+  ASSERT_TRUE(PollUntil(
+      [&] {
+        const json v = View();
+        return epoch_of_h0(v) > before && Quarantined(v) == 0 && Owners(v).count("h0") &&
+               Owners(v).at("h0").count(held[0].slice) && Owners(v).at("h0").count(held[1].slice);
+      },
+      15000, 50))
+      << Ctl("cluster") << hosts_[0]->Log();
+  check("after h0's restart");
+  // The client hands them back to the new daemon and releases them.
+  for (Held& h : held) {
+    if (h.host != 0) continue;
+    EXPECT_TRUE(h.lease.Release().ok()) << "slice " << h.slice;
+    EXPECT_TRUE(PollUntil([&] { return SliceIsZero(h.slice); }, 10000, 20))
+        << "slice " << h.slice << "\n"
+        << Ctl("cluster") << hosts_[0]->Log();
+  }
+}
+
+// A lease whose host an operator fenced while it was down, and whose slice
+// another host then claimed: when the host comes back it revokes the lease
+// (its holder is told) instead of serving memory it no longer owns.
+TEST_F(DaemonsTest, ALeaseOnASliceFencedAwayIsRevoked) {
+  ASSERT_TRUE(StartHost(0).ok());
+  ASSERT_TRUE(StartHost(1).ok());
+  ASSERT_TRUE(PollUntil([&] { return Owners(View()).size() == 2; }, 15000, 100));
+  auto c0 = Client::Connect(hosts_[0]->socket());
+  auto c1 = Client::Connect(hosts_[1]->socket());
+  ASSERT_TRUE(c0.ok() && c1.ok());
+  AllocOptions o;
+  o.size_bytes = kSlice;
+  o.tier_preference = {"shared"};
+  o.strict = true;
+  auto lease = c0->Allocate(o);
+  ASSERT_TRUE(lease.ok()) << lease.status().ToString();
+  const uint32_t slice = static_cast<uint32_t>((lease->info().device_offset - kHeader) / kSlice);
+  hosts_[0]->Kill();
+  ASSERT_TRUE(PollUntil([&] { return Quarantined(View()) > 0; }, 8000, 50)) << Ctl("cluster");
+  const std::string fenced = Ctl("cluster fence h0 --confirm-down --reason test");
+  ASSERT_NE(fenced.find("fenced h0 epoch"), std::string::npos) << fenced;
+  // h1 takes slices until it owns the fenced lease's.
+  std::vector<Lease> h1_leases;
+  while (!Owners(View())["h1"].count(slice)) {
+    auto l = c1->Allocate(o);
+    ASSERT_TRUE(l.ok()) << l.status().ToString() << "\n" << Ctl("cluster");
+    h1_leases.push_back(std::move(*l));
+  }
+  auto losses = [&] {
+    auto [rc, out] =
+        RunShell(testsupport::CtlBinary() + " --socket " + hosts_[0]->socket() + " --json stats");
+    json j = json::parse(out, nullptr, false);
+    if (rc != 0 || j.is_discarded()) return int64_t{-1};
+    return j.value("counters", json::object()).value("slice_losses", int64_t{0});
+  };
+  ASSERT_TRUE(hosts_[0]->Restart().ok());
+  ASSERT_TRUE(PollUntil([&] { return losses() == 1; }, 15000, 50))
+      << Ctl("cluster") << hosts_[0]->Log();
+  EXPECT_NE(hosts_[0]->Log().find("no longer this host's"), std::string::npos);
+  // The holder hears it: its lease is revoked.
+  EXPECT_TRUE(PollUntil(
+      [&] {
+        (void)c0->ProcessEvents();
+        return lease->revoked();
+      },
+      5000, 20));
+  EXPECT_EQ(Owners(View())["h0"].count(slice), 0u);
 }
 
 }  // namespace

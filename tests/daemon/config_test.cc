@@ -397,16 +397,16 @@ TEST(ConfigTest, DurationsAreReadAlikeInEveryTable) {
 }
 
 TEST(ConfigTest, OneTableOfTierNames) {
-  for (const char* t : {"dram", "cxl", "hbm", "nvm", "unknown", "devdax"}) {
+  for (const char* t : {"dram", "cxl", "hbm", "nvm", "unknown", "devdax", "shared"}) {
     EXPECT_TRUE(IsTierName(t)) << t;
   }
   EXPECT_FALSE(IsTierName("gpu"));  // GPU memory is never pooled
   EXPECT_FALSE(IsTierName(""));
-  EXPECT_EQ(TierNamesHint(), "dram, cxl, hbm, nvm, devdax");
+  EXPECT_EQ(TierNamesHint(), "dram, cxl, hbm, nvm, devdax, shared");
   auto cfg = ParseConfig("[[quota]]\nuid = 1\ntier = \"gpu\"\nmax_bytes = 1\n", "t.toml");
   ASSERT_FALSE(cfg.ok());
   EXPECT_EQ(cfg.status().message(),
-            "t.toml: quota[0].tier: unknown tier 'gpu' (dram, cxl, hbm, nvm, devdax)");
+            "t.toml: quota[0].tier: unknown tier 'gpu' (dram, cxl, hbm, nvm, devdax, shared)");
 }
 
 // [cluster]: nothing without endpoints; every bad value named by its key.

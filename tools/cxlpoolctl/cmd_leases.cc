@@ -58,6 +58,7 @@ nlohmann::ordered_json LeaseJson(const proto::LeaseInfo& l) {
   j["created_unix"] = l.created_unix();
   j["age_seconds"] = std::max<int64_t>(0, ::time(nullptr) - l.created_unix());
   j["placement_reason"] = l.placement_reason();
+  if (l.backing() == "shared-slice") j["device_offset"] = l.device_offset();
   j["long_term_pin"] = l.long_term_pin();
   j["placed_numa_node"] = l.has_placed_numa_node() ? nlohmann::ordered_json(l.placed_numa_node())
                                                    : nlohmann::ordered_json(nullptr);
@@ -82,7 +83,9 @@ nlohmann::ordered_json LeaseJson(const proto::LeaseInfo& l) {
 }
 
 // "1", or "0 (moved from 2)" once a pin moved the pages.
+// A shared device's slice: the pool ("shared:dax1.0").
 std::string NodeCell(const proto::LeaseInfo& l) {
+  if (l.numa_node() < 0) return l.pool().empty() ? "-" : l.pool();
   std::string s = std::to_string(l.numa_node());
   if (!l.spread().empty()) {
     // "0+2": every node it is on, the one holding most first.

@@ -155,7 +155,9 @@ struct LeaseInfo {
   std::string kind;              // "dram", "cxl", ...
   std::string backing;           // "memfd", "memfd-thp", "hugetlb-2m", "devdax", ...
   std::string placement_reason;  // why this node
-  std::string pool;              // "node1", "dax0.0"
+  std::string pool;              // "node1", "dax0.0", "shared:dax1.0"
+  // backing "shared-slice": where the lease starts on the shared device.
+  uint64_t device_offset = 0;
   std::string label;
   std::string name;  // shared name, "" if private (in its owner's namespace)
   // Who owns the lease (whose quota it is charged to, whose namespace its

@@ -56,7 +56,7 @@ enum {
   CXLPOOL_EIO = -8,                 /* a syscall failed */
   CXLPOOL_EINTERNAL = -9,           /* broken invariant */
   CXLPOOL_EALREADY_EXISTS = -10,    /* shared name taken */
-  CXLPOOL_EREVOKED = -11            /* the lease was revoked by an admin */
+  CXLPOOL_EREVOKED = -11            /* the lease was revoked (admin, lost shared slice) */
 };
 
 /* Static text for an error code ("invalid argument", ...). Never NULL; an
