@@ -11,15 +11,17 @@
 //     slices, and the device's slicing covers the file;
 //   * fencing: a slice seen quarantined under (host, epoch) changes hands
 //     only after that host rejoined with a later epoch or was fenced;
-//   * no stale write: after each settle the test writes a tag into every
-//     owned slice (as a lease of that host would); while the slice is still
-//     held by the same (host, epoch), owned or quarantined, the tag stays;
+//   * leases: after each settle a client of every host releases its oldest
+//     lease of tier "shared" (beyond two) and takes a new one, checks that it
+//     reads zero, and writes a tag naming host and lease through its mapping.
+//     Every lease held sits, all the time, on a slice etcd records as its
+//     host's (owned, or quarantined while the host is away; never another
+//     host's, never free), and its tag stays on the device (no stale write);
 //   * one owner: once settled, each daemon's own count of owned slices
 //     (STATS cluster_slices_owned) is what etcd records for it, and every
 //     host is live, unfenced, and nothing is quarantined.
 // The local grant path is checked on the partitioned host during its
-// partition. Leases are not yet served from shared slices, so the tags stand
-// in for the leases' patterns.
+// partition.
 //
 // CXLPOOL_CHAOS_FAULTS sets the number of faults (default 12: the stress
 // label's short run); CXLPOOL_CHAOS_SEED the seed (default: time). Exits 77
@@ -33,13 +35,16 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <map>
 #include <mutex>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include "cluster_hosts.h"
+#include "cxlpool/client.hpp"
 #include "cxlpool/cluster/slice_registry.h"
 #include "etcd_cluster.h"
 #include "netns.h"
@@ -78,6 +83,15 @@ struct Held {
   int64_t epoch = 0;
 };
 
+// A lease of the shared tier the test's client holds, and its tag.
+struct HeldLease {
+  int host = 0;
+  Lease lease;
+  uint32_t slice = 0;
+  std::string tag;
+};
+constexpr size_t kLeasesPerHost = 2;
+
 class ChaosTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -89,6 +103,9 @@ class ChaosTest : public ::testing::Test {
     for (int i = 0; i < kHosts; ++i) {
       ns_[i] = c_.ns[i].get();
       hosts_[i] = c_.hosts[i].get();
+      auto c = Client::Connect(hosts_[i]->socket());
+      ASSERT_TRUE(c.ok()) << c.status().ToString();
+      clients_[i] = std::move(*c);
     }
     etcd_ = c_.etcd.get();
     shared_ = c_.shared;
@@ -156,7 +173,7 @@ class ChaosTest : public ::testing::Test {
     if (d == v->devices.end()) return true;  // before the first host made it
     CheckCapacity(d->second);
     for (const auto& s : d->second.slices) CheckQuarantine(*v, s);
-    CheckTags(d->second);
+    CheckLeases(d->second);
     return true;
   }
 
@@ -198,11 +215,6 @@ class ChaosTest : public ::testing::Test {
                 ") before a rejoin or a fence");
   }
 
-  static std::string Tag(uint32_t index, const Held& h) {
-    return "cxlpool-chaos slice=" + std::to_string(index) + " owner=" + h.owner +
-           " epoch=" + std::to_string(h.epoch);
-  }
-
   std::string ReadSlice(uint32_t index, size_t n) const {
     std::string buf(n, '\0');
     int fd = ::open(shared_.c_str(), O_RDONLY | O_CLOEXEC);
@@ -212,38 +224,25 @@ class ChaosTest : public ::testing::Test {
     return got == static_cast<ssize_t>(n) ? buf : "";
   }
 
-  // A tag stays while the same (host, epoch) holds the slice, unless that
-  // host has since rejoined (it frees, and zeroes, its earlier epoch's).
-  void CheckTags(const cluster::DeviceView& d) {
-    for (auto it = tags_.begin(); it != tags_.end();) {
-      const auto& s = d.slices[it->first];
-      const Held& h = it->second;
-      const bool same = (s.state == SliceState::kOwned || s.state == SliceState::kQuarantined) &&
-                        s.record.owner == h.owner && s.record.epoch == h.epoch;
-      if (!same || max_epoch_[h.owner] > h.epoch) {
-        it = tags_.erase(it);
-        continue;
+  // Every lease held sits on a slice of its host, and its tag is there.
+  void CheckLeases(const cluster::DeviceView& d) {
+    for (const HeldLease& l : leases_) {
+      const auto& s = d.slices[l.slice];
+      const std::string host = HostName(l.host);
+      if (s.mod_revision == 0 || s.record.owner != host ||
+          (s.state != SliceState::kOwned && s.state != SliceState::kQuarantined)) {
+        ++foreign_leases_;
+        Violation("lease " + std::to_string(l.lease.info().id) + " of " + host + " sits on slice " +
+                  std::to_string(l.slice) + ", " + cluster::SliceStateName(s.state) + " by '" +
+                  s.record.owner + "'");
       }
-      const std::string want = Tag(it->first, h);
-      if (ReadSlice(it->first, want.size()) != want) {
-        // Read etcd again: only a change that etcd still does not show is a
-        // stale write.
-        auto again = registry_->Read();
-        if (again.ok()) {
-          for (const auto& [name, hv] : again->hosts)
-            max_epoch_[name] = std::max(max_epoch_[name], hv.epoch);
-          const auto& s2 = again->devices.at(kDevice).slices[it->first];
-          if (s2.record.owner == h.owner && s2.record.epoch == h.epoch &&
-              s2.mod_revision == s.mod_revision && max_epoch_[h.owner] <= h.epoch) {
-            ++stale_writes_;
-            Violation("slice " + std::to_string(it->first) + " of " + h.owner + " epoch " +
-                      std::to_string(h.epoch) + " was written by someone else");
-          }
-        }
-        it = tags_.erase(it);
-        continue;
+      if (ReadSlice(l.slice, l.tag.size()) != l.tag ||
+          std::memcmp(l.lease.data(), l.tag.data(), l.tag.size()) != 0) {
+        ++stale_writes_;
+        Violation("slice " + std::to_string(l.slice) + " under lease " +
+                  std::to_string(l.lease.info().id) + " of " + host +
+                  " was written by someone else");
       }
-      ++it;
     }
   }
 
@@ -256,16 +255,16 @@ class ChaosTest : public ::testing::Test {
     }
   }
 
-  // Until every host is live and unfenced, owns claim_ahead slices, agrees
-  // with etcd about them, and nothing is quarantined; then tags every owned
-  // slice. The time it took, or -1.
+  // Until every host is live and unfenced, owns claim_ahead slices beside
+  // those under leases, agrees with etcd about them, and nothing is
+  // quarantined; then churns the leases. The time it took, or -1.
   int64_t Settle(milliseconds limit = milliseconds(30000)) {
     const auto start = steady_clock::now();
     std::string why;
     while (steady_clock::now() - start < limit) {
       why = Settled();
       if (why.empty()) {
-        Tagging();
+        Churn();
         return std::chrono::duration_cast<milliseconds>(steady_clock::now() - start).count();
       }
       std::this_thread::sleep_for(milliseconds(50));
@@ -288,7 +287,10 @@ class ChaosTest : public ::testing::Test {
     for (int i = 0; i < kHosts; ++i) {
       const std::string name = HostName(i);
       if (!v->hosts.count(name)) return name + " is not live";
-      if (owned[name] != kClaimAhead) return name + " owns " + std::to_string(owned[name]);
+      const size_t leased = LeasesOf(i);
+      if (owned[name] < kClaimAhead + leased)
+        return name + " owns " + std::to_string(owned[name]) + " with " + std::to_string(leased) +
+               " leased";
       auto admin = testsupport::RawClient::Connect(hosts_[i]->socket(), "chaos", 2000);
       if (!admin.ok()) return name + ": no answer on its socket";
       auto a = testsupport::ReadAccounting(*admin);
@@ -302,21 +304,54 @@ class ChaosTest : public ::testing::Test {
     return "";
   }
 
-  // A tag in every owned slice that has none, as the owner's lease would write.
-  void Tagging() {
-    auto v = registry_->Read();
-    if (!v.ok()) return;
-    int fd = ::open(shared_.c_str(), O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return;
-    for (const auto& s : v->devices.at(kDevice).slices) {
-      if (s.state != SliceState::kOwned || tags_.count(s.index)) continue;
-      const Held h{s.record.owner, s.record.epoch};
-      const std::string tag = Tag(s.index, h);
-      if (::pwrite(fd, tag.data(), tag.size(), static_cast<off_t>(kHeader + s.index * kSlice)) ==
-          static_cast<ssize_t>(tag.size()))
-        tags_[s.index] = h;
+  size_t LeasesOf(int host) const {
+    size_t n = 0;
+    for (const HeldLease& l : leases_) n += l.host == host;
+    return n;
+  }
+
+  // Per host: the oldest lease beyond kLeasesPerHost - 1 goes, a new one
+  // comes; it must read zero, and gets its tag. A host just restarted is
+  // reconnected to (its leases handed back) by the first call.
+  void Churn() {
+    AllocOptions o;
+    o.size_bytes = kSlice;
+    o.tier_preference = {"shared"};
+    o.strict = true;
+    for (int i = 0; i < kHosts; ++i) {
+      auto oldest = std::find_if(leases_.begin(), leases_.end(),
+                                 [&](const HeldLease& l) { return l.host == i; });
+      if (LeasesOf(i) >= kLeasesPerHost) {
+        Lease gone = std::move(oldest->lease);
+        leases_.erase(oldest);
+        if (ClientStatus st = gone.Release(); !st.ok())
+          Violation("release on " + HostName(i) + ": " + st.ToString());
+      }
+      ClientResult<Lease> l = clients_[i].Allocate(o);
+      // A restarted daemon may still be in its grace period for a moment.
+      for (int tries = 0; !l.ok() && l.status().code() == ErrorCode::kUnavailable && tries < 100;
+           ++tries) {
+        std::this_thread::sleep_for(milliseconds(50));
+        l = clients_[i].Allocate(o);
+      }
+      if (!l.ok()) {
+        Violation("a shared lease on settled " + HostName(i) + ": " + l.status().ToString());
+        continue;
+      }
+      const uint64_t off = l->info().device_offset;
+      const auto* p = static_cast<const unsigned char*>(l->data());
+      if (std::any_of(p, p + l->size(), [](unsigned char c) { return c != 0; }))
+        Violation("lease " + std::to_string(l->info().id) + " of " + HostName(i) +
+                  " did not read zero");
+      HeldLease h;
+      h.host = i;
+      h.slice = static_cast<uint32_t>((off - kHeader) / kSlice);
+      h.tag = "cxlpool-chaos host=" + HostName(i) + " lease=" + std::to_string(l->info().id);
+      std::memcpy(l->data(), h.tag.data(), h.tag.size());
+      h.lease = std::move(*l);
+      leases_.push_back(std::move(h));
+      ++leases_taken_;
     }
-    ::close(fd);
   }
 
   testsupport::TempDir dir_{"chaos"};
@@ -333,7 +368,10 @@ class ChaosTest : public ::testing::Test {
 
   std::map<std::string, int64_t> max_epoch_;  // the latest live epoch seen per host
   std::map<uint32_t, Held> quarantined_;      // as first seen quarantined
-  std::map<uint32_t, Held> tags_;             // slices tagged, under whom
+  Client clients_[kHosts];
+  std::vector<HeldLease> leases_;  // the clients' leases, oldest first
+  uint64_t leases_taken_ = 0;
+  uint64_t foreign_leases_ = 0;  // a lease on a slice not its host's
   std::vector<std::string> violations_;
   uint64_t violation_count_ = 0;
   uint64_t stale_writes_ = 0;
@@ -402,8 +440,9 @@ TEST_F(ChaosTest, InvariantsHoldUnderRandomFaults) {
   std::cout << "[ C5 ] faults " << ran << (ran < faults ? " of " + std::to_string(faults) : "")
             << " (kill " << kinds["kill"] << ", stop " << kinds["stop"] << ", partition "
             << kinds["partition"] << ", leader " << kinds["leader"] << "), " << checks_
-            << " checks, " << violation_count_ << " violations, " << stale_writes_
-            << " stale writes; settled in median "
+            << " checks, " << leases_taken_ << " leases, " << violation_count_ << " violations, "
+            << stale_writes_ << " stale writes, " << foreign_leases_
+            << " leases off their host's slices; settled in median "
             << (settle_ms.empty() ? 0 : settle_ms[settle_ms.size() / 2]) << " ms, max "
             << (settle_ms.empty() ? 0 : settle_ms.back()) << " ms; " << rejoins_between_polls_
             << " rejoins seen only by the watch\n";
@@ -411,13 +450,14 @@ TEST_F(ChaosTest, InvariantsHoldUnderRandomFaults) {
   if (!violations_.empty()) std::cout << clustertest::Ctl(*etcd_, "cluster");
 }
 
-// The checker itself: a write into a slice another host holds and a
-// quarantined slice handed to another host (forged in etcd, as a host that
-// ignored its fence would) are both caught.
+// The checker itself: a write into a slice under another host's lease, a
+// quarantined slice handed to another host, and a leased slice recorded as
+// another host's (forged in etcd, as a host that ignored its fence would)
+// are all caught.
 TEST_F(ChaosTest, CheckerCatchesStaleWritesAndBrokenQuarantine) {
   ASSERT_GE(Settle(), 0) << violations_.front();
-  ASSERT_FALSE(tags_.empty());
-  const uint32_t victim = tags_.begin()->first;
+  ASSERT_FALSE(leases_.empty());
+  const uint32_t victim = leases_.front().slice;
   {
     int fd = ::open(shared_.c_str(), O_WRONLY | O_CLOEXEC);
     ASSERT_GE(fd, 0);
@@ -428,6 +468,7 @@ TEST_F(ChaosTest, CheckerCatchesStaleWritesAndBrokenQuarantine) {
   }
   Check();
   EXPECT_EQ(stale_writes_, 1u);
+  leases_.erase(leases_.begin());  // counted once
 
   // h0 stopped past its TTL: its slices are quarantined.
   ASSERT_EQ(::kill(hosts_[0]->pid(), SIGSTOP), 0);
@@ -438,7 +479,10 @@ TEST_F(ChaosTest, CheckerCatchesStaleWritesAndBrokenQuarantine) {
     auto v = registry_->Read();
     if (v.ok())
       for (const auto& s : v->devices.at(kDevice).slices)
-        if (s.state == SliceState::kQuarantined) quarantined = s.index;
+        if (s.state == SliceState::kQuarantined &&
+            std::none_of(leases_.begin(), leases_.end(),
+                         [&](const HeldLease& l) { return l.slice == s.index; }))
+          quarantined = s.index;
     std::this_thread::sleep_for(milliseconds(50));
   }
   ASSERT_NE(quarantined, kSlices) << "h0's slices were never quarantined";
@@ -453,6 +497,18 @@ TEST_F(ChaosTest, CheckerCatchesStaleWritesAndBrokenQuarantine) {
                   .ok());
   Check();
   EXPECT_EQ(violation_count_, before + 1);
+  // A lease of h1 whose slice etcd gives to h2.
+  auto mine =
+      std::find_if(leases_.begin(), leases_.end(), [](const HeldLease& l) { return l.host == 1; });
+  ASSERT_NE(mine, leases_.end());
+  const auto h2 = v->hosts.find("h2");
+  ASSERT_NE(h2, v->hosts.end());
+  ASSERT_TRUE(client_
+                  ->Put(cluster::Keys().Slice(kDevice, mine->slice),
+                        cluster::ToJson(cluster::SliceRecord{"h2", h2->second.epoch, 0}))
+                  .ok());
+  Check();
+  EXPECT_EQ(foreign_leases_, 1u);
   ::kill(hosts_[0]->pid(), SIGCONT);
 }
 
