@@ -350,6 +350,7 @@ CXLPOOL_EXPORT int cxlpool_lease_get_info(const cxlpool_lease* l, cxlpool_lease_
     info.long_term_pin = i.long_term_pin ? 1 : 0;
     info.placed_numa_node = i.placed_numa_node;
     info.moved_reason = i.moved_reason.c_str();
+    info.device_offset = i.device_offset;
     const size_t n = std::min<size_t>(given, sizeof(info));
     std::memcpy(static_cast<void*>(out), &info, n);
     if (given > sizeof(info)) {

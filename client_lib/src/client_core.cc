@@ -269,7 +269,8 @@ Result<std::unique_ptr<LeaseState>> ClientCore::MapReply(wire::Frame frame) {
     for (wire::ReceivedExtent& e : reply.TakeExtents()) {
       pieces.push_back({std::move(e.fd), e.place.size, e.place.page_size, 0});
     }
-    if (pieces.size() == 1) pieces[0].device_offset = info.device_offset();
+    // Map refuses an offset on anything but one shared slice.
+    if (!pieces.empty()) pieces[0].device_offset = info.device_offset();
     m = ExtentMapping::Map(std::move(pieces), info.backing());
   }
   if (!m.ok()) {

@@ -26,6 +26,17 @@ std::string Which(size_t i, size_t n) {
   return n == 1 ? std::string("lease fd") : "extent " + std::to_string(i) + "'s fd";
 }
 
+// A shared slice: one piece at a page-aligned offset that an off_t holds,
+// inside its device (a character device, or a regular file that holds it).
+bool SharedSliceFits(const ExtentMapping::Piece& p, const struct stat& st, size_t n,
+                     uint64_t page) {
+  const uint64_t max = static_cast<uint64_t>(INT64_MAX);
+  if (n != 1 || p.device_offset % page != 0 || p.size > max || p.device_offset > max - p.size)
+    return false;
+  return S_ISCHR(st.st_mode) ||
+         (S_ISREG(st.st_mode) && static_cast<uint64_t>(st.st_size) >= p.device_offset + p.size);
+}
+
 }  // namespace
 
 ExtentMapping::ExtentMapping(ExtentMapping&& o) noexcept
@@ -90,10 +101,7 @@ Result<ExtentMapping> ExtentMapping::Map(std::vector<Piece> pieces, const std::s
     if (::fstat(p.fd.get(), &st) != 0)
       return Status::FromErrno(errno, "fstat(" + Which(i, n) + ")");
     if (backing == "shared-slice") {
-      const bool fits =
-          S_ISCHR(st.st_mode) || (S_ISREG(st.st_mode) && p.device_offset <= UINT64_MAX - p.size &&
-                                  static_cast<uint64_t>(st.st_size) >= p.device_offset + p.size);
-      if (n != 1 || p.device_offset % page != 0 || !fits) {
+      if (!SharedSliceFits(p, st, n, page)) {
         return Status(Code::kProtocol,
                       "a shared slice is one extent at a page-aligned offset "
                       "inside its device; the daemon announced " +

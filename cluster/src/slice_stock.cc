@@ -76,7 +76,10 @@ void SliceStock::Drop(const ClusterView& view, int64_t epoch, ReconcileStep* ste
       CXLPOOL_LOG(kError) << "cluster: slice " << device_->id() << "/" << it->first
                           << " is no longer owned by " << host_ << " (fenced by an operator?)"
                           << (it->second.used ? "; the lease on it is revoked" : "");
-      if (it->second.used) step->lost.push_back(it->first);
+      if (it->second.used) {
+        step->lost.push_back(it->first);
+        lost_.insert(it->first);
+      }
       ++step->dropped;
     }
     it = owned_.erase(it);
@@ -99,8 +102,13 @@ void SliceStock::Readopt(const ClusterView& view, int64_t epoch, ReconcileStep* 
     }
     if (keep) {
       MutexLock lock(mu_);
-      owned_[s.index] = Owned{true, true, 0, *rev};
-      used_after_restart_.erase(s.index);
+      // Its lease may have ended while the transaction ran (Return found
+      // nothing owned to mark): then it is stock, zeroed before use.
+      if (used_after_restart_.erase(s.index) != 0) {
+        owned_[s.index] = Owned{true, true, 0, *rev};
+      } else {
+        owned_[s.index] = Owned{false, false, clock_->MonotonicNs(), *rev};
+      }
       ++step->readopted;
       continue;
     }
@@ -148,6 +156,7 @@ void SliceStock::FindLost(const ClusterView& view, ReconcileStep* step) {
                                                                  : "owned by " + s->record.owner)
                         << " now; the lease on it is revoked";
     step->lost.push_back(*it);
+    lost_.insert(*it);
     it = used_after_restart_.erase(it);
   }
 }
@@ -159,6 +168,10 @@ void SliceStock::Claim(const ClusterView& view, int64_t epoch, ReconcileStep* st
       if (epoch_ != epoch || ReadyCount() >= options_.claim_ahead) return;
     }
     if (s.state != SliceState::kFree && s.state != SliceState::kFenced) continue;
+    {
+      MutexLock lock(mu_);
+      if (lost_.count(s.index)) continue;  // a revoked lease may still hold it
+    }
     auto rev = registry_->Claim(s, host_, epoch, clock_->WallSeconds());
     if (!rev.ok()) return;  // etcd did not answer: the next round tries again
     if (*rev == 0) {
@@ -232,12 +245,18 @@ Result<SliceGrant> SliceStock::Take() {
 
 void SliceStock::Return(uint32_t index) {
   MutexLock lock(mu_);
+  if (lost_.count(index)) return;
   used_after_restart_.erase(index);  // ended while a rejoin was re-adopting it
   auto it = owned_.find(index);
   if (it == owned_.end()) return;
   it->second.used = false;
   it->second.zeroed = false;  // the next Reconcile zeroes it
   it->second.free_since_ns = clock_->MonotonicNs();
+}
+
+void SliceStock::ForgetLost(uint32_t index) {
+  MutexLock lock(mu_);
+  lost_.erase(index);
 }
 
 uint32_t SliceStock::ReleaseUnused(int64_t epoch) {

@@ -582,11 +582,18 @@ int Daemon::StartCluster() {
   deps.version = ProjectVersion();
   deps.clock = &SystemClock::Get();
   deps.describe = [this] { return SummarizeHost(leases_->Pools(), topo_); };
+  // A lost slice: its leases are revoked on the loop; once their memory is
+  // back the slice may be claimed again.
   deps.lost = [this](const std::string& path, uint32_t index) {
-    boost::asio::post(io_, [this, pool = SharedSlicePool::PoolName(path), index] {
-      leases_->RevokeOnSlice(pool, index, [this](uint64_t id, std::vector<ConnId> holders) {
-        if (handler_) handler_->TellRevoked(id, holders);
-      });
+    boost::asio::post(io_, [this, path, index] {
+      leases_->RevokeOnSlice(
+          SharedSlicePool::PoolName(path), index,
+          [this](uint64_t id, std::vector<ConnId> holders) {
+            if (handler_) handler_->TellRevoked(id, holders);
+          },
+          [this, path, index] {
+            if (ClusterMember* c = cluster_ptr_.load()) c->ForgetLost(path, index);
+          });
     });
   };
   auto start = [&](std::map<std::string, std::set<uint32_t>> held) -> Result<ClusterMember*> {

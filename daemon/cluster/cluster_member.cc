@@ -255,6 +255,8 @@ void ClusterMember::Reconcile() {
     }
   }
   MutexLock lock(mu_);
+  ++rounds_;
+  reconciled_.notify_all();
   view_stats_.hosts = static_cast<uint32_t>(view->hosts.size());
   view_stats_.slices_quarantined =
       static_cast<uint32_t>(view->CountSlices(cluster::SliceState::kQuarantined));
@@ -267,6 +269,7 @@ void ClusterMember::Stop() {
     if (stopping_ && !thread_.joinable()) return;
     stopping_ = true;
     wake_.notify_all();
+    reconciled_.notify_all();
   }
   if (thread_.joinable()) thread_.join();
   if (watch_) watch_->Stop();
@@ -331,17 +334,24 @@ Result<cluster::SliceGrant> ClusterMember::TakeSlice(const std::string& path, mi
                     "shared device " + id + ": this host has not joined the cluster yet");
     }
     auto g = s->Take();
-    Wake();  // claim ahead again (or claim the one this Take wanted)
-    if (g.ok() || g.status().code() != Code::kResourceExhausted ||
-        std::chrono::steady_clock::now() >= deadline) {
-      if (!g.ok() && g.status().code() == Code::kResourceExhausted) {
-        return Status(Code::kResourceExhausted,
-                      g.status().message() + " within " + std::to_string(wait.count()) +
-                          " ms (every slice is owned, quarantined or in use)");
-      }
+    if (g.ok() || g.status().code() != Code::kResourceExhausted) {
+      if (g.ok()) Wake();  // claim ahead again
       return g;
     }
-    std::this_thread::sleep_for(milliseconds(5));
+    // None ready: ask the cluster thread for a round (it claims one) and
+    // wait for it, not past the deadline.
+    MutexLock lock(mu_);
+    dirty_ = true;
+    wake_.notify_all();
+    const uint64_t round = rounds_;
+    while (rounds_ == round && !stopping_) {
+      if (lock.WaitUntil(reconciled_, deadline) == std::cv_status::timeout) break;
+    }
+    if (rounds_ == round || stopping_) {
+      return Status(Code::kResourceExhausted,
+                    g.status().message() + " within " + std::to_string(wait.count()) +
+                        " ms (every slice is owned, quarantined or in use)");
+    }
   }
 }
 
@@ -358,6 +368,10 @@ void ClusterMember::ReturnSlice(const std::string& path, uint32_t index) {
     it->second->Return(index);
   }
   Wake();
+}
+
+void ClusterMember::ForgetLost(const std::string& path, uint32_t index) {
+  if (cluster::SliceStock* s = stock(DeviceIdOf(path))) s->ForgetLost(index);
 }
 
 cluster::SliceStock* ClusterMember::stock(const std::string& id) {

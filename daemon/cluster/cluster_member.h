@@ -2,7 +2,9 @@
 // holds the session (cluster::Session) and publishes the host record, keeps
 // a slice stock per shared device (cluster::SliceStock) and reconciles them
 // on its own thread whenever etcd changes (a watch), the session joins or is
-// lost, or a second passes. Nothing here runs on the request path.
+// lost, or a second passes. Only TakeSlice and ReturnSlice are called from
+// the request path (a shared-slice build, on a worker); neither waits on
+// etcd, though TakeSlice may wait for a round of the cluster thread.
 //
 // Leases take slices through TakeSlice and give them back through
 // ReturnSlice (pool/shared_slice_pool.h, by way of SliceBroker). After a
@@ -84,6 +86,9 @@ class ClusterMember {
   Result<cluster::SliceGrant> TakeSlice(const std::string& path, std::chrono::milliseconds wait);
   // A lease on the slice ended: zeroed by the next round, then ready again.
   void ReturnSlice(const std::string& path, uint32_t index);
+  // The leases on a slice reported lost (Deps.lost) are revoked and their
+  // memory is back: this host may claim the slice again.
+  void ForgetLost(const std::string& path, uint32_t index);
 
   ClusterStats stats() const;
   // The stock of shared device `id` (nullptr: no such device).
@@ -111,6 +116,8 @@ class ClusterMember {
   // Never erased before the destructor: pointers taken under mu_ stay good.
   std::map<std::string, std::unique_ptr<cluster::SliceStock>> stocks_ GUARDED_BY(mu_);
   std::condition_variable wake_;
+  std::condition_variable reconciled_;  // after each round of the cluster thread
+  uint64_t rounds_ GUARDED_BY(mu_) = 0;
   bool stopping_ GUARDED_BY(mu_) = false;
   bool dirty_ GUARDED_BY(mu_) = true;
   ClusterStats view_stats_ GUARDED_BY(mu_);

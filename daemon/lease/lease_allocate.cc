@@ -271,7 +271,9 @@ void Allocator::StartBuild(BuildJob job) {
     if (!a || !*a) return;  // manager gone; `built` reclaims itself
     FinishBuild(std::move(job), std::move(built));
   };
-  if (sz <= m_.inline_max_ && owner_builds == 1 && settle == nullptr) {
+  // A shared slice's build may wait for the cluster to claim one: never here.
+  const bool device_slice = std::string(pool->backing()) == "shared-slice";
+  if (sz <= m_.inline_max_ && owner_builds == 1 && settle == nullptr && !device_slice) {
     // Small, and no other build of this uid in flight: a few syscalls here
     // cost less than a hand-off to a worker and back, and need not wait
     // behind other uids' builds. A uid with builds in flight has the rest
@@ -374,11 +376,14 @@ void Allocator::FinishBuild(BuildJob job, Result<Extents> built) {
     m_.pending_builds_by_uid_.erase(b);
   }
   const bool connected = m_.conns_.count(job.conn) != 0;
-  if (!built.ok() && job.settle != nullptr && !job.params.strict && connected && !m_.stopping_) {
-    // The mixed node's kernel zones could not keep it: try the next
-    // candidates, never this pool again for this request.
+  const bool device_slice = std::string(job.pool->backing()) == "shared-slice";
+  if (!built.ok() && (job.settle != nullptr || device_slice) && !job.params.strict && connected &&
+      !m_.stopping_) {
+    // The mixed node's kernel zones could not keep it, or no slice of the
+    // shared device came (fenced, all taken): try the next candidates,
+    // never this pool again for this request.
     UndoBuildHold(job);
-    m_.Count("pin_settle_fallbacks");
+    m_.Count(device_slice ? "shared_slice_fallbacks" : "pin_settle_fallbacks");
     CXLPOOL_LOG(kInfo) << job.pool->name() << ": " << built.status().message()
                        << "; placing the lease elsewhere";
     AllocParams& p = job.params;

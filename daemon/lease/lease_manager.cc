@@ -377,19 +377,22 @@ void LeaseManager::RevokeNow(uint64_t id, const char* counter, RevokeDone done) 
   });
 }
 
-void LeaseManager::RevokeOnSlice(
-    const std::string& pool, uint32_t index,
-    std::function<void(uint64_t id, std::vector<ConnId> holders)> done) {
+void LeaseManager::RevokeOnSlice(const std::string& pool, uint32_t index,
+                                 std::function<void(uint64_t id, std::vector<ConnId> holders)> done,
+                                 std::function<void()> all_done) {
   std::vector<uint64_t> ids;
   for (const auto& [id, l] : table_.leases()) {
     if (l.pool->name() == pool && l.has_memory() && l.first().shared_slice() == index)
       ids.push_back(id);
   }
+  if (ids.empty()) return all_done();
+  auto left = std::make_shared<size_t>(ids.size());
   for (uint64_t id : ids) {
     CXLPOOL_LOG(kError) << "lease " << id << " on " << pool << " slice " << index
                         << " revoked: the slice is no longer this host's";
-    RevokeNow(id, "slice_losses", [id, done](Result<std::vector<ConnId>> holders) {
+    RevokeNow(id, "slice_losses", [id, done, all_done, left](Result<std::vector<ConnId>> holders) {
       done(id, holders.ok() ? std::move(*holders) : std::vector<ConnId>{});
+      if (--*left == 0) all_done();
     });
   }
 }

@@ -128,9 +128,11 @@ class LeaseManager {
   void Revoke(ConnId conn, uint64_t id, RevokeDone done);
   // The daemon's own revoke, of every lease on slice `index` of shared
   // pool `pool` (the slice is no longer this host's): as Revoke, `done`
-  // once per lease with its id and the connections that held it.
+  // once per lease with its id and the connections that held it; then
+  // `all_done` once every one's memory is given back (at once when none).
   void RevokeOnSlice(const std::string& pool, uint32_t index,
-                     std::function<void(uint64_t id, std::vector<ConnId> holders)> done);
+                     std::function<void(uint64_t id, std::vector<ConnId> holders)> done,
+                     std::function<void()> all_done);
   // Admin only: add/replace a quota rule.
   Status SetQuota(ConnId conn, const QuotaRule& rule);
   // A holder of lease `id` saw its pages off the node it is accounted to

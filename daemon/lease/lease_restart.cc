@@ -147,6 +147,11 @@ void RestartRules::RecoverLease(DurableLease& d, std::vector<UniqueFd> fds,
     drop("every holder exited while the daemon was down");
     return;
   }
+  // Its holders may still write to its slice, whatever becomes of the lease:
+  // the slice stays this host's (a lease dropped below leaves it held).
+  if (auto* shared = dynamic_cast<SharedSlicePool*>(pool); shared != nullptr) {
+    shared->Hold(*d.shared_slice);
+  }
   const std::vector<DurableExtent> extents = ExtentsOf(d);
   std::vector<Pool*> extent_pools = RecoveredExtentPools(d, pool, dax_pool != nullptr);
   // Never double-grant: without room on paper its holders cannot keep it.
@@ -266,7 +271,6 @@ LeaseManager::Extents RestartRules::RecoveredBacking(const DurableLease& d, Pool
                                                      std::vector<UniqueFd> fds, bool* adopted) {
   Extents backing;
   if (auto* shared = dynamic_cast<SharedSlicePool*>(pool); shared != nullptr) {
-    // Held again whatever its holders do: they may still write to it.
     auto b = shared->Recovered(*d.shared_slice, d.device_offset, d.size_bytes);
     if (b.ok()) {
       backing.push_back(std::move(*b));

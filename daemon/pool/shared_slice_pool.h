@@ -70,6 +70,9 @@ class SharedSlicePool final : public Pool {
 
   const std::string& path() const { return path_; }
   uint64_t slice_bytes() const { return slice_bytes_; }
+  // Slice `index` stays this host's for a recovered lease's holders (a
+  // restart), whether or not the lease is kept.
+  void Hold(uint32_t index) const { source_->Hold(path_, index); }
   // The backing of a journalled lease on slice `index` at `device_offset`
   // (a restart): the source holds the slice again; the daemon reopens the
   // device itself.

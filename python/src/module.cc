@@ -534,6 +534,7 @@ PYBIND11_MODULE(_cxlpool, m) {
       .def_readonly("backing", &LeaseInfo::backing)
       .def_readonly("placement_reason", &LeaseInfo::placement_reason)
       .def_readonly("pool", &LeaseInfo::pool)
+      .def_readonly("device_offset", &LeaseInfo::device_offset)
       .def_readonly("label", &LeaseInfo::label)
       .def_readonly("name", &LeaseInfo::name)
       .def_readonly("owner_uid", &LeaseInfo::owner_uid)

@@ -129,6 +129,7 @@ int cxlpool_c_alloc_scenario(const char* socket_path, int expect_fake, char* why
   CHECK(info.cuda_registered == 0);
   CHECK(info.long_term_pin == 0 && info.placed_numa_node == -1);
   CHECK(info.moved_reason != NULL && info.moved_reason[0] == '\0');
+  CHECK(info.device_offset == 0); /* a memfd lease */
   {
     /* Where the kernel says the pages are. */
     cxlpool_lease_placement pl;

@@ -204,8 +204,9 @@ TEST(ExtentMapping, ASharedSliceIsMappedAtItsDeviceOffset) {
     EXPECT_EQ(OpenFds(), fds_before);
     return !r.ok() && r.status().code() == Code::kProtocol;
   };
-  EXPECT_TRUE(refused(16 * kMiB, "shared-slice"));  // past the device's end
-  EXPECT_TRUE(refused(4096, "shared-slice"));       // not on a page boundary
+  EXPECT_TRUE(refused(16 * kMiB, "shared-slice"));          // past the device's end
+  EXPECT_TRUE(refused(4096, "shared-slice"));               // not on a page boundary
+  EXPECT_TRUE(refused(uint64_t{1} << 63, "shared-slice"));  // past what an off_t holds
   EXPECT_TRUE(refused(2 * kMiB, "shared-slice", 2));
   EXPECT_TRUE(refused(2 * kMiB, "memfd"));
 }

@@ -210,6 +210,17 @@ TEST_F(DaemonsTest, LocalPoolsServeWhileEtcdIsGone) {
   // Not etcd's worst case (2 s x 3 endpoints): the local path never asks it.
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
   EXPECT_NE(hosts_[0]->Log().find("lost its session"), std::string::npos);
+  // Shared slices are refused while fenced; a request that lists DRAM after
+  // them gets DRAM.
+  auto [strict_rc, strict_out] =
+      RunShell(testsupport::CtlBinary() + " --socket " + hosts_[0]->socket() +
+               " alloc --size 1M --tier shared --strict 2>&1");
+  EXPECT_NE(strict_rc, 0) << strict_out;
+  EXPECT_NE(strict_out.find("session lost"), std::string::npos) << strict_out;
+  auto [rc2, out2] = RunShell(testsupport::CtlBinary() + " --socket " + hosts_[0]->socket() +
+                              " --json alloc --size 1M --tier shared,dram 2>&1");
+  EXPECT_EQ(rc2, 0) << out2;
+  EXPECT_NE(out2.find("node0"), std::string::npos) << out2;
   for (int i = 0; i < etcd_->size(); ++i) ASSERT_TRUE(etcd_->ContMember(i).ok());
   ASSERT_TRUE(PollUntil(
       [&] {
@@ -299,6 +310,11 @@ TEST_F(DaemonsTest, SharedTierLeasesSitOnSlicesTheirHostOwns) {
       RunShell(testsupport::CtlBinary() + " --socket " + hosts_[0]->socket() + " leases 2>&1")
           .second;
   EXPECT_NE(listed.find("shared:shared.img"), std::string::npos) << listed;
+  // The CLI asks for the tier as the docs say.
+  auto [rc, alloc] = RunShell(testsupport::CtlBinary() + " --socket " + hosts_[0]->socket() +
+                              " alloc --size 1M --tier shared --strict 2>&1");
+  EXPECT_EQ(rc, 0) << alloc;
+  EXPECT_NE(alloc.find("shared"), std::string::npos) << alloc;
 
   // Released: zeroed before it serves again.
   const uint32_t freed = held[0].slice;

@@ -487,13 +487,29 @@ TEST_F(RegistryTest, SliceStockReportsLeasesOnSlicesItLost) {
   ASSERT_TRUE(step.ok());
   EXPECT_TRUE(step->lost.empty());  // said once
 
-  // A restart whose journal names the slice: lost as well.
+  // A restart whose journal names the slice, which h2 has given back since:
+  // lost as well, and not claimed again (its revoked lease may still be
+  // mapped) until the daemon says the revocation is done.
+  const SliceView taken = Slices("lostdev")[g->index];
+  ASSERT_TRUE(Or(registry_->Release(taken, "h2", e2), false));
   SliceStock restarted(registry_.get(), dev->get(), {4 * kSlice, kSlice}, "h1",
                        StockOptions{1, milliseconds(60000)}, &clock, {g->index});
   step = restarted.Reconcile(Read(), e3);
   ASSERT_TRUE(step.ok());
   EXPECT_EQ(step->lost, std::vector<uint32_t>{g->index});
   EXPECT_EQ(restarted.used_slices().count(g->index), 0u);
+  EXPECT_EQ(Slices("lostdev")[g->index].state, SliceState::kFree) << "claimed while lost";
+  restarted.Return(g->index);  // the revoked lease's end: nothing of ours
+  auto other = restarted.Take();
+  ASSERT_TRUE(other.ok()) << other.status().ToString();
+  EXPECT_NE(other->index, g->index);
+  ASSERT_TRUE(restarted.Reconcile(Read(), e3).ok());
+  EXPECT_EQ(Slices("lostdev")[g->index].state, SliceState::kFree) << "claimed while lost";
+  restarted.ForgetLost(g->index);
+  while (restarted.Take().ok()) {
+  }
+  ASSERT_TRUE(restarted.Reconcile(Read(), e3).ok());  // claims the lowest free: that one
+  EXPECT_EQ(Slices("lostdev")[g->index].record.owner, "h1");
   back->Leave();
   h2->Leave();
   ::close(fd);

@@ -208,7 +208,7 @@ typedef struct cxlpool_lease_info {
   /* Strings below are owned by the lease, valid until it is released;
    * never NULL ("" when unknown). */
   const char* kind;             /* node kind: "dram", "cxl", ... */
-  const char* backing;          /* "memfd", "memfd-thp", "hugetlb-2m", "devdax", ... */
+  const char* backing;          /* "memfd", "memfd-thp", "hugetlb-2m", "devdax", "shared-slice" */
   const char* placement_reason; /* why the daemon chose this node */
   const char* pool;             /* "node1", "dax0.0" */
   const char* label;
@@ -222,12 +222,16 @@ typedef struct cxlpool_lease_info {
                                found on another node (numa_node, kind and pool are
                                then where they are now) */
   const char* moved_reason; /* what the daemon saw when they moved; "" otherwise */
+  /* ---- end of version 3 (CXLPOOL_LEASE_INFO_SIZE_V3) ---- */
+  uint64_t device_offset; /* backing "shared-slice": where the lease starts on the shared
+                             device its fd opens; 0 otherwise */
 } cxlpool_lease_info;
 
 #define CXLPOOL_LEASE_INFO_SIZE_V1 (offsetof(cxlpool_lease_info, name) + sizeof(const char*))
 #define CXLPOOL_LEASE_INFO_SIZE_V2 (offsetof(cxlpool_lease_info, owner_gid) + sizeof(uint32_t))
 #define CXLPOOL_LEASE_INFO_SIZE_V3 \
   (offsetof(cxlpool_lease_info, moved_reason) + sizeof(const char*))
+#define CXLPOOL_LEASE_INFO_SIZE_V4 (offsetof(cxlpool_lease_info, device_offset) + sizeof(uint64_t))
 
 /* Copies what the daemon said about the lease into *out, up to
  * out->struct_size bytes. Errors: EINVALID_ARGUMENT (NULL, struct_size). */

@@ -52,7 +52,8 @@ struct ReconcileStep {
   uint32_t dropped = 0;      // slices the view says are no longer ours
   // Slices a lease of ours sits on that are no longer ours (an operator
   // fenced this host and another claimed them, or they are gone): the
-  // daemon revokes those leases. Each is reported once.
+  // daemon revokes those leases, then calls ForgetLost. Each is reported
+  // once, and never claimed again by this host until ForgetLost.
   std::vector<uint32_t> lost;
 };
 
@@ -71,7 +72,12 @@ class SliceStock {
   // An owned, zeroed, unused slice; UNAVAILABLE while fenced,
   // RESOURCE_EXHAUSTED when none is ready (Reconcile claims more).
   Result<SliceGrant> Take();
+  // A lease on `index` ended. Ignored for a slice reported lost: that lease
+  // no longer had it.
   void Return(uint32_t index);
+  // The leases on lost slice `index` are revoked and their memory is back:
+  // the slice may be claimed again.
+  void ForgetLost(uint32_t index);
   // The session is lost: no more Take until Reconcile runs with a new epoch.
   void Fence();
   // Clean exit: gives back every owned slice no lease sits on; how many.
@@ -112,7 +118,8 @@ class SliceStock {
                                          // must not lift it
   std::map<uint32_t, Owned> owned_ GUARDED_BY(mu_);
   std::set<uint32_t> used_after_restart_ GUARDED_BY(mu_);
-  int64_t epoch_ GUARDED_BY(mu_) = 0;  // 0: fenced
+  std::set<uint32_t> lost_ GUARDED_BY(mu_);  // reported lost, not yet forgotten
+  int64_t epoch_ GUARDED_BY(mu_) = 0;        // 0: fenced
 };
 
 }  // namespace cxlpool::cluster
