@@ -233,6 +233,14 @@ TEST_F(DaemonsTest, LocalPoolsServeWhileEtcdIsGone) {
       << Ctl("cluster");
 }
 
+// "h1/lease 7". Appended: GCC 12's -O3 -Wrestrict misreads "h" + std::string.
+std::string LeaseTag(int host, uint64_t id) {
+  std::string t = HostName(host);
+  t += "/lease ";
+  t += std::to_string(id);
+  return t;
+}
+
 // A lease of the "shared" tier is one slice its host owns: the client maps
 // the device at the slice's offset, so what it writes is on the device; the
 // hosts' leases sit on disjoint slices; a host's quota on the tier holds; a
@@ -267,7 +275,7 @@ TEST_F(DaemonsTest, SharedTierLeasesSitOnSlicesTheirHostOwns) {
     EXPECT_EQ((i.device_offset - kHeader) % kSlice, 0u);
     const uint32_t slice = static_cast<uint32_t>((i.device_offset - kHeader) / kSlice);
     // Tagged with host and lease, through the client's mapping.
-    const std::string tag = "h" + std::to_string(host) + "/lease " + std::to_string(i.id);
+    const std::string tag = LeaseTag(host, i.id);
     std::memset(l->data(), 0x5a, l->size());
     std::memcpy(l->data(), tag.data(), tag.size());
     held.push_back({host, std::move(*l), slice});
@@ -280,9 +288,7 @@ TEST_F(DaemonsTest, SharedTierLeasesSitOnSlicesTheirHostOwns) {
   EXPECT_EQ(refused.code(), ErrorCode::kResourceExhausted) << refused.message();
   EXPECT_NE(refused.message().find("shared"), std::string::npos) << refused.message();
 
-  auto tag_of = [](const Held& h) {
-    return "h" + std::to_string(h.host) + "/lease " + std::to_string(h.lease.info().id);
-  };
+  auto tag_of = [](const Held& h) { return LeaseTag(h.host, h.lease.info().id); };
   auto check = [&](const char* when) {
     const auto owners = Owners(View());
     std::set<uint32_t> slices;
