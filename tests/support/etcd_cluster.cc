@@ -417,6 +417,7 @@ Status EtcdCluster::MakeCertificates() {
   std::string config = kOpensslConfig;
   std::string san;
   for (const auto& ip : options_.extra_client_ips) san.append(",IP:").append(ip);
+  for (const auto& ip : options_.extra_cert_ips) san.append(",IP:").append(ip);
   config.replace(config.find("@EXTRA_SAN@"), 11, san);
   CXLPOOL_RETURN_IF_ERROR(WriteFile(cnf, config));
   const std::string& ossl = options_.openssl_binary;

@@ -15,7 +15,8 @@
 //
 // Every certificate is EC prime256v1, CN "cxlpool-test", signed by the CA;
 // the member certificates and the client one all carry subjectAltName
-// IP:127.0.0.1 and DNS:localhost and are good for serverAuth and clientAuth.
+// IP:127.0.0.1 and DNS:localhost (and the extra IPs of the options) and are good for serverAuth and
+// clientAuth.
 //
 // The members are started with PR_SET_PDEATHSIG=SIGKILL: they die with the
 // thread that started them (keep one EtcdCluster on the test's main thread).
@@ -52,6 +53,10 @@ struct EtcdClusterOptions {
   // 127.0.0.1 (each must exist when they start: the host side of a veth to a
   // network namespace); the certificates name them too.
   std::vector<std::string> extra_client_ips;
+  // More IP addresses the certificates name, that the members do not listen
+  // on: a QEMU guest on user-mode networking dials 10.0.2.2, which QEMU
+  // forwards to 127.0.0.1 of this machine.
+  std::vector<std::string> extra_cert_ips;
   // The binaries; empty: looked up in $PATH ("etcd", "etcdctl", "openssl").
   std::string etcd_binary;
   std::string etcdctl_binary;
