@@ -66,7 +66,7 @@ QEMU=$(command -v qemu-system-x86_64) || {
 for tool in apt-get dpkg-deb depmod modprobe cpio strip flock timeout etcdctl; do
   command -v "$tool" >/dev/null || { vm_log "SKIP: $tool missing"; exit 77; }
 done
-for bin in daemon/cxlpoold tools/cxlpoolctl/cxlpoolctl tests/vm/clients/cxlpool-vm-shared; do
+for bin in daemon/cxlpoold tools/cxlpoolctl tests/vm/clients/cxlpool-vm-shared; do
   [[ -x $VM_BUILD/$bin ]] || { vm_log "SKIP: $VM_BUILD/$bin not built"; exit 77; }
 done
 
@@ -79,7 +79,9 @@ extra=$out/.extra-$$
 rm -rf "$extra"
 mkdir -p "$extra/vm/etcd"
 cp "$certs"/{ca.crt,client.crt,client.key} "$extra/vm/etcd/"
+# shellcheck disable=SC2034  # read by vm_build_initramfs
 VM_EXTRA_TOOLS=("$(command -v etcdctl)")
+# shellcheck disable=SC2034
 VM_EXTRA_ROOT=$extra
 initrd=$out/.initramfs-$$.cpio
 trap 'rm -rf "$initrd" "$extra" "$out/.initramfs-$$"' EXIT
@@ -90,7 +92,7 @@ vm_log "initramfs $(($(stat -c %s "$initrd") / 1024)) KiB"
 shared=$out/shared.raw
 rm -f "$shared"
 truncate -s 128M "$shared"
-guest_eps=$(echo "$etcd" | sed 's/127\.0\.0\.1:/10.0.2.2:/g')
+guest_eps=${etcd//127.0.0.1:/10.0.2.2:}
 
 # Starts guest ROLE in the background; its QEMU exit status goes to
 # <out>/<role>/qemu-rc.

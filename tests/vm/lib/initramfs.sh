@@ -15,6 +15,10 @@
 #   /usr/bin               cxl ndctl daxctl numactl jq (+ their libraries)
 #   /opt/cxlpool/bin       the project's binaries (stripped) + cxlpool-vm-probe
 #   /lib/modules/$VM_KVER  the CXL/DAX/NVDIMM/virtio modules, depmod'ed
+#
+# A caller may add more: VM_EXTRA_TOOLS (host binaries packed into /usr/bin
+# with their libraries, e.g. etcdctl) and VM_EXTRA_ROOT (a folder whose
+# contents are copied over the root, e.g. /vm/etcd's certificates).
 
 # Host tools the guest needs; all come from Debian packages (install-deps --vm).
 VM_GUEST_TOOLS=(/usr/bin/cxl /usr/bin/ndctl /usr/bin/daxctl /usr/bin/numactl /usr/bin/jq)
@@ -93,6 +97,11 @@ vm_build_initramfs() {
     vm_copy_elf "$t" "/usr/bin/$(basename "$t")" "$root"
   done
 
+  for t in ${VM_EXTRA_TOOLS[@]+"${VM_EXTRA_TOOLS[@]}"}; do
+    [[ -x $t ]] || { vm_log "SKIP: $t missing"; return 77; }
+    vm_copy_elf "$t" "/usr/bin/$(basename "$t")" "$root"
+  done
+
   cp -a "$VM_KDIR/lib/modules/$VM_KVER" "$root/lib/modules/"
 
   # The project's binaries, whatever exists at the time.
@@ -125,6 +134,7 @@ vm_build_initramfs() {
   cp "$here"/guest/*.sh "$root/vm/"
   cp "$here"/topologies/*.sh "$root/vm/topologies/"
   [[ -n ${VM_EXEC:-} ]] && printf '%s\n' "$VM_EXEC" >"$root/vm/exec.sh"
+  [[ -n ${VM_EXTRA_ROOT:-} ]] && cp -a "$VM_EXTRA_ROOT/." "$root/"
 
   printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' \
     >"$root/etc/passwd"
