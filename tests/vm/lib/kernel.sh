@@ -13,7 +13,7 @@
 
 # Modules the guests load; --show-depends adds what they need.
 VM_MODULES=(
-  virtio_pci virtio_blk virtio_net
+  virtio_pci virtio_blk
   ext4 crc32c_generic
   cxl_acpi cxl_pci cxl_mem cxl_pmem
   libnvdimm nd_pmem nd_btt nfit
